@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * CUDA driver API calls from uprobes/uretprobes on libcuda.so.1.
+ *
+ * One entry program and one return program serve every probed function: the attach cookie says
+ * which function fired and where its arguments live (see gpuship_events.h), so adding a function
+ * is a table row in the agent, not new BPF code. Entry stores the decoded arguments in an LRU
+ * table keyed by (thread, function); return completes the record with the result and duration
+ * and submits it. Calls are frequent, so submits do not wake the consumer (a wakeup costs over a
+ * microsecond in the traced process) unless the ring passes a fill threshold; the agent drains
+ * the ring on a short timer.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "gpuship_events.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* When set, only processes in traced_tgids are recorded (gpuship run --pid / -- command). */
+const volatile bool filter_by_tgid = false;
+/* Unread bytes in the ring above which a submit wakes the consumer anyway. */
+const volatile __u64 wakeup_threshold_bytes = 4 * 1024 * 1024;
+
+/* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
+struct cuda_event cuda_event_layout = {};
+GPUSHIP_EXPORT_ABI_ENUMS();
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024);
+} cuda_ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GPUSHIP_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} cuda_stats SEC(".maps");
+
+struct call_key {
+	__u32 tid;
+	__u32 function_id;
+};
+
+struct call_entry {
+	struct cuda_event event;
+	__u64 out_ptr; /* user address of the device pointer an allocation writes, or 0 */
+};
+
+/* Calls between entry and return. LRU so that threads killed mid-call cannot fill it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct call_key);
+	__type(value, struct call_entry);
+} inflight SEC(".maps");
+
+/* Processes to record when filter_by_tgid is set; children join through handle_fork. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_tgids SEC(".maps");
+
+/* Entry-side scratch: a call_entry is too large to build on the 512-byte BPF stack twice. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct call_entry);
+} entry_scratch SEC(".maps");
+
+static __always_inline void count(__u32 slot)
+{
+	__u64 *value = bpf_map_lookup_elem(&cuda_stats, &slot);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	if (!filter_by_tgid)
+		return true;
+	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+static __always_inline __u64 arg_at(struct pt_regs *ctx, __u32 index)
+{
+	switch (index) {
+	case 0: return PT_REGS_PARM1(ctx);
+	case 1: return PT_REGS_PARM2(ctx);
+	case 2: return PT_REGS_PARM3(ctx);
+	case 3: return PT_REGS_PARM4(ctx);
+	case 4: return PT_REGS_PARM5(ctx);
+	case 5: return PT_REGS_PARM6(ctx);
+	default: return 0;
+	}
+}
+
+static __always_inline __u32 cookie_field(__u64 cookie, __u32 shift)
+{
+	return (cookie >> shift) & GPUSHIP_COOKIE_NONE;
+}
+
+/* cuLaunchKernel: gx..by are arguments 2..6; bz, sharedMemBytes and hStream are on the stack. */
+static __always_inline void decode_launch_kernel(struct pt_regs *ctx, struct cuda_event *ev)
+{
+	__u64 stack_args[3] = {};
+
+	ev->grid[0] = (__u32)PT_REGS_PARM2(ctx);
+	ev->grid[1] = (__u32)PT_REGS_PARM3(ctx);
+	ev->grid[2] = (__u32)PT_REGS_PARM4(ctx);
+	ev->block[0] = (__u32)PT_REGS_PARM5(ctx);
+	ev->block[1] = (__u32)PT_REGS_PARM6(ctx);
+#if defined(__TARGET_ARCH_x86)
+	/* At the first instruction [sp] is the return address; the 7th argument is at sp + 8. */
+	if (bpf_probe_read_user(stack_args, sizeof(stack_args), (void *)(PT_REGS_SP(ctx) + 8)) < 0)
+		return;
+	ev->block[2] = (__u32)stack_args[0];
+	ev->shared_mem_bytes = (__u32)stack_args[1];
+	ev->stream = stack_args[2];
+	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
+#endif
+}
+
+/* The leading fields of CUlaunchConfig, the first argument of cuLaunchKernelEx. */
+struct launch_config_head {
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 shared_mem_bytes;
+	__u32 _pad;
+	__u64 stream;
+};
+
+static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct cuda_event *ev)
+{
+	struct launch_config_head config;
+
+	if (bpf_probe_read_user(&config, sizeof(config), (void *)PT_REGS_PARM1(ctx)) < 0)
+		return;
+	ev->grid[0] = config.grid[0];
+	ev->grid[1] = config.grid[1];
+	ev->grid[2] = config.grid[2];
+	ev->block[0] = config.block[0];
+	ev->block[1] = config.block[1];
+	ev->block[2] = config.block[2];
+	ev->shared_mem_bytes = config.shared_mem_bytes;
+	ev->stream = config.stream;
+	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cuda_call_entry)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
+	struct call_entry *entry;
+	struct cuda_event *ev;
+	__u32 zero = 0, index;
+
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	entry = bpf_map_lookup_elem(&entry_scratch, &zero);
+	if (!entry)
+		return 0;
+	__builtin_memset(entry, 0, sizeof(*entry));
+	ev = &entry->event;
+	ev->record_kind = GPUSHIP_RECORD_CUDA;
+	ev->function_id = (__u32)cookie;
+	ev->pid = pid_tgid >> 32;
+	ev->tid = (__u32)pid_tgid;
+
+	index = cookie_field(cookie, GPUSHIP_COOKIE_BYTES_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE) {
+		ev->bytes = arg_at(ctx, index);
+		ev->valid |= GPUSHIP_ARG_BYTES;
+	}
+	index = cookie_field(cookie, GPUSHIP_COOKIE_DEVICE_PTR_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE) {
+		ev->device_ptr = arg_at(ctx, index);
+		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
+	}
+	index = cookie_field(cookie, GPUSHIP_COOKIE_OUT_PTR_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE)
+		entry->out_ptr = arg_at(ctx, index);
+	index = cookie_field(cookie, GPUSHIP_COOKIE_STREAM_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE) {
+		ev->stream = arg_at(ctx, index);
+		ev->valid |= GPUSHIP_ARG_STREAM;
+	}
+	switch (cookie_field(cookie, GPUSHIP_COOKIE_LAUNCH_SHIFT)) {
+	case GPUSHIP_LAUNCH_KERNEL:
+		decode_launch_kernel(ctx, ev);
+		break;
+	case GPUSHIP_LAUNCH_KERNEL_EX:
+		decode_launch_kernel_ex(ctx, ev);
+		break;
+	}
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	/* Taken last so that argument decoding is not part of the measured duration. */
+	ev->start_boot_ns = bpf_ktime_get_boot_ns();
+	bpf_map_update_elem(&inflight, &key, entry, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_call_return, long ret)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
+	struct call_entry *entry;
+	struct cuda_event *ev;
+	__u64 device_ptr = 0;
+	__u64 avail;
+
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	entry = bpf_map_lookup_elem(&inflight, &key);
+	if (!entry) {
+		count(GPUSHIP_STAT_UNMATCHED_RETURN);
+		return 0;
+	}
+	ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
+	if (!ev) {
+		count(GPUSHIP_STAT_RESERVE_FAILED);
+		bpf_map_delete_elem(&inflight, &key);
+		return 0;
+	}
+	__builtin_memcpy(ev, &entry->event, sizeof(*ev));
+	ev->duration_ns = now - ev->start_boot_ns;
+	ev->result = (__u32)ret;
+	/* An allocation's pointer exists only once it succeeded. */
+	if (entry->out_ptr && ev->result == 0 &&
+	    bpf_probe_read_user(&device_ptr, sizeof(device_ptr), (void *)entry->out_ptr) == 0) {
+		ev->device_ptr = device_ptr;
+		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
+	}
+	bpf_map_delete_elem(&inflight, &key);
+	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	count(GPUSHIP_STAT_SUBMITTED);
+	return 0;
+}
+
+/* A traced process's children are traced too (gpuship run -- COMMAND traces the whole tree). */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(handle_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 parent_tgid = BPF_CORE_READ(parent, tgid);
+	__u32 child_tgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+
+	if (!filter_by_tgid || parent_tgid == child_tgid)
+		return 0;
+	if (bpf_map_lookup_elem(&traced_tgids, &parent_tgid))
+		bpf_map_update_elem(&traced_tgids, &child_tgid, &one, BPF_ANY);
+	return 0;
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The only contract between the BPF programs and the Rust agent: the layout of every ring-buffer
+ * record, the attach-cookie encoding and the counter slots. Rust reads these through the
+ * generated skeleton types (`types::xid_event`, `types::cuda_event`), never through a
+ * hand-copied struct, so a change here is a change in one place.
+ *
+ * Rules: fixed-width types only, explicit padding, new fields go at the end, and
+ * GPUSHIP_ABI_VERSION is bumped whenever a layout changes.
+ */
+#ifndef GPUSHIP_EVENTS_H
+#define GPUSHIP_EVENTS_H
+
+#define GPUSHIP_ABI_VERSION 1
+
+#define GPUSHIP_COMM_LEN 16
+/* PCI names are "dddd:bb:dd.f" (12 chars); room for longer names some drivers print. */
+#define GPUSHIP_XID_DEV_LEN 32
+/* The driver's XID messages are well under 512 bytes; longer ones are cut, never overread. */
+#define GPUSHIP_XID_MSG_LEN 512
+
+/* First field of every record: lets the agent reject a record from the wrong ring or version. */
+enum gpuship_record_kind {
+	GPUSHIP_RECORD_XID = 0x58494401,  /* "XID" + ABI version 1 */
+	GPUSHIP_RECORD_CUDA = 0x43554401, /* "CUD" + ABI version 1 */
+};
+
+/* Slots of each program's per-CPU counter array. */
+enum gpuship_ring_stat {
+	GPUSHIP_STAT_SUBMITTED = 0,      /* records committed to the ring */
+	GPUSHIP_STAT_RESERVE_FAILED = 1, /* ring full: event lost in the kernel */
+	GPUSHIP_STAT_UNMATCHED_RETURN = 2, /* uretprobe without its entry (in-flight table evicted) */
+	GPUSHIP_STAT_COUNT = 3,
+};
+
+/* One XID from the nvidia:nvidia_dev_xid tracepoint. */
+struct xid_event {
+	__u32 record_kind;   /* GPUSHIP_RECORD_XID */
+	__u32 error_code;    /* the XID number */
+	__u64 boot_time_ns;  /* bpf_ktime_get_boot_ns() when the tracepoint fired */
+	__u32 pid;           /* thread group of the reporting context (often a driver IRQ thread) */
+	__u32 tid;
+	__u16 dev_len;       /* bytes of dev[] used, without the NUL */
+	__u16 msg_len;       /* bytes of msg[] used, without the NUL */
+	__u32 flags;         /* GPUSHIP_XID_* bits */
+	char comm[GPUSHIP_COMM_LEN];
+	char dev[GPUSHIP_XID_DEV_LEN];
+	char msg[GPUSHIP_XID_MSG_LEN];
+};
+
+/* xid_event.flags */
+enum gpuship_xid_flag {
+	GPUSHIP_XID_MSG_TRUNCATED = 1 << 0,
+	GPUSHIP_XID_DEV_TRUNCATED = 1 << 1,
+};
+
+/* One completed CUDA driver API call, emitted at its return. */
+struct cuda_event {
+	__u32 record_kind;      /* GPUSHIP_RECORD_CUDA */
+	__u32 function_id;      /* index into the agent's probe table (from the attach cookie) */
+	__u64 start_boot_ns;    /* bpf_ktime_get_boot_ns() at entry */
+	__u64 duration_ns;      /* return time - entry time */
+	__u32 pid;
+	__u32 tid;
+	__u32 result;           /* CUresult returned */
+	__u32 valid;            /* GPUSHIP_ARG_* bits: which argument fields below were decoded */
+	__u64 bytes;
+	__u64 device_ptr;
+	__u64 stream;
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 shared_mem_bytes;
+	__u32 _pad;
+	char comm[GPUSHIP_COMM_LEN];
+};
+
+/* cuda_event.valid */
+enum gpuship_arg_valid {
+	GPUSHIP_ARG_BYTES = 1 << 0,
+	GPUSHIP_ARG_DEVICE_PTR = 1 << 1,
+	GPUSHIP_ARG_STREAM = 1 << 2,
+	GPUSHIP_ARG_LAUNCH = 1 << 3, /* grid, block and shared_mem_bytes */
+};
+
+/*
+ * Attach cookie of a CUDA probe: which function it is and where its arguments are.
+ * bits  0..31  function id
+ * bits 32..35  argument index (0-based) holding a byte count, 0xF = none
+ * bits 36..39  argument index holding a device pointer, 0xF = none
+ * bits 40..43  argument index holding a pointer to the device pointer to read at return
+ *              (allocations), 0xF = none
+ * bits 44..47  argument index holding the stream, 0xF = none
+ * bits 48..51  launch layout: GPUSHIP_LAUNCH_*
+ * Argument indexes refer to the first six integer arguments (the registers on x86_64).
+ */
+enum gpuship_cookie_layout {
+	GPUSHIP_COOKIE_NONE = 0xF,
+	GPUSHIP_COOKIE_BYTES_SHIFT = 32,
+	GPUSHIP_COOKIE_DEVICE_PTR_SHIFT = 36,
+	GPUSHIP_COOKIE_OUT_PTR_SHIFT = 40,
+	GPUSHIP_COOKIE_STREAM_SHIFT = 44,
+	GPUSHIP_COOKIE_LAUNCH_SHIFT = 48,
+};
+
+enum gpuship_launch_layout {
+	GPUSHIP_LAUNCH_NONE = 0,
+	GPUSHIP_LAUNCH_KERNEL = 1,    /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, ...) */
+	GPUSHIP_LAUNCH_KERNEL_EX = 2, /* cuLaunchKernelEx(const CUlaunchConfig *, f, ...) */
+};
+
+/*
+ * Referencing every enum from a global makes libbpf-cargo emit it into the skeleton's `types`,
+ * so Rust uses these values instead of copies. Each program includes this once.
+ */
+#define GPUSHIP_EXPORT_ABI_ENUMS()                                  \
+	enum gpuship_record_kind gpuship_abi_record_kind = 0;       \
+	enum gpuship_ring_stat gpuship_abi_ring_stat = 0;           \
+	enum gpuship_xid_flag gpuship_abi_xid_flag = 0;             \
+	enum gpuship_arg_valid gpuship_abi_arg_valid = 0;           \
+	enum gpuship_cookie_layout gpuship_abi_cookie_layout = 0;   \
+	enum gpuship_launch_layout gpuship_abi_launch_layout = 0
+
+#endif /* GPUSHIP_EVENTS_H */

@@ -1,0 +1,195 @@
+//! The Parquet sink: hive-partitioned, zstd-compressed files that DuckDB, Spark or any lake
+//! engine reads directly (`read_parquet('<root>/xid/**/*.parquet', hive_partitioning=true)`).
+//!
+//! Encoding and file I/O are blocking work, so the sink runs on a blocking thread of the tokio
+//! runtime and never stalls the async sinks beside it.
+
+mod files;
+mod layout;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio::runtime::Handle;
+
+pub use files::{FileError, FileOutcome, PartitionedFiles};
+pub use layout::{HourPartition, TEMP_SUFFIX};
+
+use crate::sink::{Sink, SinkError, SinkInput, SinkRun, SinkStats};
+
+/// Column compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ParquetCompression {
+    /// zstd at `zstd_level` (default).
+    #[default]
+    Zstd,
+    /// No compression.
+    None,
+}
+
+/// `[[sinks]] type = "parquet"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetSinkConfig {
+    /// Root directory; tables go to `<path>/<kind>/dt=.../hour=.../`.
+    pub path: PathBuf,
+    /// Column compression.
+    #[serde(default)]
+    pub compression: ParquetCompression,
+    /// zstd level (1..=22).
+    #[serde(default = "defaults::zstd_level")]
+    pub zstd_level: i32,
+    /// Rows per row group at most.
+    #[serde(default = "defaults::row_group_rows")]
+    pub row_group_rows: usize,
+    /// A row group is closed once its buffered (encoded) size reaches this: bounds memory.
+    #[serde(default = "defaults::row_group_bytes")]
+    pub row_group_bytes: usize,
+    /// A file is finalized after this many rows.
+    #[serde(default = "defaults::max_file_rows")]
+    pub max_file_rows: u64,
+    /// A file is finalized once it reaches about this many bytes.
+    #[serde(default = "defaults::max_file_bytes")]
+    pub max_file_bytes: usize,
+    /// A file is finalized this many seconds after it was opened, so data shows up steadily.
+    #[serde(default = "defaults::max_file_age_secs")]
+    pub max_file_age_secs: u64,
+}
+
+mod defaults {
+    pub fn zstd_level() -> i32 {
+        3
+    }
+    pub fn row_group_rows() -> usize {
+        128 * 1024
+    }
+    pub fn row_group_bytes() -> usize {
+        32 * 1024 * 1024
+    }
+    pub fn max_file_rows() -> u64 {
+        5_000_000
+    }
+    pub fn max_file_bytes() -> usize {
+        256 * 1024 * 1024
+    }
+    pub fn max_file_age_secs() -> u64 {
+        300
+    }
+}
+
+impl ParquetSinkConfig {
+    /// A config with every default and the given root.
+    pub fn with_path(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            compression: ParquetCompression::default(),
+            zstd_level: defaults::zstd_level(),
+            row_group_rows: defaults::row_group_rows(),
+            row_group_bytes: defaults::row_group_bytes(),
+            max_file_rows: defaults::max_file_rows(),
+            max_file_bytes: defaults::max_file_bytes(),
+            max_file_age_secs: defaults::max_file_age_secs(),
+        }
+    }
+
+    /// Every problem with the values, as `(key, message)` pairs; empty when valid.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.path.as_os_str().is_empty() {
+            problems.push(("path", "must not be empty".to_string()));
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            problems.push(("zstd_level", format!("{} is outside 1..=22", self.zstd_level)));
+        }
+        for (key, value) in [
+            ("row_group_rows", self.row_group_rows as u64),
+            ("row_group_bytes", self.row_group_bytes as u64),
+            ("max_file_rows", self.max_file_rows),
+            ("max_file_bytes", self.max_file_bytes as u64),
+            ("max_file_age_secs", self.max_file_age_secs),
+        ] {
+            if value == 0 {
+                problems.push((key, "must be greater than 0".to_string()));
+            }
+        }
+        problems
+    }
+}
+
+/// The running Parquet sink.
+pub struct ParquetSink {
+    name: String,
+    host: String,
+    config: ParquetSinkConfig,
+}
+
+impl ParquetSink {
+    /// Builds the sink; `host` goes into file names.
+    pub fn new(name: impl Into<String>, config: ParquetSinkConfig, host: impl Into<String>) -> Self {
+        Self { name: name.into(), host: host.into(), config }
+    }
+}
+
+impl Sink for ParquetSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn run(self: Box<Self>, input: SinkInput) -> SinkRun {
+        Box::pin(async move {
+            let name = self.name.clone();
+            std::fs::create_dir_all(&self.config.path).map_err(|err| SinkError::Start {
+                sink: name.clone(),
+                reason: format!("creating {}: {err}", self.config.path.display()),
+            })?;
+            let handle = Handle::current();
+            tokio::task::spawn_blocking(move || self.run_blocking(handle, input))
+                .await
+                .map_err(|err| SinkError::Worker { sink: name, reason: err.to_string() })
+        })
+    }
+}
+
+impl ParquetSink {
+    fn run_blocking(self, handle: Handle, mut input: SinkInput) {
+        let mut files = PartitionedFiles::new(self.config.clone(), &self.host);
+        // Age rotation is checked at least this often, even when no batch arrives.
+        let tick = Duration::from_secs(self.config.max_file_age_secs.clamp(1, 5));
+        loop {
+            let next = handle.block_on(tokio::time::timeout(tick, input.batches.recv()));
+            match next {
+                Ok(Some(batch)) => {
+                    input.stats.received.add(batch.kind, batch.len() as u64);
+                    let outcomes = files.write(batch.kind, &batch.records);
+                    account(&self.name, &input.stats, outcomes);
+                }
+                Ok(None) => break,
+                Err(_elapsed) => {}
+            }
+            account(&self.name, &input.stats, files.rotate_aged(Instant::now()));
+        }
+        account(&self.name, &input.stats, files.close_all());
+        tracing::info!(sink = %self.name, "parquet sink closed all files");
+    }
+}
+
+fn account(sink: &str, stats: &Arc<SinkStats>, outcomes: Vec<FileOutcome>) {
+    for outcome in outcomes {
+        match outcome {
+            FileOutcome::Finalized { kind, rows, path } => {
+                stats.delivered.add(kind, rows);
+                tracing::debug!(sink, %kind, rows, path = %path.display(), "parquet file finalized");
+            }
+            FileOutcome::Failed { kind, rows, error } => {
+                stats.failed.add(kind, rows);
+                tracing::error!(sink, %kind, rows, %error, "parquet file lost");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Tests of the Parquet sink against real files.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+
+use super::*;
+use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+use crate::{EventBatch, EventKind};
+
+fn identity() -> HostIdentity {
+    HostIdentity { host: "node-a".into(), boot_id: "boot-1".into() }
+}
+
+fn cuda_batch(times_ns: &[i64]) -> arrow_array::RecordBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), times_ns.len());
+    for (i, &time_ns) in times_ns.iter().enumerate() {
+        builder.append(&CudaRow {
+            time_ns,
+            pid: 1,
+            tid: 2,
+            comm: "app",
+            function: "cuMemAlloc_v2",
+            duration_ns: 10,
+            result: 0,
+            result_name: "CUDA_SUCCESS",
+            bytes: Some(i as u64),
+            device_ptr: None,
+            stream: None,
+            launch: None,
+        });
+    }
+    builder.finish().unwrap()
+}
+
+fn parquet_files(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn read_bytes_column(path: &Path) -> Vec<u64> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    reader
+        .flat_map(|batch| {
+            let batch = batch.unwrap();
+            let col = batch.column_by_name("bytes").unwrap().as_primitive::<UInt64Type>().clone();
+            col.values().to_vec()
+        })
+        .collect()
+}
+
+const HOUR_NS: i64 = 3_600_000_000_000;
+
+#[test]
+fn batches_split_at_hour_boundaries_into_hive_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(dir.path()), "node-a");
+    let base = 1_795_320_000 * 1_000_000_000; // 2026-11-22T04:00:00Z
+    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[base - 1, base, base + 1, base + HOUR_NS]));
+    assert!(outcomes.is_empty(), "nothing finalized before close");
+    assert_eq!(files.open_files(), 3);
+    let outcomes = files.close_all();
+    let rows: Vec<u64> = outcomes
+        .iter()
+        .map(|o| match o {
+            FileOutcome::Finalized { rows, .. } => *rows,
+            FileOutcome::Failed { error, .. } => panic!("{error}"),
+        })
+        .collect();
+    assert_eq!(rows, vec![1, 2, 1]);
+    let found = parquet_files(dir.path());
+    let relative: Vec<String> = found
+        .iter()
+        .map(|p| p.parent().unwrap().strip_prefix(dir.path()).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        relative,
+        vec![
+            "cuda/dt=2026-11-22/hour=03",
+            "cuda/dt=2026-11-22/hour=04",
+            "cuda/dt=2026-11-22/hour=05"
+        ]
+    );
+    assert_eq!(read_bytes_column(&found[1]), vec![1, 2]);
+    assert!(found.iter().all(|p| !p.to_string_lossy().ends_with(TEMP_SUFFIX)));
+}
+
+#[test]
+fn files_rotate_by_rows_and_carry_schema_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ParquetSinkConfig::with_path(dir.path());
+    config.max_file_rows = 3;
+    let mut files = PartitionedFiles::new(config, "h");
+    let t = 1_795_320_000 * 1_000_000_000;
+    let mut finalized = 0;
+    for _ in 0..4 {
+        finalized += files.write(EventKind::Cuda, &cuda_batch(&[t, t])).len();
+    }
+    // 8 rows, rotated after every second batch (4 rows >= 3).
+    assert_eq!(finalized, 2);
+    assert_eq!(files.close_all().len(), 0);
+    let found = parquet_files(dir.path());
+    assert_eq!(found.len(), 2);
+    let reader = SerializedFileReader::new(File::open(&found[0]).unwrap()).unwrap();
+    let kv = reader.metadata().file_metadata().key_value_metadata().unwrap();
+    let get = |key: &str| kv.iter().find(|k| k.key == key).and_then(|k| k.value.clone());
+    assert_eq!(get("gpuship.schema_version").as_deref(), Some("1"));
+    assert_eq!(get("gpuship.kind").as_deref(), Some("cuda"));
+    assert_eq!(reader.metadata().file_metadata().num_rows(), 4);
+}
+
+#[test]
+fn unwritable_root_counts_rows_as_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(&blocker), "h");
+    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[0, 1, 2]));
+    assert_eq!(outcomes.len(), 1);
+    match &outcomes[0] {
+        FileOutcome::Failed { rows, error, .. } => {
+            assert_eq!(*rows, 3);
+            assert!(error.to_string().contains("creating directory"), "{error}");
+        }
+        other => panic!("expected failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn sink_run_delivers_everything_when_input_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let sink = Box::new(ParquetSink::new("lake", ParquetSinkConfig::with_path(dir.path()), "h"));
+    let input = SinkInput { batches: rx, stats: stats.clone() };
+    let t = 1_795_320_000 * 1_000_000_000;
+    runtime.block_on(async move {
+        let task = tokio::spawn(sink.run(input));
+        for _ in 0..5 {
+            tx.send(EventBatch::new(EventKind::Cuda, cuda_batch(&[t, t + 1, t + 2]))).await.unwrap();
+        }
+        drop(tx);
+        task.await.unwrap().unwrap();
+    });
+    assert_eq!(stats.received.get(EventKind::Cuda), 15);
+    assert_eq!(stats.delivered.get(EventKind::Cuda), 15);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+    let found = parquet_files(dir.path());
+    assert_eq!(found.len(), 1);
+    assert_eq!(read_bytes_column(&found[0]), vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]);
+}
+
+#[test]
+fn config_problems_name_each_bad_key() {
+    let mut config = ParquetSinkConfig::with_path("");
+    config.zstd_level = 40;
+    config.max_file_rows = 0;
+    let keys: Vec<&str> = config.problems().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec!["path", "zstd_level", "max_file_rows"]);
+}

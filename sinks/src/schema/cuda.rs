@@ -1,0 +1,268 @@
+//! The `cuda` table: one row per completed CUDA driver API call.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Int32Builder, StringBuilder, UInt32Builder, UInt64Builder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema};
+
+use super::common::{common_fields, CommonColumns, HostIdentity};
+use crate::EventKind;
+
+/// Grid and block dimensions of a kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LaunchDims {
+    /// gridDimX, gridDimY, gridDimZ.
+    pub grid: [u32; 3],
+    /// blockDimX, blockDimY, blockDimZ.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+/// One call, borrowed from the decoder so that appending copies each string once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaRow<'a> {
+    /// Entry time, nanoseconds since the Unix epoch.
+    pub time_ns: i64,
+    /// Process id (thread group id).
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// Thread name at the time of the call.
+    pub comm: &'a str,
+    /// Exported symbol that was called, e.g. `cuMemAlloc_v2`.
+    pub function: &'a str,
+    /// Time from entry to return.
+    pub duration_ns: u64,
+    /// The CUresult returned.
+    pub result: u32,
+    /// Name of `result`, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    pub result_name: &'a str,
+    /// Bytes allocated or copied, for functions that take a size.
+    pub bytes: Option<u64>,
+    /// Device address allocated (on success), freed, or copied to/from.
+    pub device_ptr: Option<u64>,
+    /// The CUstream handle, for functions that take one.
+    pub stream: Option<u64>,
+    /// Launch geometry, for kernel launches.
+    pub launch: Option<LaunchDims>,
+}
+
+/// The Arrow schema of the `cuda` table.
+pub fn schema() -> Arc<Schema> {
+    let mut fields = common_fields();
+    fields.extend([
+        Field::new("pid", DataType::Int32, false),
+        Field::new("tid", DataType::Int32, false),
+        Field::new("comm", DataType::Utf8, false),
+        Field::new("function", DataType::Utf8, false),
+        Field::new("duration_ns", DataType::UInt64, false),
+        Field::new("result", DataType::UInt32, false),
+        Field::new("result_name", DataType::Utf8, false),
+        Field::new("bytes", DataType::UInt64, true),
+        Field::new("device_ptr", DataType::UInt64, true),
+        Field::new("stream", DataType::UInt64, true),
+        Field::new("grid_x", DataType::UInt32, true),
+        Field::new("grid_y", DataType::UInt32, true),
+        Field::new("grid_z", DataType::UInt32, true),
+        Field::new("block_x", DataType::UInt32, true),
+        Field::new("block_y", DataType::UInt32, true),
+        Field::new("block_z", DataType::UInt32, true),
+        Field::new("shared_mem_bytes", DataType::UInt32, true),
+    ]);
+    super::with_metadata(EventKind::Cuda, fields)
+}
+
+/// Fixed bytes per row in the finished arrays, for the batcher's `max_bytes` bound.
+const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4;
+
+/// Accumulates [`CudaRow`]s into a `cuda` [`RecordBatch`].
+#[derive(Debug)]
+pub struct CudaBatchBuilder {
+    schema: Arc<Schema>,
+    common: CommonColumns,
+    pid: Int32Builder,
+    tid: Int32Builder,
+    comm: StringBuilder,
+    function: StringBuilder,
+    duration_ns: UInt64Builder,
+    result: UInt32Builder,
+    result_name: StringBuilder,
+    bytes: UInt64Builder,
+    device_ptr: UInt64Builder,
+    stream: UInt64Builder,
+    dims: [UInt32Builder; 7],
+    /// Running estimate of the finished batch size.
+    estimated_bytes: usize,
+}
+
+impl CudaBatchBuilder {
+    /// A builder whose rows carry `identity`; `capacity` rows are pre-allocated.
+    pub fn new(identity: HostIdentity, capacity: usize) -> Self {
+        Self {
+            schema: schema(),
+            common: CommonColumns::new(identity, capacity),
+            pid: Int32Builder::with_capacity(capacity),
+            tid: Int32Builder::with_capacity(capacity),
+            comm: StringBuilder::with_capacity(capacity, capacity * 16),
+            function: StringBuilder::with_capacity(capacity, capacity * 16),
+            duration_ns: UInt64Builder::with_capacity(capacity),
+            result: UInt32Builder::with_capacity(capacity),
+            result_name: StringBuilder::with_capacity(capacity, capacity * 12),
+            bytes: UInt64Builder::with_capacity(capacity),
+            device_ptr: UInt64Builder::with_capacity(capacity),
+            stream: UInt64Builder::with_capacity(capacity),
+            dims: std::array::from_fn(|_| UInt32Builder::with_capacity(capacity)),
+            estimated_bytes: 0,
+        }
+    }
+
+    /// Appends one call.
+    #[inline]
+    pub fn append(&mut self, row: &CudaRow<'_>) {
+        self.common.append(row.time_ns);
+        self.pid.append_value(row.pid);
+        self.tid.append_value(row.tid);
+        self.comm.append_value(row.comm);
+        self.function.append_value(row.function);
+        self.duration_ns.append_value(row.duration_ns);
+        self.result.append_value(row.result);
+        self.result_name.append_value(row.result_name);
+        self.bytes.append_option(row.bytes);
+        self.device_ptr.append_option(row.device_ptr);
+        self.stream.append_option(row.stream);
+        match row.launch {
+            Some(dims) => {
+                let values = [
+                    dims.grid[0],
+                    dims.grid[1],
+                    dims.grid[2],
+                    dims.block[0],
+                    dims.block[1],
+                    dims.block[2],
+                    dims.shared_mem_bytes,
+                ];
+                for (builder, value) in self.dims.iter_mut().zip(values) {
+                    builder.append_value(value);
+                }
+            }
+            None => {
+                for builder in &mut self.dims {
+                    builder.append_null();
+                }
+            }
+        }
+        self.estimated_bytes +=
+            FIXED_ROW_BYTES + row.comm.len() + row.function.len() + row.result_name.len();
+    }
+
+    /// Rows appended since the last [`finish`](Self::finish).
+    pub fn len(&self) -> usize {
+        self.common.len()
+    }
+
+    /// True when no row is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate size in bytes of the batch [`finish`](Self::finish) would return.
+    pub fn estimated_bytes(&self) -> usize {
+        self.estimated_bytes
+    }
+
+    /// The rows appended so far as one batch; the builder starts empty again.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let [time, time_ns, host, boot_id] = self.common.finish();
+        let mut columns: Vec<ArrayRef> = vec![
+            time,
+            time_ns,
+            host,
+            boot_id,
+            Arc::new(self.pid.finish()),
+            Arc::new(self.tid.finish()),
+            Arc::new(self.comm.finish()),
+            Arc::new(self.function.finish()),
+            Arc::new(self.duration_ns.finish()),
+            Arc::new(self.result.finish()),
+            Arc::new(self.result_name.finish()),
+            Arc::new(self.bytes.finish()),
+            Arc::new(self.device_ptr.finish()),
+            Arc::new(self.stream.finish()),
+        ];
+        columns.extend(self.dims.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        self.estimated_bytes = 0;
+        RecordBatch::try_new(self.schema.clone(), columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    use arrow_array::types::{UInt32Type, UInt64Type};
+
+    fn identity() -> HostIdentity {
+        HostIdentity { host: "node-1".into(), boot_id: "b00t".into() }
+    }
+
+    fn row(function: &str) -> CudaRow<'_> {
+        CudaRow {
+            time_ns: 1_700_000_000_123_456_789,
+            pid: 10,
+            tid: 11,
+            comm: "python3",
+            function,
+            duration_ns: 1500,
+            result: 700,
+            result_name: "CUDA_ERROR_ILLEGAL_ADDRESS",
+            bytes: None,
+            device_ptr: Some(0x7f00_0000_0000),
+            stream: None,
+            launch: Some(LaunchDims { grid: [1, 2, 3], block: [4, 5, 6], shared_mem_bytes: 7 }),
+        }
+    }
+
+    #[test]
+    fn builds_rows_with_nulls_where_arguments_are_absent() {
+        let mut builder = CudaBatchBuilder::new(identity(), 4);
+        builder.append(&row("cuLaunchKernel"));
+        let mut other = row("cuCtxSynchronize");
+        other.launch = None;
+        other.device_ptr = None;
+        other.bytes = Some(4096);
+        builder.append(&other);
+        assert_eq!(builder.len(), 2);
+        let batch = builder.finish().unwrap();
+        assert!(builder.is_empty());
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.schema().metadata()["gpuship.kind"], "cuda");
+        let functions = batch.column_by_name("function").unwrap().as_string::<i32>();
+        assert_eq!(functions.value(0), "cuLaunchKernel");
+        assert_eq!(functions.value(1), "cuCtxSynchronize");
+        let bytes = batch.column_by_name("bytes").unwrap().as_primitive::<UInt64Type>();
+        assert!(bytes.is_null(0));
+        assert_eq!(bytes.value(1), 4096);
+        let grid_z = batch.column_by_name("grid_z").unwrap().as_primitive::<UInt32Type>();
+        assert_eq!(grid_z.value(0), 3);
+        assert!(grid_z.is_null(1));
+        let host = batch.column_by_name("host").unwrap().as_string::<i32>();
+        assert_eq!(host.value(1), "node-1");
+        let time = batch
+            .column_by_name("time")
+            .unwrap()
+            .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+        assert_eq!(time.value(0), 1_700_000_000_123_456);
+    }
+
+    #[test]
+    fn finish_twice_gives_an_empty_second_batch() {
+        let mut builder = CudaBatchBuilder::new(identity(), 1);
+        builder.append(&row("cuInit"));
+        assert_eq!(builder.finish().unwrap().num_rows(), 1);
+        assert_eq!(builder.finish().unwrap().num_rows(), 0);
+        assert_eq!(builder.estimated_bytes(), 0);
+    }
+}

@@ -1,0 +1,44 @@
+//! The Arrow schema of every event kind and the builders that fill them.
+//!
+//! Column names are a contract: users' queries, DuckDB views and downstream consumers rely on
+//! them (see `docs/schema.md`). Existing columns never change type or meaning; new columns are
+//! added as nullable, and [`SCHEMA_VERSION`] is raised, so readers can use `union_by_name`.
+
+mod common;
+pub mod cuda;
+pub mod xid;
+
+use std::sync::Arc;
+
+use arrow_schema::Schema;
+
+pub use common::{HostIdentity, COMMON_FIELD_COUNT};
+pub use cuda::{CudaBatchBuilder, CudaRow, LaunchDims};
+pub use xid::{batch_of as xid_batch_of, GpuIdentity, XidBatchBuilder, XidRecord, XidSource};
+
+use crate::EventKind;
+
+/// Version of the column layout, stored in Parquet key-value metadata and Kafka headers.
+pub const SCHEMA_VERSION: &str = "1";
+/// Metadata key holding [`SCHEMA_VERSION`].
+pub const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
+/// Metadata key holding the event kind (`xid`, `cuda`).
+pub const KIND_KEY: &str = "gpuship.kind";
+
+/// The schema of one event kind.
+pub fn schema_for(kind: EventKind) -> Arc<Schema> {
+    match kind {
+        EventKind::Xid => xid::schema(),
+        EventKind::Cuda => cuda::schema(),
+    }
+}
+
+fn with_metadata(kind: EventKind, fields: Vec<arrow_schema::Field>) -> Arc<Schema> {
+    let metadata: std::collections::HashMap<String, String> = [
+        (SCHEMA_VERSION_KEY.to_string(), SCHEMA_VERSION.to_string()),
+        (KIND_KEY.to_string(), kind.as_str().to_string()),
+    ]
+    .into_iter()
+    .collect();
+    Arc::new(Schema::new_with_metadata(fields, metadata))
+}
