@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
     let bpf_dir = manifest_dir.join("bpf");
@@ -31,7 +32,10 @@ fn main() {
     sources.sort();
     for source in sources {
         println!("cargo:rerun-if-changed={}", source.display());
-        let file_name = source.file_name().and_then(|n| n.to_str()).expect("utf-8 file name");
+        let file_name = source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 file name");
         let stem = file_name.trim_end_matches(".bpf.c");
         SkeletonBuilder::new()
             .source(&source)

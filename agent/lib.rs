@@ -1,1 +1,24 @@
+//! gpuship: makes NVIDIA GPU failures (XID errors) and CUDA driver activity visible.
+//!
+//! A tour of the crate, in the order data flows:
+//! - [`sources`]: capture. BPF programs on the XID tracepoint and libcuda uprobes
+//!   ([`bpf`] holds their generated skeletons), and the kernel-log reader.
+//! - [`decode`]: ring-buffer records to typed rows, rejecting malformed ones.
+//! - [`enrich`]: host identity, clocks, and GPU identity by PCI bus id.
+//! - [`batcher`]: rows into Arrow record batches (schemas live in the `gpuship-sinks` crate).
+//! - [`fanout`]: batches to every sink's bounded queue.
+//! - [`accounting`]: counters that prove every event was delivered or counted as lost.
+//! - [`run`]: wires it all together for `gpuship run`; [`config`] and [`cli`] are the edges.
+
+pub mod accounting;
+pub mod batcher;
 pub mod bpf;
+pub mod cli;
+pub mod config;
+pub mod consumer;
+pub mod decode;
+pub mod enrich;
+pub mod fanout;
+pub mod run;
+pub mod sources;
+pub mod summary;

@@ -1,1 +1,67 @@
-fn main(){}
+//! The `gpuship` binary: parses the command line, sets up logging, and hands over to the
+//! library. Errors are printed with their full context chain.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use gpuship::cli::{Cli, CliCommand, RunArgs};
+use gpuship::config::Config;
+use gpuship::run::{run, RunOptions, Target};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cli.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        CliCommand::Validate(args) => validate(&args.config),
+        CliCommand::Run(args) => run_command(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("gpuship: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn validate(path: &Path) -> anyhow::Result<ExitCode> {
+    let config = Config::load(path)?;
+    println!(
+        "{}: valid ({} sink(s))",
+        path.display(),
+        config.sinks.len().max(1)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.apply_default_sink();
+    let target = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => Target::Pid(pid),
+        (None, false) => Target::Command(args.command),
+        (None, true) => Target::AllProcesses,
+    };
+    let outcome = run(RunOptions {
+        config,
+        target,
+        summary_json: args.summary_json,
+    })
+    .context("gpuship run")?;
+    Ok(match outcome.command_exit_code {
+        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        None => ExitCode::SUCCESS,
+    })
+}

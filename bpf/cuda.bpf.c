@@ -88,17 +88,27 @@ static __always_inline bool is_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
-static __always_inline __u64 arg_at(struct pt_regs *ctx, __u32 index)
+/* The first six integer arguments. Read with constant offsets: the verifier rejects a ctx
+ * access at a computed offset, so arg_at() indexes this copy instead. */
+struct call_args {
+	__u64 value[6];
+};
+
+static __always_inline void read_args(struct pt_regs *ctx, struct call_args *args)
 {
-	switch (index) {
-	case 0: return PT_REGS_PARM1(ctx);
-	case 1: return PT_REGS_PARM2(ctx);
-	case 2: return PT_REGS_PARM3(ctx);
-	case 3: return PT_REGS_PARM4(ctx);
-	case 4: return PT_REGS_PARM5(ctx);
-	case 5: return PT_REGS_PARM6(ctx);
-	default: return 0;
-	}
+	args->value[0] = PT_REGS_PARM1(ctx);
+	args->value[1] = PT_REGS_PARM2(ctx);
+	args->value[2] = PT_REGS_PARM3(ctx);
+	args->value[3] = PT_REGS_PARM4(ctx);
+	args->value[4] = PT_REGS_PARM5(ctx);
+	args->value[5] = PT_REGS_PARM6(ctx);
+}
+
+static __always_inline __u64 arg_at(const struct call_args *args, __u32 index)
+{
+	if (index >= 6)
+		return 0;
+	return args->value[index];
 }
 
 static __always_inline __u32 cookie_field(__u64 cookie, __u32 shift)
@@ -163,8 +173,11 @@ int BPF_KPROBE(cuda_call_entry)
 	struct cuda_event *ev;
 	__u32 zero = 0, index;
 
+	struct call_args args;
+
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
+	read_args(ctx, &args);
 	entry = bpf_map_lookup_elem(&entry_scratch, &zero);
 	if (!entry)
 		return 0;
@@ -177,20 +190,20 @@ int BPF_KPROBE(cuda_call_entry)
 
 	index = cookie_field(cookie, GPUSHIP_COOKIE_BYTES_SHIFT);
 	if (index != GPUSHIP_COOKIE_NONE) {
-		ev->bytes = arg_at(ctx, index);
+		ev->bytes = arg_at(&args, index);
 		ev->valid |= GPUSHIP_ARG_BYTES;
 	}
 	index = cookie_field(cookie, GPUSHIP_COOKIE_DEVICE_PTR_SHIFT);
 	if (index != GPUSHIP_COOKIE_NONE) {
-		ev->device_ptr = arg_at(ctx, index);
+		ev->device_ptr = arg_at(&args, index);
 		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
 	}
 	index = cookie_field(cookie, GPUSHIP_COOKIE_OUT_PTR_SHIFT);
 	if (index != GPUSHIP_COOKIE_NONE)
-		entry->out_ptr = arg_at(ctx, index);
+		entry->out_ptr = arg_at(&args, index);
 	index = cookie_field(cookie, GPUSHIP_COOKIE_STREAM_SHIFT);
 	if (index != GPUSHIP_COOKIE_NONE) {
-		ev->stream = arg_at(ctx, index);
+		ev->stream = arg_at(&args, index);
 		ev->valid |= GPUSHIP_ARG_STREAM;
 	}
 	switch (cookie_field(cookie, GPUSHIP_COOKIE_LAUNCH_SHIFT)) {

@@ -70,6 +70,8 @@ pub struct SinkStats {
     pub received: KindCounters,
     /// Events the destination acknowledged.
     pub delivered: KindCounters,
+    /// Events the pipeline could not hand to the sink (its queue was closed: the sink died).
+    pub dropped: KindCounters,
     /// Events lost to a destination error (e.g. a Parquet file that could not be written).
     pub failed: KindCounters,
 }

@@ -16,8 +16,8 @@ use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
 
 use super::layout::{new_file_paths, HourPartition};
 use super::ParquetSinkConfig;
@@ -127,12 +127,18 @@ impl PartitionedFiles {
                     self.open.insert(key, file);
                 }
                 Err(error) => {
-                    outcomes.push(FileOutcome::Failed { kind, rows: slice.num_rows() as u64, error });
+                    outcomes.push(FileOutcome::Failed {
+                        kind,
+                        rows: slice.num_rows() as u64,
+                        error,
+                    });
                     return;
                 }
             }
         }
-        let Some(file) = self.open.get_mut(&key) else { return };
+        let Some(file) = self.open.get_mut(&key) else {
+            return;
+        };
         let written = file.writer.write(slice).and_then(|()| {
             if file.writer.in_progress_size() >= self.config.row_group_bytes {
                 file.writer.flush()
@@ -143,12 +149,16 @@ impl PartitionedFiles {
         file.rows += slice.num_rows() as u64;
         if let Err(source) = written {
             let file = self.open.remove(&key).expect("file is open");
-            let error = FileError::Parquet { path: file.final_path.clone(), source };
+            let error = FileError::Parquet {
+                path: file.final_path.clone(),
+                source,
+            };
             outcomes.push(abandon(kind, file, error));
             return;
         }
         let full = file.rows >= self.config.max_file_rows
-            || file.writer.bytes_written() + file.writer.in_progress_size() >= self.config.max_file_bytes;
+            || file.writer.bytes_written() + file.writer.in_progress_size()
+                >= self.config.max_file_bytes;
         if full {
             if let Some(file) = self.open.remove(&key) {
                 outcomes.push(finalize(kind, file));
@@ -187,7 +197,11 @@ impl PartitionedFiles {
 
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
         let paths = new_file_paths(&self.root, kind, partition, &self.host);
-        let dir = paths.final_path.parent().unwrap_or(&self.root).to_path_buf();
+        let dir = paths
+            .final_path
+            .parent()
+            .unwrap_or(&self.root)
+            .to_path_buf();
         fs::create_dir_all(&dir).map_err(|source| FileError::Io {
             action: "creating directory",
             path: dir.clone(),
@@ -199,9 +213,13 @@ impl PartitionedFiles {
             source,
         })?;
         let properties = self.properties.get(&kind).cloned();
-        let writer = ArrowWriter::try_new(file, schema_for(kind), properties).map_err(|source| {
-            FileError::Parquet { path: paths.temp_path.clone(), source }
-        })?;
+        let writer =
+            ArrowWriter::try_new(file, schema_for(kind), properties).map_err(|source| {
+                FileError::Parquet {
+                    path: paths.temp_path.clone(),
+                    source,
+                }
+            })?;
         Ok(OpenFile {
             writer,
             temp_path: paths.temp_path,
@@ -233,7 +251,11 @@ fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterPrope
 fn finalize(kind: EventKind, file: OpenFile) -> FileOutcome {
     let rows = file.rows;
     match complete(file.writer, &file.temp_path, &file.final_path) {
-        Ok(()) => FileOutcome::Finalized { kind, rows, path: file.final_path },
+        Ok(()) => FileOutcome::Finalized {
+            kind,
+            rows,
+            path: file.final_path,
+        },
         Err(error) => {
             let _ = fs::remove_file(&file.temp_path);
             FileOutcome::Failed { kind, rows, error }
@@ -241,26 +263,44 @@ fn finalize(kind: EventKind, file: OpenFile) -> FileOutcome {
     }
 }
 
-fn complete(mut writer: ArrowWriter<File>, temp: &Path, final_path: &Path) -> Result<(), FileError> {
-    writer
-        .finish()
-        .map_err(|source| FileError::Parquet { path: temp.to_path_buf(), source })?;
+fn complete(
+    mut writer: ArrowWriter<File>,
+    temp: &Path,
+    final_path: &Path,
+) -> Result<(), FileError> {
+    writer.finish().map_err(|source| FileError::Parquet {
+        path: temp.to_path_buf(),
+        source,
+    })?;
     let io_err = |action, path: &Path| {
         let path = path.to_path_buf();
-        move |source| FileError::Io { action, path, source }
+        move |source| FileError::Io {
+            action,
+            path,
+            source,
+        }
     };
-    writer.inner_mut().sync_all().map_err(io_err("fsync", temp))?;
+    writer
+        .inner_mut()
+        .sync_all()
+        .map_err(io_err("fsync", temp))?;
     drop(writer);
     fs::rename(temp, final_path).map_err(io_err("renaming into place", final_path))?;
     if let Some(dir) = final_path.parent() {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync directory", dir))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err("fsync directory", dir))?;
     }
     Ok(())
 }
 
 fn abandon(kind: EventKind, file: OpenFile, error: FileError) -> FileOutcome {
     let _ = fs::remove_file(&file.temp_path);
-    FileOutcome::Failed { kind, rows: file.rows, error }
+    FileOutcome::Failed {
+        kind,
+        rows: file.rows,
+        error,
+    }
 }
 
 /// Contiguous runs of rows in the same hour, as zero-copy slices.
@@ -284,4 +324,3 @@ fn split_by_hour(batch: &RecordBatch) -> Vec<(HourPartition, RecordBatch)> {
     }
     runs
 }
-

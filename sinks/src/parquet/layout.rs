@@ -46,9 +46,18 @@ pub struct FilePaths {
 }
 
 /// Paths for a new file of `kind` in `partition` under `root`.
-pub fn new_file_paths(root: &Path, kind: EventKind, partition: HourPartition, host: &str) -> FilePaths {
+pub fn new_file_paths(
+    root: &Path,
+    kind: EventKind,
+    partition: HourPartition,
+    host: &str,
+) -> FilePaths {
     let dir = root.join(kind.as_str()).join(partition.relative_dir());
-    let name = format!("part-{}-{}.parquet", sanitize(host), uuid::Uuid::new_v4().simple());
+    let name = format!(
+        "part-{}-{}.parquet",
+        sanitize(host),
+        uuid::Uuid::new_v4().simple()
+    );
     FilePaths {
         temp_path: dir.join(format!(".{name}.inprogress")),
         final_path: dir.join(name),
@@ -62,7 +71,13 @@ pub const TEMP_SUFFIX: &str = ".inprogress";
 fn sanitize(host: &str) -> String {
     let cleaned: String = host
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if cleaned.is_empty() {
         "unknown-host".to_string()

@@ -102,7 +102,10 @@ impl ParquetSinkConfig {
             problems.push(("path", "must not be empty".to_string()));
         }
         if !(1..=22).contains(&self.zstd_level) {
-            problems.push(("zstd_level", format!("{} is outside 1..=22", self.zstd_level)));
+            problems.push((
+                "zstd_level",
+                format!("{} is outside 1..=22", self.zstd_level),
+            ));
         }
         for (key, value) in [
             ("row_group_rows", self.row_group_rows as u64),
@@ -128,8 +131,16 @@ pub struct ParquetSink {
 
 impl ParquetSink {
     /// Builds the sink; `host` goes into file names.
-    pub fn new(name: impl Into<String>, config: ParquetSinkConfig, host: impl Into<String>) -> Self {
-        Self { name: name.into(), host: host.into(), config }
+    pub fn new(
+        name: impl Into<String>,
+        config: ParquetSinkConfig,
+        host: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            host: host.into(),
+            config,
+        }
     }
 }
 
@@ -148,7 +159,10 @@ impl Sink for ParquetSink {
             let handle = Handle::current();
             tokio::task::spawn_blocking(move || self.run_blocking(handle, input))
                 .await
-                .map_err(|err| SinkError::Worker { sink: name, reason: err.to_string() })
+                .map_err(|err| SinkError::Worker {
+                    sink: name,
+                    reason: err.to_string(),
+                })
         })
     }
 }

@@ -14,7 +14,10 @@ use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
 use crate::{EventBatch, EventKind};
 
 fn identity() -> HostIdentity {
-    HostIdentity { host: "node-a".into(), boot_id: "boot-1".into() }
+    HostIdentity {
+        host: "node-a".into(),
+        boot_id: "boot-1".into(),
+    }
 }
 
 fn cuda_batch(times_ns: &[i64]) -> arrow_array::RecordBatch {
@@ -63,7 +66,11 @@ fn read_bytes_column(path: &Path) -> Vec<u64> {
     reader
         .flat_map(|batch| {
             let batch = batch.unwrap();
-            let col = batch.column_by_name("bytes").unwrap().as_primitive::<UInt64Type>().clone();
+            let col = batch
+                .column_by_name("bytes")
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone();
             col.values().to_vec()
         })
         .collect()
@@ -76,7 +83,10 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(dir.path()), "node-a");
     let base = 1_795_320_000 * 1_000_000_000; // 2026-11-22T04:00:00Z
-    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[base - 1, base, base + 1, base + HOUR_NS]));
+    let outcomes = files.write(
+        EventKind::Cuda,
+        &cuda_batch(&[base - 1, base, base + 1, base + HOUR_NS]),
+    );
     assert!(outcomes.is_empty(), "nothing finalized before close");
     assert_eq!(files.open_files(), 3);
     let outcomes = files.close_all();
@@ -91,7 +101,14 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
     let found = parquet_files(dir.path());
     let relative: Vec<String> = found
         .iter()
-        .map(|p| p.parent().unwrap().strip_prefix(dir.path()).unwrap().display().to_string())
+        .map(|p| {
+            p.parent()
+                .unwrap()
+                .strip_prefix(dir.path())
+                .unwrap()
+                .display()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         relative,
@@ -102,7 +119,9 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
         ]
     );
     assert_eq!(read_bytes_column(&found[1]), vec![1, 2]);
-    assert!(found.iter().all(|p| !p.to_string_lossy().ends_with(TEMP_SUFFIX)));
+    assert!(found
+        .iter()
+        .all(|p| !p.to_string_lossy().ends_with(TEMP_SUFFIX)));
 }
 
 #[test]
@@ -122,8 +141,16 @@ fn files_rotate_by_rows_and_carry_schema_metadata() {
     let found = parquet_files(dir.path());
     assert_eq!(found.len(), 2);
     let reader = SerializedFileReader::new(File::open(&found[0]).unwrap()).unwrap();
-    let kv = reader.metadata().file_metadata().key_value_metadata().unwrap();
-    let get = |key: &str| kv.iter().find(|k| k.key == key).and_then(|k| k.value.clone());
+    let kv = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap();
+    let get = |key: &str| {
+        kv.iter()
+            .find(|k| k.key == key)
+            .and_then(|k| k.value.clone())
+    };
     assert_eq!(get("gpuship.schema_version").as_deref(), Some("1"));
     assert_eq!(get("gpuship.kind").as_deref(), Some("cuda"));
     assert_eq!(reader.metadata().file_metadata().num_rows(), 4);
@@ -149,16 +176,31 @@ fn unwritable_root_counts_rows_as_failed() {
 #[test]
 fn sink_run_delivers_everything_when_input_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let stats = Arc::new(SinkStats::default());
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let sink = Box::new(ParquetSink::new("lake", ParquetSinkConfig::with_path(dir.path()), "h"));
-    let input = SinkInput { batches: rx, stats: stats.clone() };
+    let sink = Box::new(ParquetSink::new(
+        "lake",
+        ParquetSinkConfig::with_path(dir.path()),
+        "h",
+    ));
+    let input = SinkInput {
+        batches: rx,
+        stats: stats.clone(),
+    };
     let t = 1_795_320_000 * 1_000_000_000;
     runtime.block_on(async move {
         let task = tokio::spawn(sink.run(input));
         for _ in 0..5 {
-            tx.send(EventBatch::new(EventKind::Cuda, cuda_batch(&[t, t + 1, t + 2]))).await.unwrap();
+            tx.send(EventBatch::new(
+                EventKind::Cuda,
+                cuda_batch(&[t, t + 1, t + 2]),
+            ))
+            .await
+            .unwrap();
         }
         drop(tx);
         task.await.unwrap().unwrap();
@@ -168,7 +210,10 @@ fn sink_run_delivers_everything_when_input_closes() {
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
     let found = parquet_files(dir.path());
     assert_eq!(found.len(), 1);
-    assert_eq!(read_bytes_column(&found[0]), vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]);
+    assert_eq!(
+        read_bytes_column(&found[0]),
+        vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]
+    );
 }
 
 #[test]

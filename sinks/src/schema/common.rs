@@ -67,12 +67,14 @@ impl CommonColumns {
         [
             Arc::new(self.time.finish()),
             Arc::new(self.time_ns.finish()),
-            Arc::new(StringArray::from_iter_values(
-                std::iter::repeat_n(&*self.identity.host, rows),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                std::iter::repeat_n(&*self.identity.boot_id, rows),
-            )),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                &*self.identity.host,
+                rows,
+            ))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                &*self.identity.boot_id,
+                rows,
+            ))),
         ]
     }
 }

@@ -191,7 +191,11 @@ impl CudaBatchBuilder {
             Arc::new(self.device_ptr.finish()),
             Arc::new(self.stream.finish()),
         ];
-        columns.extend(self.dims.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.extend(
+            self.dims
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -201,11 +205,14 @@ impl CudaBatchBuilder {
 mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
-    use arrow_array::Array;
     use arrow_array::types::{UInt32Type, UInt64Type};
+    use arrow_array::Array;
 
     fn identity() -> HostIdentity {
-        HostIdentity { host: "node-1".into(), boot_id: "b00t".into() }
+        HostIdentity {
+            host: "node-1".into(),
+            boot_id: "b00t".into(),
+        }
     }
 
     fn row(function: &str) -> CudaRow<'_> {
@@ -221,7 +228,11 @@ mod tests {
             bytes: None,
             device_ptr: Some(0x7f00_0000_0000),
             stream: None,
-            launch: Some(LaunchDims { grid: [1, 2, 3], block: [4, 5, 6], shared_mem_bytes: 7 }),
+            launch: Some(LaunchDims {
+                grid: [1, 2, 3],
+                block: [4, 5, 6],
+                shared_mem_bytes: 7,
+            }),
         }
     }
 
@@ -242,10 +253,16 @@ mod tests {
         let functions = batch.column_by_name("function").unwrap().as_string::<i32>();
         assert_eq!(functions.value(0), "cuLaunchKernel");
         assert_eq!(functions.value(1), "cuCtxSynchronize");
-        let bytes = batch.column_by_name("bytes").unwrap().as_primitive::<UInt64Type>();
+        let bytes = batch
+            .column_by_name("bytes")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
         assert!(bytes.is_null(0));
         assert_eq!(bytes.value(1), 4096);
-        let grid_z = batch.column_by_name("grid_z").unwrap().as_primitive::<UInt32Type>();
+        let grid_z = batch
+            .column_by_name("grid_z")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
         assert_eq!(grid_z.value(0), 3);
         assert!(grid_z.is_null(1));
         let host = batch.column_by_name("host").unwrap().as_string::<i32>();

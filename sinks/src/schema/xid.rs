@@ -138,15 +138,19 @@ impl XidBatchBuilder {
         self.common.append(xid.time_ns);
         self.code.append_value(xid.code);
         self.pci_bus_id.append_value(&xid.pci_bus_id);
-        self.gpu_uuid.append_option(xid.gpu.as_ref().map(|g| g.uuid.as_str()));
-        self.gpu_model.append_option(xid.gpu.as_ref().map(|g| g.model.as_str()));
-        self.gpu_index.append_option(xid.gpu.as_ref().map(|g| g.index));
+        self.gpu_uuid
+            .append_option(xid.gpu.as_ref().map(|g| g.uuid.as_str()));
+        self.gpu_model
+            .append_option(xid.gpu.as_ref().map(|g| g.model.as_str()));
+        self.gpu_index
+            .append_option(xid.gpu.as_ref().map(|g| g.index));
         self.message.append_value(&xid.message);
         self.source.append_value(xid.source.as_str());
         self.pid.append_option(xid.pid);
         self.comm.append_option(xid.comm.as_deref());
         self.reporter_pid.append_option(xid.reporter_pid);
-        self.reporter_comm.append_option(xid.reporter_comm.as_deref());
+        self.reporter_comm
+            .append_option(xid.reporter_comm.as_deref());
         self.kmsg_seq.append_option(xid.kmsg_seq);
         self.message_truncated.append_value(xid.message_truncated);
     }
@@ -200,12 +204,15 @@ pub fn batch_of(identity: &HostIdentity, records: &[XidRecord]) -> Result<Record
 mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
-    use arrow_array::Array;
     use arrow_array::types::{Int32Type, UInt32Type};
+    use arrow_array::Array;
 
     #[test]
     fn row_values_land_in_their_columns() {
-        let identity = HostIdentity { host: "gpu-node".into(), boot_id: "boot".into() };
+        let identity = HostIdentity {
+            host: "gpu-node".into(),
+            boot_id: "boot".into(),
+        };
         let gpu = Arc::new(GpuIdentity {
             uuid: "GPU-1234".into(),
             model: "NVIDIA H100".into(),
@@ -243,16 +250,26 @@ mod tests {
         ];
         let batch = batch_of(&identity, &records).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let code = batch.column_by_name("code").unwrap().as_primitive::<UInt32Type>();
+        let code = batch
+            .column_by_name("code")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
         assert_eq!((code.value(0), code.value(1)), (79, 31));
         let uuid = batch.column_by_name("gpu_uuid").unwrap().as_string::<i32>();
         assert_eq!(uuid.value(0), "GPU-1234");
         assert!(uuid.is_null(1));
         let source = batch.column_by_name("source").unwrap().as_string::<i32>();
         assert_eq!((source.value(0), source.value(1)), ("kmsg", "tracepoint"));
-        let pid = batch.column_by_name("pid").unwrap().as_primitive::<Int32Type>();
+        let pid = batch
+            .column_by_name("pid")
+            .unwrap()
+            .as_primitive::<Int32Type>();
         assert!(pid.is_null(0));
         assert_eq!(pid.value(1), 468);
-        assert!(batch.column_by_name("message_truncated").unwrap().as_boolean().value(1));
+        assert!(batch
+            .column_by_name("message_truncated")
+            .unwrap()
+            .as_boolean()
+            .value(1));
     }
 }

@@ -1,0 +1,216 @@
+//! The agent's counters: what the kernel emitted and lost, what the agent received and could
+//! not decode, and what every sink did. The identities the product promises are checked on
+//! [`Snapshot`]: per ring `emitted = received + lost_in_kernel`, per sink
+//! `received = delivered + dropped + failed + in_flight`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use gpuship_sinks::{EventKind, SinkStats};
+use serde::Serialize;
+
+/// Counters of one BPF ring, copied from the program's per-CPU array.
+#[derive(Debug, Default)]
+pub struct RingCounters {
+    /// Records committed to the ring.
+    pub submitted: AtomicU64,
+    /// Records lost because the ring was full.
+    pub lost_in_kernel: AtomicU64,
+    /// Returns whose entry was missing (CUDA only; the call is not recorded).
+    pub unmatched_returns: AtomicU64,
+    /// Records taken off the ring by the consumer.
+    pub received: AtomicU64,
+    /// Records rejected by the decoder.
+    pub decode_errors: AtomicU64,
+}
+
+/// Counters of the kernel-log source.
+#[derive(Debug, Default)]
+pub struct KmsgCounters {
+    /// XID lines parsed into rows.
+    pub xids: AtomicU64,
+    /// Lines that began an XID but could not be parsed (logged with the line).
+    pub parse_errors: AtomicU64,
+    /// Gaps where the kernel overwrote records before they were read.
+    pub lost_gaps: AtomicU64,
+}
+
+/// Everything the agent counts.
+#[derive(Debug, Default)]
+pub struct Accounting {
+    /// The `xid` ring.
+    pub xid_ring: RingCounters,
+    /// The `cuda` ring.
+    pub cuda_ring: RingCounters,
+    /// The kernel log.
+    pub kmsg: KmsgCounters,
+    /// Batches of each kind handed to the fan-out, in events.
+    pub batched: gpuship_sinks::sink::KindCounters,
+    /// Each sink's name and counters.
+    pub sinks: Vec<(String, Arc<SinkStats>)>,
+}
+
+/// A consistent-enough copy of the counters for logs, JSON and checks.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per ring.
+    pub rings: Vec<RingSnapshot>,
+    /// Kernel log.
+    pub kmsg: KmsgSnapshot,
+    /// Per sink and kind.
+    pub sinks: Vec<SinkSnapshot>,
+}
+
+/// One ring's counters.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RingSnapshot {
+    /// `xid` or `cuda`.
+    pub ring: &'static str,
+    /// submitted + lost_in_kernel.
+    pub emitted: u64,
+    /// Lost because the ring was full.
+    pub lost_in_kernel: u64,
+    /// Taken off the ring.
+    pub received: u64,
+    /// Rejected by the decoder (received, not delivered).
+    pub decode_errors: u64,
+    /// CUDA returns without their entry.
+    pub unmatched_returns: u64,
+}
+
+/// Kernel-log counters.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KmsgSnapshot {
+    /// XID rows.
+    pub xids: u64,
+    /// Unparseable XID lines.
+    pub parse_errors: u64,
+    /// Overwritten-record gaps.
+    pub lost_gaps: u64,
+}
+
+/// One sink's counters for one kind.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SinkSnapshot {
+    /// Sink name.
+    pub sink: String,
+    /// Event kind.
+    pub kind: EventKind,
+    /// Taken off its queue.
+    pub received: u64,
+    /// Acknowledged by the destination.
+    pub delivered: u64,
+    /// Not handed to the sink (its queue was closed).
+    pub dropped: u64,
+    /// Lost to destination errors.
+    pub failed: u64,
+    /// Held by the sink, not yet acknowledged.
+    pub in_flight: u64,
+}
+
+impl RingCounters {
+    fn snapshot(&self, ring: &'static str) -> RingSnapshot {
+        let lost = self.lost_in_kernel.load(Ordering::Relaxed);
+        RingSnapshot {
+            ring,
+            emitted: self.submitted.load(Ordering::Relaxed) + lost,
+            lost_in_kernel: lost,
+            received: self.received.load(Ordering::Relaxed),
+            decode_errors: self.decode_errors.load(Ordering::Relaxed),
+            unmatched_returns: self.unmatched_returns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Accounting {
+    /// Copies every counter.
+    pub fn snapshot(&self) -> Snapshot {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            rings: vec![
+                self.xid_ring.snapshot("xid"),
+                self.cuda_ring.snapshot("cuda"),
+            ],
+            kmsg: KmsgSnapshot {
+                xids: load(&self.kmsg.xids),
+                parse_errors: load(&self.kmsg.parse_errors),
+                lost_gaps: load(&self.kmsg.lost_gaps),
+            },
+            sinks: self
+                .sinks
+                .iter()
+                .flat_map(|(name, stats)| {
+                    EventKind::ALL.into_iter().map(move |kind| SinkSnapshot {
+                        sink: name.clone(),
+                        kind,
+                        received: stats.received.get(kind),
+                        delivered: stats.delivered.get(kind),
+                        dropped: stats.dropped.get(kind),
+                        failed: stats.failed.get(kind),
+                        in_flight: stats.in_flight(kind),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Snapshot {
+    /// Identities that do not hold, as readable sentences (empty when all hold). Exact once
+    /// the pipeline is drained; while running, in-flight counts absorb the difference.
+    pub fn broken_identities(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        for ring in &self.rings {
+            if ring.emitted != ring.received + ring.lost_in_kernel {
+                broken.push(format!(
+                    "ring {}: emitted {} != received {} + lost_in_kernel {}",
+                    ring.ring, ring.emitted, ring.received, ring.lost_in_kernel
+                ));
+            }
+        }
+        for sink in &self.sinks {
+            if sink.delivered + sink.failed > sink.received {
+                broken.push(format!(
+                    "sink {} {}: received {} != delivered {} + failed {} + in_flight {}",
+                    sink.sink,
+                    sink.kind,
+                    sink.received,
+                    sink.delivered,
+                    sink.failed,
+                    sink.in_flight
+                ));
+            }
+        }
+        broken
+    }
+
+    /// The ring snapshot by name.
+    pub fn ring(&self, name: &str) -> Option<&RingSnapshot> {
+        self.rings.iter().find(|r| r.ring == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_hold_when_everything_is_accounted() {
+        let accounting = Accounting::default();
+        accounting.cuda_ring.submitted.store(10, Ordering::Relaxed);
+        accounting
+            .cuda_ring
+            .lost_in_kernel
+            .store(2, Ordering::Relaxed);
+        accounting.cuda_ring.received.store(10, Ordering::Relaxed);
+        let snapshot = accounting.snapshot();
+        assert_eq!(snapshot.ring("cuda").unwrap().emitted, 12);
+        assert!(snapshot.broken_identities().is_empty());
+        accounting.cuda_ring.received.store(9, Ordering::Relaxed);
+        let broken = accounting.snapshot().broken_identities();
+        assert_eq!(
+            broken,
+            vec!["ring cuda: emitted 12 != received 9 + lost_in_kernel 2".to_string()]
+        );
+    }
+}

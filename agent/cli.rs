@@ -1,0 +1,79 @@
+//! The command line: `gpuship run` and `gpuship validate`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// gpuship: captures NVIDIA XID errors and CUDA driver API calls with eBPF and ships them as
+/// Arrow record batches to Parquet (and more sinks). Runs as root.
+#[derive(Debug, Parser)]
+#[command(name = "gpuship", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship=debug`); RUST_LOG wins.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Capture until SIGINT/SIGTERM (or until the traced command or pid exits), then drain,
+    /// close files and print the accounting and a summary.
+    ///
+    /// Without --config: every source this host allows, Parquet under ./gpuship-data.
+    Run(RunArgs),
+    /// Check a configuration file without running anything; lists every problem with its line.
+    Validate(ValidateArgs),
+}
+
+/// `gpuship run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// TOML configuration file (documented default: config/gpuship.toml).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Trace only this process's CUDA calls (XIDs are always system-wide); stop when it exits.
+    #[arg(long, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Write the final accounting and summary to this file as JSON.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Start this command, trace it and its children, and stop when it exits
+    /// (`gpuship run -- python train.py`). gpuship exits with the command's exit code.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `gpuship validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The file to check.
+    #[arg(long, short)]
+    pub config: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn command_after_double_dash_is_captured() {
+        let cli = Cli::parse_from([
+            "gpuship", "run", "--", "python3", "train.py", "--epochs", "2",
+        ]);
+        let CliCommand::Run(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.command, vec!["python3", "train.py", "--epochs", "2"]);
+        assert!(Cli::try_parse_from(["gpuship", "run", "--pid", "5", "--", "x"]).is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! Tests of config parsing and validation.
+
+use std::path::Path;
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(text, Path::new("test.toml"))
+}
+
+#[test]
+fn empty_file_means_every_default() {
+    let config = parse("").unwrap();
+    assert!(
+        config.sources.xid.tracepoint && config.sources.xid.kmsg && config.sources.cuda.enabled
+    );
+    assert_eq!(config.sources.cuda.libraries, vec!["auto"]);
+    assert_eq!(config.sources.xid.tracepoint_name, "nvidia:nvidia_dev_xid");
+    assert!(config.sinks.is_empty());
+    let embedded = Config::embedded_default();
+    assert_eq!(embedded.sinks.len(), 1);
+    assert_eq!(embedded.sinks[0].type_name(), "parquet");
+}
+
+#[test]
+fn documented_default_file_parses_to_the_embedded_default() {
+    let text = include_str!("../../config/gpuship.toml");
+    let config = parse(text).unwrap();
+    assert_eq!(config, Config::embedded_default());
+}
+
+#[test]
+fn example_files_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1);
+}
+
+#[test]
+fn unknown_key_names_the_key_and_line() {
+    let text = "[sources.cuda]\nenabled = true\nlibraries = [\"auto\"]\nfuctions = [\"cu*\"]\n";
+    let err = parse(text).unwrap_err().to_string();
+    assert!(err.contains("line 4"), "{err}");
+    assert!(err.contains("fuctions"), "{err}");
+}
+
+#[test]
+fn unknown_key_inside_a_sink_names_the_key_and_line() {
+    let text = "[[sinks]]\ntype = \"parquet\"\npath = \"/tmp/x\"\n\n[[sinks]]\ntype = \"parquet\"\npathh = \"/tmp/y\"\n";
+    let err = parse(text).unwrap_err().to_string();
+    assert!(err.contains("pathh"), "{err}");
+    assert!(err.contains("line 5") || err.contains("line 7"), "{err}");
+}
+
+#[test]
+fn unknown_sink_type_is_an_error() {
+    let err = parse("[[sinks]]\ntype = \"s3\"\n").unwrap_err().to_string();
+    assert!(err.contains("s3"), "{err}");
+    assert!(err.contains("parquet"), "{err}");
+}
+
+#[test]
+fn every_bad_value_is_reported_with_its_line() {
+    let text = "\
+[sources.cuda]
+ring_size_mib = 3
+drain_interval_ms = 0
+functions = [\"cu[\"]
+
+[batch]
+max_events = 0
+
+[[sinks]]
+type = \"parquet\"
+path = \"/tmp/a\"
+zstd_level = 99
+";
+    let err = parse(text).unwrap_err();
+    let ConfigError::Invalid { problems, .. } = &err else {
+        panic!("{err}")
+    };
+    let got: Vec<(String, Option<usize>)> =
+        problems.iter().map(|p| (p.key.clone(), p.line)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("sources.cuda.functions".to_string(), Some(4)),
+            ("sources.cuda.drain_interval_ms".to_string(), Some(3)),
+            ("sources.cuda.ring_size_mib".to_string(), Some(2)),
+            ("batch.max_events".to_string(), Some(7)),
+            ("sinks[0].zstd_level".to_string(), Some(12)),
+        ]
+    );
+    let text = err.to_string();
+    assert!(text.contains("5 problem(s)"), "{text}");
+    assert!(
+        text.contains("line 12: sinks[0].zstd_level: 99 is outside 1..=22"),
+        "{text}"
+    );
+}
+
+#[test]
+fn wrong_type_is_a_parse_error_with_line() {
+    let err = parse("[batch]\nmax_events = \"many\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn duplicate_parquet_roots_are_rejected() {
+    let text = "[[sinks]]\ntype = \"parquet\"\npath = \"/d\"\n[[sinks]]\ntype = \"parquet\"\npath = \"/d\"\n";
+    let err = parse(text).unwrap_err().to_string();
+    assert!(err.contains("sinks[1].path"), "{err}");
+}

@@ -1,0 +1,383 @@
+//! The consumer thread: owns the BPF programs, drains their rings, decodes records and hands
+//! batches to the fan-out.
+//!
+//! The XID ring wakes this thread at every record; the CUDA ring does not (see
+//! `bpf/cuda.bpf.c`) and is drained every `drain_interval_ms` or when it fills past its
+//! threshold. At stop the probes are detached first, then the rings are drained to the last
+//! record, so that what the kernel emitted and what the agent received can be compared exactly.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gpuship_sinks::schema::{HostIdentity, XidRecord};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBufferBuilder};
+
+use crate::accounting::{Accounting, RingCounters};
+use crate::batcher::{xid_batch, CudaBatcher};
+use crate::bpf::cuda::types::gpuship_ring_stat;
+use crate::config::{BatchConfig, CudaSourceConfig, XidSourceConfig};
+use crate::decode::{c_chars, cuda_event, Decoder};
+use crate::enrich::{Clocks, GpuDirectory};
+use crate::fanout::FanOut;
+use crate::sources::cuda::plan::FunctionTable;
+use crate::sources::cuda::probes::{self, ProcessFilter};
+use crate::sources::xid_tracepoint;
+use crate::summary::RunSummary;
+
+/// How often kernel counters are copied into [`Accounting`] while running.
+const COUNTER_REFRESH: Duration = Duration::from_secs(1);
+
+/// What to load.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    /// `[sources.xid]`.
+    pub xid: XidSourceConfig,
+    /// `[sources.cuda]`.
+    pub cuda: CudaSourceConfig,
+    /// `[batch]`.
+    pub batch: BatchConfig,
+    /// Which processes CUDA probes record.
+    pub filter: ProcessFilter,
+    /// tracefs root, when found.
+    pub tracefs: Option<PathBuf>,
+}
+
+/// Shared with the rest of the agent.
+pub struct ConsumerContext {
+    /// Host identity for rows.
+    pub identity: HostIdentity,
+    /// Clock offsets.
+    pub clocks: Clocks,
+    /// GPUs by bus id.
+    pub gpus: Arc<GpuDirectory>,
+    /// Where batches go.
+    pub fanout: FanOut,
+    /// Counters.
+    pub accounting: Arc<Accounting>,
+    /// Set to stop.
+    pub stop: Arc<AtomicBool>,
+    /// The run summary the consumer adds to.
+    pub summary: Arc<Mutex<RunSummary>>,
+}
+
+/// Whether each BPF source attached, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceStatus {
+    /// `xid_tracepoint` or `cuda`.
+    pub source: &'static str,
+    /// True when attached.
+    pub attached: bool,
+    /// Details or the reason it is not attached.
+    pub detail: String,
+}
+
+/// Sent once the programs are attached (or known not to be).
+pub struct Ready {
+    /// Each BPF source's status.
+    pub sources: Vec<SourceStatus>,
+    /// The traced-process map, when CUDA probes run with [`ProcessFilter::Selected`].
+    pub traced_tgids: Option<MapHandle>,
+}
+
+/// Starts the consumer thread. The receiver yields one [`Ready`] (or the fatal error).
+pub fn spawn(
+    settings: ConsumerSettings,
+    context: ConsumerContext,
+) -> (JoinHandle<()>, mpsc::Receiver<anyhow::Result<Ready>>) {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("gpuship-consumer".into())
+        .spawn(move || {
+            if let Err(err) = run(&settings, &context, &ready_tx) {
+                tracing::error!(error = format!("{err:#}"), "consumer failed");
+                let _ = ready_tx.send(Err(err));
+            }
+        })
+        .expect("spawning the consumer thread");
+    (handle, ready_rx)
+}
+
+struct State {
+    decoder: Decoder,
+    cuda: CudaBatcher,
+    xids: Vec<XidRecord>,
+    summary: RunSummary,
+}
+
+fn run(
+    settings: &ConsumerSettings,
+    context: &ConsumerContext,
+    ready: &mpsc::Sender<anyhow::Result<Ready>>,
+) -> anyhow::Result<()> {
+    let mut statuses = Vec::new();
+    let mut xid_storage = MaybeUninit::uninit();
+    let xid = match (&settings.tracefs, settings.xid.tracepoint) {
+        (_, false) => {
+            statuses.push(SourceStatus {
+                source: "xid_tracepoint",
+                attached: false,
+                detail: "disabled in config".into(),
+            });
+            None
+        }
+        (None, true) => {
+            statuses.push(SourceStatus {
+                source: "xid_tracepoint",
+                attached: false,
+                detail: "tracefs is not available".into(),
+            });
+            None
+        }
+        (Some(tracefs), true) => {
+            match xid_tracepoint::load(&mut xid_storage, &settings.xid, tracefs) {
+                Ok(Ok(loaded)) => {
+                    statuses.push(SourceStatus {
+                        source: "xid_tracepoint",
+                        attached: true,
+                        detail: settings.xid.tracepoint_name.clone(),
+                    });
+                    Some(loaded)
+                }
+                Ok(Err(reason)) => {
+                    statuses.push(SourceStatus {
+                        source: "xid_tracepoint",
+                        attached: false,
+                        detail: reason,
+                    });
+                    None
+                }
+                Err(err) => {
+                    statuses.push(SourceStatus {
+                        source: "xid_tracepoint",
+                        attached: false,
+                        detail: format!("{err:#}"),
+                    });
+                    None
+                }
+            }
+        }
+    };
+    let mut cuda_storage = MaybeUninit::uninit();
+    let cuda = if settings.cuda.enabled {
+        match probes::load(&mut cuda_storage, &settings.cuda, settings.filter) {
+            Ok(Ok(loaded)) => {
+                statuses.push(SourceStatus {
+                    source: "cuda",
+                    attached: true,
+                    detail: format!("{} symbols", loaded.probed_symbols),
+                });
+                Some(loaded)
+            }
+            Ok(Err(reason)) => {
+                statuses.push(SourceStatus {
+                    source: "cuda",
+                    attached: false,
+                    detail: reason,
+                });
+                None
+            }
+            Err(err) => {
+                statuses.push(SourceStatus {
+                    source: "cuda",
+                    attached: false,
+                    detail: format!("{err:#}"),
+                });
+                None
+            }
+        }
+    } else {
+        statuses.push(SourceStatus {
+            source: "cuda",
+            attached: false,
+            detail: "disabled in config".into(),
+        });
+        None
+    };
+    for status in statuses.iter().filter(|s| !s.attached) {
+        tracing::warn!(source = status.source, reason = %status.detail, "source not attached; carrying on without it");
+    }
+
+    let functions = cuda
+        .as_ref()
+        .map(|c| c.functions.clone())
+        .unwrap_or_else(FunctionTable::default);
+    let state = RefCell::new(State {
+        decoder: Decoder::new(context.clocks, functions, context.gpus.clone()),
+        cuda: CudaBatcher::new(context.identity.clone(), &settings.batch),
+        xids: Vec::new(),
+        summary: RunSummary::default(),
+    });
+    let accounting = &context.accounting;
+    let mut builder = RingBufferBuilder::new();
+    if let Some(xid) = &xid {
+        builder.add(&xid.skel.maps.xid_ring, |raw: &[u8]| {
+            on_xid_record(raw, &state, accounting);
+            0
+        })?;
+    }
+    if let Some(cuda) = &cuda {
+        builder.add(&cuda.skel.maps.cuda_ring, |raw: &[u8]| {
+            on_cuda_record(raw, &state, accounting, &context.fanout);
+            0
+        })?;
+    }
+    let traced_tgids = match (&cuda, settings.filter) {
+        (Some(cuda), ProcessFilter::Selected) => Some(cuda.traced_tgids()?),
+        _ => None,
+    };
+    let rings = if xid.is_some() || cuda.is_some() {
+        Some(builder.build()?)
+    } else {
+        None
+    };
+    let _ = ready.send(Ok(Ready {
+        sources: statuses,
+        traced_tgids,
+    }));
+    let Some(rings) = rings else { return Ok(()) };
+
+    let drain = Duration::from_millis(settings.cuda.drain_interval_ms);
+    let refresh = || {
+        if let Some(xid) = &xid {
+            copy_counters(&xid.skel.maps.xid_stats, &accounting.xid_ring);
+        }
+        if let Some(cuda) = &cuda {
+            copy_counters(&cuda.skel.maps.cuda_stats, &accounting.cuda_ring);
+        }
+    };
+    let mut last_refresh = Instant::now();
+    while !context.stop.load(Ordering::Acquire) {
+        // EINTR and the like only shorten a cycle.
+        let _ = rings.poll(drain);
+        let _ = rings.consume();
+        hand_on(&state, context, false);
+        if last_refresh.elapsed() >= COUNTER_REFRESH {
+            refresh();
+            last_refresh = Instant::now();
+        }
+    }
+
+    if let Some(xid) = &xid {
+        xid.detach();
+    }
+    if let Some(cuda) = &cuda {
+        cuda.detach();
+    }
+    // A program that was running on another CPU while we detached finishes within
+    // microseconds; give it that, then take everything that is left.
+    std::thread::sleep(Duration::from_millis(20));
+    let _ = rings.consume();
+    hand_on(&state, context, true);
+    refresh();
+    let summary = std::mem::take(&mut state.borrow_mut().summary);
+    if let Ok(mut shared) = context.summary.lock() {
+        shared.merge(summary);
+    }
+    tracing::info!("consumer drained all rings");
+    Ok(())
+}
+
+fn on_xid_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting) {
+    accounting.xid_ring.received.fetch_add(1, Ordering::Relaxed);
+    let mut state = state.borrow_mut();
+    match state.decoder.xid_record(raw) {
+        Ok(record) => {
+            tracing::warn!(code = record.code, pci_bus_id = %record.pci_bus_id, message = %record.message, "XID from tracepoint");
+            state.summary.record_xid(record.code, "tracepoint");
+            state.xids.push(record);
+        }
+        Err(err) => {
+            accounting
+                .xid_ring
+                .decode_errors
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::error!(%err, len = raw.len(), "malformed XID record skipped");
+        }
+    }
+}
+
+#[inline]
+fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, fanout: &FanOut) {
+    accounting
+        .cuda_ring
+        .received
+        .fetch_add(1, Ordering::Relaxed);
+    let mut state = state.borrow_mut();
+    let state = &mut *state;
+    let decoded = cuda_event(raw).and_then(|event| {
+        let comm = c_chars(&event.comm);
+        let row = state.decoder.cuda_row(&event, &comm)?;
+        state.summary.record_call(&row);
+        Ok(state.cuda.push(&row))
+    });
+    match decoded {
+        Ok(Some(batch)) => {
+            accounting.batched.add(batch.kind, batch.len() as u64);
+            fanout.send_blocking(batch);
+        }
+        Ok(None) => {}
+        Err(err) => {
+            accounting
+                .cuda_ring
+                .decode_errors
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%err, len = raw.len(), "malformed CUDA record skipped");
+        }
+    }
+}
+
+/// Sends waiting XIDs, and CUDA rows that are due (or all of them when `all`).
+fn hand_on(state: &RefCell<State>, context: &ConsumerContext, all: bool) {
+    let (xids, cuda) = {
+        let mut state = state.borrow_mut();
+        let xids = xid_batch(&context.identity, &state.xids);
+        state.xids.clear();
+        let cuda = if all {
+            state.cuda.flush()
+        } else {
+            state.cuda.flush_if_due(Instant::now())
+        };
+        (xids, cuda)
+    };
+    for batch in [xids, cuda].into_iter().flatten() {
+        context
+            .accounting
+            .batched
+            .add(batch.kind, batch.len() as u64);
+        context.fanout.send_blocking(batch);
+    }
+}
+
+/// Sums a program's per-CPU counters into `counters`.
+fn copy_counters(map: &dyn MapCore, counters: &RingCounters) {
+    let read = |slot: gpuship_ring_stat| -> u64 {
+        let key = slot.0.to_ne_bytes();
+        match map.lookup_percpu(&key, MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu
+                .iter()
+                .filter_map(|bytes| bytes.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum(),
+            _ => 0,
+        }
+    };
+    let store = |target: &AtomicU64, value: u64| target.store(value, Ordering::Relaxed);
+    store(
+        &counters.submitted,
+        read(gpuship_ring_stat::GPUSHIP_STAT_SUBMITTED),
+    );
+    store(
+        &counters.lost_in_kernel,
+        read(gpuship_ring_stat::GPUSHIP_STAT_RESERVE_FAILED),
+    );
+    store(
+        &counters.unmatched_returns,
+        read(gpuship_ring_stat::GPUSHIP_STAT_UNMATCHED_RETURN),
+    );
+}

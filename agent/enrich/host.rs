@@ -1,0 +1,52 @@
+//! The host name and boot id written into every row.
+
+use std::sync::Arc;
+
+use gpuship_sinks::schema::HostIdentity;
+
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This machine's identity; `host_override` comes from `[agent] host_name`.
+pub fn host_identity(host_override: Option<&str>) -> HostIdentity {
+    let host = host_override.map(str::to_string).unwrap_or_else(node_name);
+    let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|err| {
+            tracing::warn!(path = BOOT_ID_PATH, %err, "no boot id; rows get an empty one");
+            String::new()
+        });
+    HostIdentity {
+        host: Arc::from(host),
+        boot_id: Arc::from(boot_id),
+    }
+}
+
+fn node_name() -> String {
+    // SAFETY: utsname is plain data; zeroed is a valid value and uname only writes into it.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return "unknown-host".to_string();
+    }
+    let bytes: Vec<u8> = uts
+        .nodename
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_has_this_hosts_name_and_boot_id() {
+        let id = host_identity(None);
+        let expected = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(&*id.host, expected.trim());
+        assert_eq!(id.boot_id.len(), 36, "{}", id.boot_id);
+        assert_eq!(&*host_identity(Some("override")).host, "override");
+    }
+}

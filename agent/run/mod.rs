@@ -1,0 +1,232 @@
+//! `gpuship run`: starts sinks, sources and the consumer, waits for the end (signal, traced
+//! command exit, traced pid exit), then drains in order: stop probes, drain rings, flush
+//! batches, close sinks, and report the final accounting.
+
+mod command;
+mod progress;
+mod sinks;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context};
+use gpuship_sinks::{SinkInput, SinkStats};
+use tokio::sync::mpsc;
+
+use crate::accounting::{Accounting, Snapshot};
+use crate::config::Config;
+use crate::consumer::{self, ConsumerContext, ConsumerSettings, SourceStatus};
+use crate::enrich::{host_identity, Clocks, GpuDirectory};
+use crate::fanout::FanOut;
+use crate::sources::cuda::probes::{trace_process, ProcessFilter};
+use crate::sources::{kmsg, tracefs};
+use crate::summary::RunSummary;
+
+pub use sinks::{build_sink, sink_names};
+
+/// Batches a sink's queue holds before producers wait.
+const SINK_QUEUE_BATCHES: usize = 64;
+
+/// What to trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every process (the daemon mode).
+    AllProcesses,
+    /// One running process; the run ends when it exits.
+    Pid(u32),
+    /// A command started by gpuship, with its descendants; the run ends when it exits.
+    Command(Vec<String>),
+}
+
+/// Everything `gpuship run` needs.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Validated configuration.
+    pub config: Config,
+    /// What to trace.
+    pub target: Target,
+    /// Where to write the final accounting and summary as JSON.
+    pub summary_json: Option<PathBuf>,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunOutcome {
+    /// Status of each BPF source at start.
+    pub sources: Vec<(String, bool, String)>,
+    /// Final counters.
+    pub accounting: Snapshot,
+    /// Calls, bytes, failures, XIDs.
+    pub summary: RunSummary,
+    /// Exit code of the traced command.
+    pub command_exit_code: Option<i32>,
+}
+
+/// Runs the agent until the end condition of `options.target`, then drains.
+pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
+    let config = &options.config;
+    let identity = host_identity(config.agent.host_name.as_deref());
+    let clocks = Clocks::measure();
+    let gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpuship-rt")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+
+    let mut fanout = FanOut::default();
+    let mut accounting = Accounting::default();
+    let mut sink_tasks = Vec::new();
+    for (name, sink_config) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
+        let sink = build_sink(&name, sink_config, &identity);
+        let (sender, batches) = mpsc::channel(SINK_QUEUE_BATCHES);
+        let stats = Arc::new(SinkStats::default());
+        fanout.add(name.clone(), sender, stats.clone());
+        accounting.sinks.push((name.clone(), stats.clone()));
+        sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
+    }
+    let accounting = Arc::new(accounting);
+    let stop = Arc::new(AtomicBool::new(false));
+    let summary = Arc::new(Mutex::new(RunSummary::default()));
+
+    let tracefs = if config.sources.xid.tracepoint {
+        tracefs::ensure_mounted()
+            .map_err(|reason| tracing::warn!(%reason, "no tracefs"))
+            .ok()
+    } else {
+        None
+    };
+    let filter = match options.target {
+        Target::AllProcesses => ProcessFilter::All,
+        Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
+    };
+    let (consumer_thread, ready) = consumer::spawn(
+        ConsumerSettings {
+            xid: config.sources.xid.clone(),
+            cuda: config.sources.cuda.clone(),
+            batch: config.batch.clone(),
+            filter,
+            tracefs,
+        },
+        ConsumerContext {
+            identity: identity.clone(),
+            clocks,
+            gpus: gpus.clone(),
+            fanout: fanout.clone(),
+            accounting: accounting.clone(),
+            stop: stop.clone(),
+            summary: summary.clone(),
+        },
+    );
+    let ready = ready
+        .recv()
+        .context("the consumer thread ended before it was ready")??;
+
+    let kmsg_thread = if config.sources.xid.kmsg {
+        let context = kmsg::KmsgContext {
+            identity: identity.clone(),
+            clocks,
+            gpus,
+            fanout: fanout.clone(),
+            accounting: accounting.clone(),
+            stop: stop.clone(),
+            summary: summary.clone(),
+        };
+        match kmsg::spawn(
+            &config.sources.xid.kmsg_path,
+            config.sources.xid.kmsg_start,
+            context,
+        ) {
+            Ok(handle) => Some(handle),
+            Err(err) => {
+                tracing::warn!(%err, "kernel log not readable; XIDs come from the tracepoint only");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    drop(fanout);
+    let attached: Vec<&SourceStatus> = ready.sources.iter().filter(|s| s.attached).collect();
+    if attached.is_empty() && kmsg_thread.is_none() {
+        stop.store(true, Ordering::Release);
+        let reasons: Vec<String> = ready
+            .sources
+            .iter()
+            .map(|s| format!("{}: {}", s.source, s.detail))
+            .collect();
+        bail!(
+            "no source could start ({}) and the kernel log is not readable",
+            reasons.join("; ")
+        );
+    }
+
+    let mut child = None;
+    match &options.target {
+        Target::AllProcesses => {}
+        Target::Pid(pid) => match &ready.traced_tgids {
+            Some(map) => trace_process(map, *pid)?,
+            None => tracing::warn!(pid, "CUDA probes are not attached; only XIDs are recorded"),
+        },
+        Target::Command(argv) => {
+            child = Some(command::spawn_traced(argv, ready.traced_tgids.as_ref())?)
+        }
+    }
+    tracing::info!(
+        sources = ?attached.iter().map(|s| s.source).collect::<Vec<_>>(),
+        kmsg = kmsg_thread.is_some(),
+        target = ?options.target,
+        "capture started"
+    );
+
+    let interval = config.agent.stats_interval_secs;
+    let command_exit_code = runtime.block_on(progress::wait_for_end(
+        &options.target,
+        child,
+        interval,
+        accounting.clone(),
+    ));
+
+    tracing::info!("draining: stopping probes, draining rings, flushing batches");
+    stop.store(true, Ordering::Release);
+    if consumer_thread.join().is_err() {
+        tracing::error!("consumer thread panicked");
+    }
+    if let Some(handle) = kmsg_thread {
+        if handle.join().is_err() {
+            tracing::error!("kernel log thread panicked");
+        }
+    }
+    // Every producer is gone, so the sink queues are closed: sinks finish what they hold.
+    for (name, task) in sink_tasks {
+        match runtime.block_on(task) {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::error!(sink = %name, %err, "sink failed"),
+            Err(err) => tracing::error!(sink = %name, %err, "sink task failed"),
+        }
+    }
+
+    let snapshot = accounting.snapshot();
+    let summary = summary.lock().map(|s| s.clone()).unwrap_or_default();
+    for broken in snapshot.broken_identities() {
+        tracing::error!(identity = %broken, "accounting identity does not hold");
+    }
+    let outcome = RunOutcome {
+        sources: ready
+            .sources
+            .iter()
+            .map(|s| (s.source.to_string(), s.attached, s.detail.clone()))
+            .collect(),
+        accounting: snapshot,
+        summary,
+        command_exit_code,
+    };
+    progress::log_final(&outcome);
+    if let Some(path) = &options.summary_json {
+        let json = serde_json::to_vec_pretty(&outcome).context("encoding the summary")?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,135 @@
+//! Waiting for the end of a run, with a one-line progress summary every few seconds, and the
+//! final report.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::{RunOutcome, Target};
+use crate::accounting::{Accounting, Snapshot};
+
+/// Resolves when a signal arrives or the traced command / pid exits; returns the command's
+/// exit code when there was one.
+pub async fn wait_for_end(
+    target: &Target,
+    child: Option<std::process::Child>,
+    stats_interval_secs: u64,
+    accounting: Arc<Accounting>,
+) -> Option<i32> {
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let child_exit = async move {
+        match child {
+            Some(mut child) => tokio::task::spawn_blocking(move || {
+                child
+                    .wait()
+                    .ok()
+                    .map(|s| s.code().unwrap_or(128 + signal_of(&s)))
+            })
+            .await
+            .ok()
+            .flatten(),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(child_exit);
+    let pid_gone = async {
+        match target {
+            Target::Pid(pid) => {
+                let path = format!("/proc/{pid}");
+                while std::path::Path::new(&path).exists() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                tracing::info!(pid, "traced process exited");
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(pid_gone);
+    let period = Duration::from_secs(stats_interval_secs.max(1));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut previous = (Instant::now(), accounting.snapshot());
+    loop {
+        tokio::select! {
+            _ = recv(&mut sigterm) => { tracing::info!("SIGTERM received"); return None; }
+            _ = recv(&mut sigint) => { tracing::info!("SIGINT received"); return None; }
+            code = &mut child_exit => { tracing::info!(exit_code = ?code, "traced command exited"); return code; }
+            _ = &mut pid_gone => return None,
+            _ = ticker.tick(), if stats_interval_secs > 0 => {
+                let now = (Instant::now(), accounting.snapshot());
+                log_progress(&previous, &now);
+                previous = now;
+            }
+        }
+    }
+}
+
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn signal_of(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().unwrap_or(0)
+}
+
+fn log_progress(previous: &(Instant, Snapshot), now: &(Instant, Snapshot)) {
+    let seconds = now.0.duration_since(previous.0).as_secs_f64().max(0.001);
+    let rate = |ring: &str| {
+        let received = |s: &Snapshot| s.ring(ring).map_or(0, |r| r.received);
+        (received(&now.1) - received(&previous.1).min(received(&now.1))) as f64 / seconds
+    };
+    let lost: u64 = now.1.rings.iter().map(|r| r.lost_in_kernel).sum();
+    let delivered: u64 = now.1.sinks.iter().map(|s| s.delivered).sum();
+    let failed: u64 = now.1.sinks.iter().map(|s| s.failed + s.dropped).sum();
+    tracing::info!(
+        cuda_per_sec = format!("{:.0}", rate("cuda")),
+        xid_tracepoint_per_sec = format!("{:.1}", rate("xid")),
+        kmsg_xids = now.1.kmsg.xids,
+        lost_in_kernel = lost,
+        written = delivered,
+        failed,
+        "progress"
+    );
+}
+
+/// Logs the final accounting and prints the human summary to stderr.
+pub fn log_final(outcome: &RunOutcome) {
+    for ring in &outcome.accounting.rings {
+        tracing::info!(
+            ring = ring.ring,
+            emitted = ring.emitted,
+            received = ring.received,
+            lost_in_kernel = ring.lost_in_kernel,
+            decode_errors = ring.decode_errors,
+            unmatched_returns = ring.unmatched_returns,
+            "final ring accounting"
+        );
+    }
+    let kmsg = &outcome.accounting.kmsg;
+    tracing::info!(
+        xids = kmsg.xids,
+        parse_errors = kmsg.parse_errors,
+        lost_gaps = kmsg.lost_gaps,
+        "final kernel log accounting"
+    );
+    for sink in &outcome.accounting.sinks {
+        tracing::info!(
+            sink = %sink.sink,
+            kind = %sink.kind,
+            received = sink.received,
+            delivered = sink.delivered,
+            dropped = sink.dropped,
+            failed = sink.failed,
+            in_flight = sink.in_flight,
+            "final sink accounting"
+        );
+    }
+    eprintln!("\n{}", outcome.summary.render());
+}

@@ -1,0 +1,51 @@
+//! Builds running sinks from their config: the one place a new sink type is registered.
+
+use gpuship_sinks::parquet::ParquetSink;
+use gpuship_sinks::schema::HostIdentity;
+use gpuship_sinks::Sink;
+
+use crate::config::SinkConfig;
+
+/// Unique names: the type, suffixed with the position when a type appears more than once.
+pub fn sink_names(configs: &[SinkConfig]) -> Vec<String> {
+    configs
+        .iter()
+        .enumerate()
+        .map(|(index, config)| {
+            let same_type = configs
+                .iter()
+                .filter(|c| c.type_name() == config.type_name())
+                .count();
+            if same_type > 1 {
+                format!("{}-{index}", config.type_name())
+            } else {
+                config.type_name().to_string()
+            }
+        })
+        .collect()
+}
+
+/// The running sink for one `[[sinks]]` entry.
+pub fn build_sink(name: &str, config: &SinkConfig, identity: &HostIdentity) -> Box<dyn Sink> {
+    match config {
+        SinkConfig::Parquet(parquet) => {
+            Box::new(ParquetSink::new(name, parquet.clone(), &*identity.host))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuship_sinks::parquet::ParquetSinkConfig;
+
+    #[test]
+    fn names_are_unique() {
+        let configs = vec![
+            SinkConfig::Parquet(ParquetSinkConfig::with_path("/a")),
+            SinkConfig::Parquet(ParquetSinkConfig::with_path("/b")),
+        ];
+        assert_eq!(sink_names(&configs), vec!["parquet-0", "parquet-1"]);
+        assert_eq!(sink_names(&configs[..1]), vec!["parquet"]);
+    }
+}

@@ -1,0 +1,216 @@
+//! The CUDA driver API functions gpuship knows, and where each keeps the arguments worth
+//! recording. The BPF side is generic: this table becomes each probe's attach cookie.
+
+use crate::bpf::cuda::types::{gpuship_cookie_layout, gpuship_launch_layout};
+
+/// Where a function's interesting arguments are (0-based integer-argument positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArgSpec {
+    /// Argument holding a byte count.
+    pub bytes: Option<u8>,
+    /// Argument holding a device pointer.
+    pub device_ptr: Option<u8>,
+    /// Argument pointing at the device pointer an allocation writes (read at return).
+    pub out_device_ptr: Option<u8>,
+    /// Argument holding the stream.
+    pub stream: Option<u8>,
+    /// Kernel-launch argument layout.
+    pub launch: Launch,
+}
+
+/// How a launch passes its geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Launch {
+    /// Not a launch.
+    #[default]
+    None,
+    /// `cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, ...)`.
+    Kernel,
+    /// `cuLaunchKernelEx(const CUlaunchConfig *, ...)`.
+    KernelEx,
+}
+
+impl ArgSpec {
+    /// Name, duration and result only.
+    pub const GENERIC: ArgSpec = ArgSpec {
+        bytes: None,
+        device_ptr: None,
+        out_device_ptr: None,
+        stream: None,
+        launch: Launch::None,
+    };
+
+    /// The attach cookie for this spec and function id (layout in gpuship_events.h).
+    pub fn cookie(&self, function_id: u32) -> u64 {
+        let none = gpuship_cookie_layout::GPUSHIP_COOKIE_NONE.0 as u64;
+        let field = |arg: Option<u8>, shift: gpuship_cookie_layout| {
+            (arg.map_or(none, |a| a as u64 & none)) << shift.0
+        };
+        let launch = match self.launch {
+            Launch::None => gpuship_launch_layout::GPUSHIP_LAUNCH_NONE.0,
+            Launch::Kernel => gpuship_launch_layout::GPUSHIP_LAUNCH_KERNEL.0,
+            Launch::KernelEx => gpuship_launch_layout::GPUSHIP_LAUNCH_KERNEL_EX.0,
+        } as u64;
+        function_id as u64
+            | field(
+                self.bytes,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_BYTES_SHIFT,
+            )
+            | field(
+                self.device_ptr,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_DEVICE_PTR_SHIFT,
+            )
+            | field(
+                self.out_device_ptr,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_OUT_PTR_SHIFT,
+            )
+            | field(
+                self.stream,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_STREAM_SHIFT,
+            )
+            | launch << gpuship_cookie_layout::GPUSHIP_COOKIE_LAUNCH_SHIFT.0
+    }
+}
+
+const fn spec(
+    bytes: Option<u8>,
+    device_ptr: Option<u8>,
+    out: Option<u8>,
+    stream: Option<u8>,
+) -> ArgSpec {
+    ArgSpec {
+        bytes,
+        device_ptr,
+        out_device_ptr: out,
+        stream,
+        launch: Launch::None,
+    }
+}
+
+const fn launch(launch: Launch) -> ArgSpec {
+    ArgSpec {
+        bytes: None,
+        device_ptr: None,
+        out_device_ptr: None,
+        stream: None,
+        launch,
+    }
+}
+
+/// The default set: allocations, frees, copies, launches, syncs, module loads, contexts.
+pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
+    ("cuInit", ArgSpec::GENERIC),
+    ("cuCtxCreate_v2", ArgSpec::GENERIC),
+    ("cuDevicePrimaryCtxRetain", ArgSpec::GENERIC),
+    ("cuCtxDestroy_v2", ArgSpec::GENERIC),
+    ("cuMemAlloc_v2", spec(Some(1), None, Some(0), None)),
+    ("cuMemAllocManaged", spec(Some(1), None, Some(0), None)),
+    ("cuMemAllocAsync", spec(Some(1), None, Some(0), Some(2))),
+    ("cuMemFree_v2", spec(None, Some(0), None, None)),
+    ("cuMemFreeAsync", spec(None, Some(0), None, Some(1))),
+    ("cuMemcpy", spec(Some(2), Some(0), None, None)),
+    ("cuMemcpyHtoD_v2", spec(Some(2), Some(0), None, None)),
+    ("cuMemcpyDtoH_v2", spec(Some(2), Some(1), None, None)),
+    ("cuMemcpyDtoD_v2", spec(Some(2), Some(0), None, None)),
+    ("cuMemcpyAsync", spec(Some(2), Some(0), None, Some(3))),
+    (
+        "cuMemcpyHtoDAsync_v2",
+        spec(Some(2), Some(0), None, Some(3)),
+    ),
+    (
+        "cuMemcpyDtoHAsync_v2",
+        spec(Some(2), Some(1), None, Some(3)),
+    ),
+    (
+        "cuMemcpyDtoDAsync_v2",
+        spec(Some(2), Some(0), None, Some(3)),
+    ),
+    ("cuLaunchKernel", launch(Launch::Kernel)),
+    ("cuLaunchKernelEx", launch(Launch::KernelEx)),
+    ("cuGraphLaunch", spec(None, None, None, Some(1))),
+    ("cuCtxSynchronize", ArgSpec::GENERIC),
+    ("cuStreamSynchronize", spec(None, None, None, Some(0))),
+    ("cuEventSynchronize", ArgSpec::GENERIC),
+    ("cuModuleLoadData", ArgSpec::GENERIC),
+    ("cuLibraryLoadData", ArgSpec::GENERIC),
+];
+
+/// Per-thread default-stream variants share their base function's arguments.
+const STREAM_SUFFIXES: [&str; 2] = ["_ptsz", "_ptds"];
+
+/// The default-set entry an exported symbol belongs to, with its argument spec.
+///
+/// `cuMemcpyAsync_ptsz` belongs to `cuMemcpyAsync`; a later API version of a generic entry
+/// (`cuCtxSynchronize_v2`, `cuCtxCreate_v4`) belongs to it too, since only name, duration and
+/// result are recorded. Later versions of entries with decoded arguments are not matched: their
+/// argument lists may differ.
+pub fn default_entry(symbol: &str) -> Option<(&'static str, ArgSpec)> {
+    let base = STREAM_SUFFIXES
+        .iter()
+        .find_map(|suffix| symbol.strip_suffix(suffix))
+        .unwrap_or(symbol);
+    if let Some(&(name, spec)) = DEFAULT_FUNCTIONS.iter().find(|(name, _)| *name == base) {
+        return Some((name, spec));
+    }
+    let (stem, version) = base.rsplit_once("_v")?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    DEFAULT_FUNCTIONS.iter().copied().find(|&(name, spec)| {
+        spec == ArgSpec::GENERIC
+            && (name == stem || name.rsplit_once("_v").is_some_and(|(s, _)| s == stem))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_map_to_their_base_entry() {
+        assert_eq!(
+            default_entry("cuMemAlloc_v2").map(|e| e.0),
+            Some("cuMemAlloc_v2")
+        );
+        assert_eq!(
+            default_entry("cuMemcpyHtoDAsync_v2_ptsz").map(|e| e.0),
+            Some("cuMemcpyHtoDAsync_v2")
+        );
+        assert_eq!(
+            default_entry("cuMemcpyDtoD_v2_ptds").map(|e| e.0),
+            Some("cuMemcpyDtoD_v2")
+        );
+        assert_eq!(
+            default_entry("cuLaunchKernelEx_ptsz").map(|e| e.0),
+            Some("cuLaunchKernelEx")
+        );
+        assert_eq!(
+            default_entry("cuCtxSynchronize_v2").map(|e| e.0),
+            Some("cuCtxSynchronize")
+        );
+        assert_eq!(
+            default_entry("cuCtxCreate_v4").map(|e| e.0),
+            Some("cuCtxCreate_v2")
+        );
+        // v1 of a decoded function has 32-bit pointers: not matched.
+        assert_eq!(default_entry("cuMemAlloc"), None);
+        assert_eq!(default_entry("cuMemAlloc_v3"), None);
+        assert_eq!(default_entry("cuDeviceGetCount"), None);
+        assert_eq!(default_entry("cuGetProcAddress_v2"), None);
+    }
+
+    #[test]
+    fn cookie_packs_function_id_and_argument_positions() {
+        let (_, alloc) = default_entry("cuMemAllocAsync").unwrap();
+        let cookie = alloc.cookie(7);
+        assert_eq!(cookie & 0xffff_ffff, 7);
+        assert_eq!((cookie >> 32) & 0xf, 1); // bytes
+        assert_eq!((cookie >> 36) & 0xf, 0xf); // no device pointer argument
+        assert_eq!((cookie >> 40) & 0xf, 0); // out pointer
+        assert_eq!((cookie >> 44) & 0xf, 2); // stream
+        assert_eq!((cookie >> 48) & 0xf, 0);
+        let (_, ex) = default_entry("cuLaunchKernelEx").unwrap();
+        assert_eq!((ex.cookie(1) >> 48) & 0xf, 2);
+        assert_eq!(ArgSpec::GENERIC.cookie(3), 3 | 0xffff << 32);
+    }
+}

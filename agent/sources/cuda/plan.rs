@@ -1,0 +1,231 @@
+//! Decides which symbols of which libraries get probes, and with which cookie.
+//!
+//! Function ids index [`FunctionTable`], which the decoder uses to name each event's function;
+//! a symbol probed in two libraries shares one id.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::catalog::{default_entry, ArgSpec, DEFAULT_FUNCTIONS};
+use super::library::ExportedFunction;
+
+/// Function names by id, shared with the decoder.
+#[derive(Debug, Clone, Default)]
+pub struct FunctionTable {
+    names: Vec<Arc<str>>,
+}
+
+impl FunctionTable {
+    /// The name of function `id`, or None for an id no probe was given.
+    #[inline]
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize).map(|n| &**n)
+    }
+
+    /// A table with the given names at ids 0, 1, ...
+    pub fn from_names<I: IntoIterator<Item = S>, S: Into<Arc<str>>>(names: I) -> Self {
+        Self {
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// True when no function is probed.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    fn id_of(&mut self, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
+        *ids.entry(name.to_string()).or_insert_with(|| {
+            self.names.push(Arc::from(name));
+            (self.names.len() - 1) as u32
+        })
+    }
+}
+
+/// One uprobe + uretprobe pair to attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedProbe {
+    /// Library file.
+    pub library: PathBuf,
+    /// Exported symbol.
+    pub symbol: String,
+    /// File offset of the symbol.
+    pub file_offset: u64,
+    /// Attach cookie (function id + argument layout).
+    pub cookie: u64,
+}
+
+/// Every probe to attach, the function table, and default functions no library exports.
+#[derive(Debug, Clone, Default)]
+pub struct ProbePlan {
+    /// Probes, by library then symbol.
+    pub probes: Vec<PlannedProbe>,
+    /// Names by function id.
+    pub functions: FunctionTable,
+    /// Requested functions (default set entries or exact names) that no library exports.
+    pub missing: Vec<String>,
+}
+
+/// Plans probes for `libraries` (each with its exported functions) given the configured
+/// `functions` (names, globs, `"default"`) and `exclude` globs (applied to glob matches).
+pub fn plan_probes(
+    libraries: &[(PathBuf, Vec<ExportedFunction>)],
+    functions: &[String],
+    exclude: &[String],
+) -> ProbePlan {
+    let patterns: Vec<glob::Pattern> = functions
+        .iter()
+        .filter(|f| *f != "default" && is_glob(f))
+        .filter_map(|f| glob::Pattern::new(f).ok())
+        .collect();
+    let excluded: Vec<glob::Pattern> = exclude
+        .iter()
+        .filter_map(|f| glob::Pattern::new(f).ok())
+        .collect();
+    let want_default = functions.iter().any(|f| f == "default");
+    let exact: Vec<&String> = functions
+        .iter()
+        .filter(|f| *f != "default" && !is_glob(f))
+        .collect();
+
+    let mut plan = ProbePlan::default();
+    let mut ids = HashMap::new();
+    let mut found_default = vec![false; DEFAULT_FUNCTIONS.len()];
+    let mut found_exact = vec![false; exact.len()];
+    for (library, exported) in libraries {
+        for function in exported.iter().filter(|f| f.name.starts_with("cu")) {
+            let name = function.name.as_str();
+            let entry = default_entry(name);
+            let selected_default = want_default && entry.is_some();
+            let exact_index = exact.iter().position(|e| *e == name);
+            let selected_glob = patterns.iter().any(|p| p.matches(name))
+                && !excluded.iter().any(|p| p.matches(name));
+            if !(selected_default || exact_index.is_some() || selected_glob) {
+                continue;
+            }
+            if let Some((base, _)) = entry {
+                if let Some(i) = DEFAULT_FUNCTIONS.iter().position(|(n, _)| *n == base) {
+                    found_default[i] = true;
+                }
+            }
+            if let Some(i) = exact_index {
+                found_exact[i] = true;
+            }
+            let spec = entry.map_or(ArgSpec::GENERIC, |(_, spec)| spec);
+            let id = plan.functions.id_of(&mut ids, name);
+            plan.probes.push(PlannedProbe {
+                library: library.clone(),
+                symbol: name.to_string(),
+                file_offset: function.file_offset,
+                cookie: spec.cookie(id),
+            });
+        }
+    }
+    if want_default {
+        plan.missing.extend(
+            DEFAULT_FUNCTIONS
+                .iter()
+                .zip(&found_default)
+                .filter(|(_, found)| !**found)
+                .map(|((name, _), _)| name.to_string()),
+        );
+    }
+    plan.missing.extend(
+        exact
+            .iter()
+            .zip(&found_exact)
+            .filter(|(_, f)| !**f)
+            .map(|(n, _)| n.to_string()),
+    );
+    plan
+}
+
+fn is_glob(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '['])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn library(names: &[&str]) -> Vec<(PathBuf, Vec<ExportedFunction>)> {
+        let exported = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ExportedFunction {
+                name: n.to_string(),
+                file_offset: 0x1000 + i as u64 * 16,
+            })
+            .collect();
+        vec![(PathBuf::from("/lib/libcuda.so.1"), exported)]
+    }
+
+    fn symbols(plan: &ProbePlan) -> Vec<&str> {
+        plan.probes.iter().map(|p| p.symbol.as_str()).collect()
+    }
+
+    #[test]
+    fn default_selects_known_functions_and_variants_only() {
+        let lib = library(&[
+            "cuCtxGetDevice_v2",
+            "cuCtxSynchronize",
+            "cuCtxSynchronize_v2",
+            "cuLaunchKernel",
+            "cuLaunchKernel_ptsz",
+            "cuMemAlloc",
+            "cuMemAlloc_v2",
+            "helper",
+        ]);
+        let plan = plan_probes(&lib, &["default".into()], &[]);
+        assert_eq!(
+            symbols(&plan),
+            vec![
+                "cuCtxSynchronize",
+                "cuCtxSynchronize_v2",
+                "cuLaunchKernel",
+                "cuLaunchKernel_ptsz",
+                "cuMemAlloc_v2"
+            ]
+        );
+        assert_eq!(plan.functions.name(4), Some("cuMemAlloc_v2"));
+        assert!(plan.missing.contains(&"cuLaunchKernelEx".to_string()));
+        assert!(!plan.missing.contains(&"cuLaunchKernel".to_string()));
+        assert_eq!(plan.probes[0].file_offset, 0x1010);
+    }
+
+    #[test]
+    fn globs_add_generic_probes_minus_exclusions_and_exact_names_report_missing() {
+        let lib = library(&[
+            "cuDeviceGetCount",
+            "cuGetProcAddress_v2",
+            "cuMemAlloc_v2",
+            "nvSomething",
+        ]);
+        let plan = plan_probes(
+            &lib,
+            &["cu*".into(), "cuNotThere".into()],
+            &["cuGetProcAddress*".into()],
+        );
+        assert_eq!(symbols(&plan), vec!["cuDeviceGetCount", "cuMemAlloc_v2"]);
+        assert_eq!(plan.probes[0].cookie, ArgSpec::GENERIC.cookie(0));
+        // Known functions keep their decoded arguments when a glob selects them.
+        assert_ne!(plan.probes[1].cookie, ArgSpec::GENERIC.cookie(1));
+        assert_eq!(plan.missing, vec!["cuNotThere".to_string()]);
+    }
+
+    #[test]
+    fn same_symbol_in_two_libraries_shares_an_id() {
+        let mut libs = library(&["cuInit"]);
+        libs.push((PathBuf::from("/other/libcuda.so.1"), libs[0].1.clone()));
+        let plan = plan_probes(&libs, &["default".into()], &[]);
+        assert_eq!(plan.probes.len(), 2);
+        assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
+        assert_eq!(plan.functions.len(), 1);
+    }
+}

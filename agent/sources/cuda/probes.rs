@@ -1,0 +1,150 @@
+//! Loads `bpf/cuda.bpf.c` and attaches one uprobe and one uretprobe per planned symbol.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+use anyhow::Context;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapHandle, OpenObject, UprobeOpts};
+
+use super::library::{exported_functions, resolve_libraries};
+use super::plan::{plan_probes, FunctionTable, ProbePlan};
+use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
+use crate::config::CudaSourceConfig;
+
+/// Which processes the probes record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessFilter {
+    /// Every process that maps the library.
+    All,
+    /// Only processes whose tgid is put in the `traced_tgids` map, and their descendants.
+    Selected,
+}
+
+/// The loaded program, its links and the function table for decoding.
+pub struct CudaProbes<'obj> {
+    /// The skeleton (the consumer reads its ring and counters).
+    pub skel: CudaSkel<'obj>,
+    /// Names by function id.
+    pub functions: FunctionTable,
+    /// Number of symbols probed.
+    pub probed_symbols: usize,
+    links: RefCell<Vec<Link>>,
+}
+
+impl CudaProbes<'_> {
+    /// Detaches every probe; the ring can still be drained afterwards.
+    pub fn detach(&self) {
+        self.links.borrow_mut().clear();
+    }
+
+    /// A handle on the map of traced processes, for [`ProcessFilter::Selected`].
+    pub fn traced_tgids(&self) -> anyhow::Result<MapHandle> {
+        MapHandle::try_from(&self.skel.maps.traced_tgids)
+            .context("duplicating the traced_tgids map handle")
+    }
+}
+
+/// Adds a process to a [`ProcessFilter::Selected`] trace.
+pub fn trace_process(traced_tgids: &MapHandle, pid: u32) -> anyhow::Result<()> {
+    traced_tgids
+        .update(&pid.to_ne_bytes(), &[1u8], libbpf_rs::MapFlags::ANY)
+        .with_context(|| format!("adding pid {pid} to the traced processes"))
+}
+
+/// Resolves libraries, plans and attaches. `Ok(Err(reason))` when there is nothing to probe.
+pub fn load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &CudaSourceConfig,
+    filter: ProcessFilter,
+) -> anyhow::Result<Result<CudaProbes<'obj>, String>> {
+    let (libraries, missing_paths) = resolve_libraries(&config.libraries);
+    if !missing_paths.is_empty() {
+        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
+    }
+    if libraries.is_empty() {
+        return Ok(Err(format!(
+            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
+            config.libraries
+        )));
+    }
+    let mut exported = Vec::new();
+    for library in &libraries {
+        let functions = exported_functions(library)?;
+        exported.push((library.clone(), functions));
+    }
+    let plan: ProbePlan = plan_probes(&exported, &config.functions, &config.exclude_functions);
+    if !plan.missing.is_empty() {
+        tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
+    }
+    if plan.probes.is_empty() {
+        return Ok(Err(format!(
+            "no requested function is exported by {libraries:?}"
+        )));
+    }
+
+    let mut open = CudaSkelBuilder::default()
+        .open(storage)
+        .context("opening the CUDA BPF object")?;
+    let ring_bytes = config.ring_size_mib.saturating_mul(1024 * 1024);
+    open.maps
+        .cuda_ring
+        .set_max_entries(ring_bytes)
+        .context("sizing the CUDA ring")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("CUDA program has no rodata")?;
+    rodata.filter_by_tgid = filter == ProcessFilter::Selected;
+    // Wake the consumer early when a quarter of the ring is waiting.
+    rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
+    let skel = open.load().context("loading the CUDA BPF program")?;
+
+    let mut links = Vec::with_capacity(plan.probes.len() * 2 + 1);
+    if filter == ProcessFilter::Selected {
+        links.push(
+            skel.progs
+                .handle_fork
+                .attach()
+                .context("attaching the fork tracker")?,
+        );
+    }
+    for probe in &plan.probes {
+        for retprobe in [false, true] {
+            let program = if retprobe {
+                &skel.progs.cuda_call_return
+            } else {
+                &skel.progs.cuda_call_entry
+            };
+            let opts = UprobeOpts {
+                cookie: probe.cookie,
+                retprobe,
+                ..Default::default()
+            };
+            let link = program
+                .attach_uprobe_with_opts(-1, &probe.library, probe.file_offset as usize, opts)
+                .with_context(|| {
+                    format!(
+                        "attaching {} to {}+{:#x}",
+                        if retprobe { "uretprobe" } else { "uprobe" },
+                        probe.library.display(),
+                        probe.file_offset
+                    )
+                })?;
+            links.push(link);
+        }
+    }
+    tracing::info!(
+        libraries = ?libraries,
+        symbols = plan.probes.len(),
+        functions = plan.functions.len(),
+        "CUDA uprobes attached"
+    );
+    Ok(Ok(CudaProbes {
+        skel,
+        probed_symbols: plan.probes.len(),
+        functions: plan.functions,
+        links: RefCell::new(links),
+    }))
+}

@@ -1,0 +1,142 @@
+//! The end-of-run summary a person reads: calls per function, bytes allocated and copied,
+//! failures by result, XIDs by code (as the original one-command tracer printed).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use gpuship_sinks::schema::CudaRow;
+use serde::Serialize;
+
+/// Aggregates over the rows the consumer decoded.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Calls per function name.
+    pub calls: BTreeMap<String, u64>,
+    /// Bytes requested by successful allocations.
+    pub bytes_allocated: u64,
+    /// Bytes moved by successful copies.
+    pub bytes_copied: u64,
+    /// Failed calls per (function, result name).
+    pub failures: BTreeMap<String, u64>,
+    /// XIDs per code and source.
+    pub xids: BTreeMap<String, u64>,
+}
+
+impl RunSummary {
+    /// Counts one CUDA call.
+    #[inline]
+    pub fn record_call(&mut self, row: &CudaRow<'_>) {
+        match self.calls.get_mut(row.function) {
+            Some(count) => *count += 1,
+            None => {
+                self.calls.insert(row.function.to_string(), 1);
+            }
+        }
+        if row.result != 0 {
+            *self
+                .failures
+                .entry(format!("{} {}", row.function, row.result_name))
+                .or_default() += 1;
+            return;
+        }
+        if let Some(bytes) = row.bytes {
+            if row.function.starts_with("cuMemAlloc") {
+                self.bytes_allocated += bytes;
+            } else if row.function.starts_with("cuMemcpy") {
+                self.bytes_copied += bytes;
+            }
+        }
+    }
+
+    /// Counts one XID.
+    pub fn record_xid(&mut self, code: u32, source: &str) {
+        *self.xids.entry(format!("{code} ({source})")).or_default() += 1;
+    }
+
+    /// Adds another summary into this one.
+    pub fn merge(&mut self, other: RunSummary) {
+        for (k, v) in other.calls {
+            *self.calls.entry(k).or_default() += v;
+        }
+        for (k, v) in other.failures {
+            *self.failures.entry(k).or_default() += v;
+        }
+        for (k, v) in other.xids {
+            *self.xids.entry(k).or_default() += v;
+        }
+        self.bytes_allocated += other.bytes_allocated;
+        self.bytes_copied += other.bytes_copied;
+    }
+
+    /// A few lines of text for the terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let total: u64 = self.calls.values().sum();
+        let _ = writeln!(out, "CUDA calls: {total}");
+        let mut by_count: Vec<_> = self.calls.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (function, count) in by_count {
+            let _ = writeln!(out, "  {count:>10}  {function}");
+        }
+        let _ = writeln!(
+            out,
+            "bytes allocated: {}  bytes copied: {}",
+            self.bytes_allocated, self.bytes_copied
+        );
+        let failed: u64 = self.failures.values().sum();
+        let _ = writeln!(out, "failed calls: {failed}");
+        for (what, count) in &self.failures {
+            let _ = writeln!(out, "  {count:>10}  {what}");
+        }
+        let xids: u64 = self.xids.values().sum();
+        let _ = writeln!(out, "XIDs: {xids}");
+        for (code, count) in &self.xids {
+            let _ = writeln!(out, "  {count:>10}  XID {code}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(function: &'static str, result: u32, bytes: Option<u64>) -> CudaRow<'static> {
+        CudaRow {
+            time_ns: 0,
+            pid: 1,
+            tid: 1,
+            comm: "c",
+            function,
+            duration_ns: 1,
+            result,
+            result_name: if result == 0 {
+                "CUDA_SUCCESS"
+            } else {
+                "CUDA_ERROR_OUT_OF_MEMORY"
+            },
+            bytes,
+            device_ptr: None,
+            stream: None,
+            launch: None,
+        }
+    }
+
+    #[test]
+    fn aggregates_calls_bytes_failures_and_xids() {
+        let mut summary = RunSummary::default();
+        summary.record_call(&row("cuMemAlloc_v2", 0, Some(100)));
+        summary.record_call(&row("cuMemAlloc_v2", 2, Some(1 << 40)));
+        summary.record_call(&row("cuMemcpyHtoD_v2", 0, Some(30)));
+        summary.record_xid(79, "kmsg");
+        assert_eq!(summary.calls["cuMemAlloc_v2"], 2);
+        assert_eq!((summary.bytes_allocated, summary.bytes_copied), (100, 30));
+        assert_eq!(
+            summary.failures["cuMemAlloc_v2 CUDA_ERROR_OUT_OF_MEMORY"],
+            1
+        );
+        let text = summary.render();
+        assert!(text.contains("CUDA calls: 3"), "{text}");
+        assert!(text.contains("XID 79 (kmsg)"), "{text}");
+    }
+}
