@@ -1,0 +1,47 @@
+# gpuship: the two commands of the README, and their parts.
+#   sudo make run    installs missing build packages, builds the release binary, runs the agent
+#                    on its embedded default (every source, Parquet under ./gpuship-data)
+#   sudo make test   the same installs plus the test tools, then the whole suite
+# Everything here is idempotent: packages and the Python test environment are installed only
+# when missing.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev bpftool \
+	autoconf automake autopoint gettext flex bison gawk make python3 python3-venv
+TESTENV := target/testenv
+DUCKDB_VERSION := 1.5.6
+CONFIG ?=
+
+.PHONY: deps build run testenv test lint unit bench fixtures
+
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing build packages:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust >= 1.88 with rustup"; exit 1; }
+
+build: deps
+	$(CARGO) build --release --locked
+
+run: build
+	./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
+
+# Python tools the tests drive (DuckDB), pinned, in a venv under target/.
+testenv: deps
+	@test -x $(TESTENV)/bin/python3 || python3 -m venv $(TESTENV)
+	@$(TESTENV)/bin/python3 -c 'import duckdb, sys; sys.exit(duckdb.__version__ != "$(DUCKDB_VERSION)")' 2>/dev/null \
+		|| $(TESTENV)/bin/pip install -q duckdb==$(DUCKDB_VERSION)
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+# The whole suite: unit tests, real-eBPF integration tests (root), benches compiled and run once.
+test: deps testenv lint
+	$(CARGO) test --workspace --all-targets --locked
+
+bench: deps
+	$(CARGO) bench --locked

@@ -1,0 +1,86 @@
+//! Reading what the Parquet sink wrote: through the arrow reader and through real DuckDB.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use arrow_array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// Every file under `root`, sorted.
+pub fn files(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// All rows of one table (`<root>/<kind>/**/*.parquet`), read with the arrow reader.
+pub fn read_table(root: &Path, kind: &str) -> Vec<RecordBatch> {
+    files(&root.join(kind))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .flat_map(|path| {
+            let file = File::open(&path).expect("open parquet");
+            ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .build()
+                .expect("reader")
+                .map(|b| b.expect("batch"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Python of the test environment (made by `make testenv`).
+pub fn python() -> PathBuf {
+    let path = super::repo_root().join("target/testenv/bin/python3");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make testenv` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `sql` in DuckDB and returns the rows as JSON arrays of strings.
+pub fn duckdb(sql: &str) -> Vec<Vec<String>> {
+    let script = r#"
+import duckdb, json, sys
+rows = duckdb.sql(sys.argv[1]).fetchall()
+print(json.dumps([[None if v is None else str(v) for v in row] for row in rows]))
+"#;
+    let output = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(sql)
+        .output()
+        .expect("running duckdb");
+    assert!(
+        output.status.success(),
+        "duckdb failed for {sql}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Vec<Option<String>>> =
+        serde_json::from_slice(&output.stdout).expect("duckdb JSON");
+    rows.into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                .collect()
+        })
+        .collect()
+}

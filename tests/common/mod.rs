@@ -1,0 +1,91 @@
+//! Shared helpers for the integration tests: build the C stand-in libcuda and workload, start
+//! and stop the real agent binary, read its Parquet output through arrow and DuckDB.
+//!
+//! Every test gets its own copy of the stand-in library: uprobes attach to an inode, so agents
+//! of tests running in parallel never see each other's calls.
+
+#![allow(dead_code)]
+
+pub mod agent;
+pub mod lake;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Root of the repository.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The stand-in library and workload, built into a fresh folder.
+pub struct Fixtures {
+    /// Keeps the folder alive.
+    pub dir: tempfile::TempDir,
+    /// `<dir>/libcuda.so.1`.
+    pub libcuda: PathBuf,
+    /// `<dir>/cuda_workload`.
+    pub workload: PathBuf,
+}
+
+impl Fixtures {
+    /// Builds the fixtures with `make -C tests/fixtures` (gcc). Panics with make's output.
+    pub fn build() -> Fixtures {
+        let dir = tempfile::Builder::new()
+            .prefix("gpuship-fx-")
+            .tempdir()
+            .expect("tempdir");
+        let output = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(repo_root().join("tests/fixtures"))
+            .arg(format!("OUT={}", dir.path().display()))
+            .output()
+            .expect("running make for the test fixtures");
+        assert!(
+            output.status.success(),
+            "building fixtures failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Fixtures {
+            libcuda: dir.path().join("libcuda.so.1"),
+            workload: dir.path().join("cuda_workload"),
+            dir,
+        }
+    }
+
+    /// A workload command using this library.
+    pub fn workload(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.workload);
+        command.args(args).env("CUDA_LIB", &self.libcuda);
+        command
+    }
+
+    /// Runs the workload to completion and returns (pid, stdout).
+    pub fn run_workload(&self, args: &[&str], env: &[(&str, &str)]) -> (u32, String) {
+        let mut command = self.workload(args);
+        command
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped());
+        let child = command.spawn().expect("starting workload");
+        let pid = child.id();
+        let output = child.wait_with_output().expect("waiting for workload");
+        assert!(
+            output.status.success(),
+            "workload failed: {:?}",
+            output.status
+        );
+        (pid, String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Agent config text tracing only this library (no XID sources) into `data`.
+    pub fn cuda_config(&self, data: &Path, functions: &str) -> String {
+        format!(
+            "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = {functions}\ndrain_interval_ms = 20\n\n\
+             [batch]\ntimeout_ms = 100\n\n[[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",
+            self.libcuda.display(),
+            data.display()
+        )
+    }
+}
