@@ -13,7 +13,7 @@ use crate::accounting::{Accounting, Snapshot};
 /// exit code when there was one.
 pub async fn wait_for_end(
     target: &Target,
-    child: Option<std::process::Child>,
+    child: Option<super::command::TracedChild>,
     stats_interval_secs: u64,
     accounting: Arc<Accounting>,
 ) -> Option<i32> {
@@ -21,15 +21,10 @@ pub async fn wait_for_end(
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let child_exit = async move {
         match child {
-            Some(mut child) => tokio::task::spawn_blocking(move || {
-                child
-                    .wait()
-                    .ok()
-                    .map(|s| s.code().unwrap_or(128 + signal_of(&s)))
-            })
-            .await
-            .ok()
-            .flatten(),
+            Some(child) => tokio::task::spawn_blocking(move || child.wait().ok())
+                .await
+                .ok()
+                .flatten(),
             None => std::future::pending().await,
         }
     };
@@ -72,11 +67,6 @@ async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
         }
         None => std::future::pending().await,
     }
-}
-
-fn signal_of(status: &std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.signal().unwrap_or(0)
 }
 
 fn log_progress(previous: &(Instant, Snapshot), now: &(Instant, Snapshot)) {
