@@ -18,6 +18,8 @@ pub struct RingCounters {
     pub lost_in_kernel: AtomicU64,
     /// Returns whose entry was missing (CUDA only; the call is not recorded).
     pub unmatched_returns: AtomicU64,
+    /// Calls not recorded because the in-flight table was full (CUDA only).
+    pub inflight_full: AtomicU64,
     /// Records taken off the ring by the consumer.
     pub received: AtomicU64,
     /// Records rejected by the decoder.
@@ -76,6 +78,8 @@ pub struct RingSnapshot {
     pub decode_errors: u64,
     /// CUDA returns without their entry.
     pub unmatched_returns: u64,
+    /// CUDA calls not recorded because the in-flight table was full.
+    pub inflight_full: u64,
 }
 
 /// Kernel-log counters.
@@ -118,6 +122,7 @@ impl RingCounters {
             received: self.received.load(Ordering::Relaxed),
             decode_errors: self.decode_errors.load(Ordering::Relaxed),
             unmatched_returns: self.unmatched_returns.load(Ordering::Relaxed),
+            inflight_full: self.inflight_full.load(Ordering::Relaxed),
         }
     }
 }

@@ -49,9 +49,14 @@ struct call_entry {
 	__u64 out_ptr; /* user address of the device pointer an allocation writes, or 0 */
 };
 
-/* Calls between entry and return. LRU so that threads killed mid-call cannot fill it. */
+/*
+ * Calls between entry and return. A plain hash, not LRU: LRU maps evict live entries under
+ * churn (their free lists are per CPU), which loses the return of a call in progress. A thread
+ * killed mid-call leaves one stale entry, overwritten when its tid is reused; a full table is
+ * counted (GPUSHIP_STAT_INFLIGHT_FULL), never silent.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct call_key);
 	__type(value, struct call_entry);
@@ -217,7 +222,8 @@ int BPF_KPROBE(cuda_call_entry)
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
-	bpf_map_update_elem(&inflight, &key, entry, BPF_ANY);
+	if (bpf_map_update_elem(&inflight, &key, entry, BPF_ANY) < 0)
+		count(GPUSHIP_STAT_INFLIGHT_FULL);
 	return 0;
 }
 

@@ -99,6 +99,7 @@ pub fn log_final(outcome: &RunOutcome) {
             lost_in_kernel = ring.lost_in_kernel,
             decode_errors = ring.decode_errors,
             unmatched_returns = ring.unmatched_returns,
+            inflight_full = ring.inflight_full,
             "final ring accounting"
         );
     }

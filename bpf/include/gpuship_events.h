@@ -29,8 +29,9 @@ enum gpuship_record_kind {
 enum gpuship_ring_stat {
 	GPUSHIP_STAT_SUBMITTED = 0,      /* records committed to the ring */
 	GPUSHIP_STAT_RESERVE_FAILED = 1, /* ring full: event lost in the kernel */
-	GPUSHIP_STAT_UNMATCHED_RETURN = 2, /* uretprobe without its entry (in-flight table evicted) */
-	GPUSHIP_STAT_COUNT = 3,
+	GPUSHIP_STAT_UNMATCHED_RETURN = 2, /* uretprobe without its entry (probe attached mid-call) */
+	GPUSHIP_STAT_INFLIGHT_FULL = 3,    /* entry not stored: in-flight table full; call not recorded */
+	GPUSHIP_STAT_COUNT = 4,
 };
 
 /* One XID from the nvidia:nvidia_dev_xid tracepoint. */

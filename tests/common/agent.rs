@@ -173,6 +173,8 @@ impl Stopped {
         let sink = self.sink(kind);
         assert_eq!(ring["lost_in_kernel"], 0, "{}", self.outcome);
         assert_eq!(ring["decode_errors"], 0, "{}", self.outcome);
+        assert_eq!(ring["unmatched_returns"], 0, "{}", self.outcome);
+        assert_eq!(ring["inflight_full"], 0, "{}", self.outcome);
         assert_eq!(ring["emitted"], ring["received"], "{}", self.outcome);
         assert_eq!(sink["delivered"], sink["received"], "{}", self.outcome);
         assert_eq!(sink["in_flight"], 0, "{}", self.outcome);

@@ -29,13 +29,21 @@ pub struct CudaProbes<'obj> {
     pub functions: FunctionTable,
     /// Number of symbols probed.
     pub probed_symbols: usize,
-    links: RefCell<Vec<Link>>,
+    /// Fork tracker and entry probes.
+    entry_links: RefCell<Vec<Link>>,
+    /// Return probes, detached first (see [`CudaProbes::detach`]).
+    return_links: RefCell<Vec<Link>>,
 }
 
 impl CudaProbes<'_> {
     /// Detaches every probe; the ring can still be drained afterwards.
+    ///
+    /// Return probes go first: a uretprobe rides on the entry breakpoint, so while a symbol's
+    /// return probe is still attached its calls would return without the entry program having
+    /// run (unmatched returns). Entries stored after that have no return and are not emitted.
     pub fn detach(&self) {
-        self.links.borrow_mut().clear();
+        self.return_links.borrow_mut().clear();
+        self.entry_links.borrow_mut().clear();
     }
 
     /// A handle on the map of traced processes, for [`ProcessFilter::Selected`].
@@ -101,9 +109,10 @@ pub fn load<'obj>(
     rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
     let skel = open.load().context("loading the CUDA BPF program")?;
 
-    let mut links = Vec::with_capacity(plan.probes.len() * 2 + 1);
+    let mut entry_links = Vec::with_capacity(plan.probes.len() + 1);
+    let mut return_links = Vec::with_capacity(plan.probes.len());
     if filter == ProcessFilter::Selected {
-        links.push(
+        entry_links.push(
             skel.progs
                 .handle_fork
                 .attach()
@@ -132,7 +141,11 @@ pub fn load<'obj>(
                         probe.file_offset
                     )
                 })?;
-            links.push(link);
+            if retprobe {
+                return_links.push(link);
+            } else {
+                entry_links.push(link);
+            }
         }
     }
     tracing::info!(
@@ -145,6 +158,7 @@ pub fn load<'obj>(
         skel,
         probed_symbols: plan.probes.len(),
         functions: plan.functions,
-        links: RefCell::new(links),
+        entry_links: RefCell::new(entry_links),
+        return_links: RefCell::new(return_links),
     }))
 }
