@@ -1,1 +1,101 @@
-fn main() {}
+//! Raw ring records -> Arrow RecordBatch: the consumer's per-event hot path (record check,
+//! decode, function-name lookup, wall-clock conversion, append to the Arrow builders, batch
+//! finish). Target: >= 3 M events/s on one core.
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use gpuship::batcher::CudaBatcher;
+use gpuship::bpf::cuda::types::{cuda_event, gpuship_arg_valid, gpuship_record_kind};
+use gpuship::config::BatchConfig;
+use gpuship::decode::{self, c_chars, record_bytes, Decoder};
+use gpuship::enrich::{Clocks, GpuDirectory};
+use gpuship::sources::cuda::plan::FunctionTable;
+use gpuship_sinks::schema::HostIdentity;
+
+const EVENTS: usize = 65_536;
+
+fn records() -> Vec<Vec<u8>> {
+    let mut comm = [0i8; 16];
+    for (dst, src) in comm.iter_mut().zip(b"pt_main_thread") {
+        *dst = *src as i8;
+    }
+    (0..EVENTS)
+        .map(|i| {
+            let launch = i % 3 != 0;
+            let event = cuda_event {
+                record_kind: gpuship_record_kind::GPUSHIP_RECORD_CUDA.0,
+                function_id: (i % 4) as u32,
+                start_boot_ns: 1_000_000 + i as u64 * 700,
+                duration_ns: 2_000 + (i % 17) as u64,
+                pid: 4242,
+                tid: 4242 + (i % 8) as u32,
+                result: if i % 1000 == 0 { 700 } else { 0 },
+                valid: if launch {
+                    gpuship_arg_valid::GPUSHIP_ARG_LAUNCH.0
+                        | gpuship_arg_valid::GPUSHIP_ARG_STREAM.0
+                } else {
+                    gpuship_arg_valid::GPUSHIP_ARG_BYTES.0
+                        | gpuship_arg_valid::GPUSHIP_ARG_DEVICE_PTR.0
+                },
+                bytes: 4096,
+                device_ptr: 0x7f00_0000_0000 + i as u64,
+                stream: 0x5000,
+                grid: [120, 2, 1],
+                block: [256, 1, 1],
+                shared_mem_bytes: 1024,
+                comm,
+                ..Default::default()
+            };
+            record_bytes(&event)
+        })
+        .collect()
+}
+
+fn decode_to_batches(c: &mut Criterion) {
+    let raw = records();
+    let decoder = Decoder::new(
+        Clocks::fixed(1_700_000_000_000_000_000, 0),
+        FunctionTable::from_names([
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuMemAlloc_v2",
+            "cuMemcpyHtoDAsync_v2",
+        ]),
+        Arc::new(GpuDirectory::default()),
+    );
+    let identity = HostIdentity {
+        host: "gpu-node-017".into(),
+        boot_id: "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b".into(),
+    };
+    let config = BatchConfig {
+        max_events: 65_536,
+        max_bytes: 64 << 20,
+        timeout_ms: 1_000,
+    };
+    let mut group = c.benchmark_group("ring_records_to_record_batch");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function("cuda_65536_events", |b| {
+        b.iter_batched_ref(
+            || CudaBatcher::new(identity.clone(), &config),
+            |batcher| {
+                let mut rows = 0;
+                for record in &raw {
+                    let event = decode::cuda_event(record).expect("valid record");
+                    let comm = c_chars(&event.comm);
+                    let row = decoder.cuda_row(&event, &comm).expect("known function");
+                    if let Some(batch) = batcher.push(&row) {
+                        rows += batch.len();
+                    }
+                }
+                rows += batcher.flush().map_or(0, |b| b.len());
+                assert_eq!(rows, EVENTS);
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode_to_batches);
+criterion_main!(benches);

@@ -168,8 +168,7 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(cuda_call_entry)
+static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -227,8 +226,7 @@ int BPF_KPROBE(cuda_call_entry)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(cuda_call_return, long ret)
+static __always_inline int on_return(struct pt_regs *ctx, long ret)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -266,6 +264,35 @@ int BPF_KRETPROBE(cuda_call_return, long ret)
 	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);
 	return 0;
+}
+
+/*
+ * Two attach styles for the same logic: one link per symbol (any kernel with uprobes and
+ * cookies), or one uprobe_multi link per library (Linux >= 6.6), which attaches and, above all,
+ * detaches in one step instead of one RCU grace period per symbol.
+ */
+SEC("uprobe")
+int BPF_KPROBE(cuda_call_entry)
+{
+	return on_entry(ctx);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_call_return, long ret)
+{
+	return on_return(ctx, ret);
+}
+
+SEC("uprobe.multi")
+int BPF_KPROBE(cuda_call_entry_multi)
+{
+	return on_entry(ctx);
+}
+
+SEC("uretprobe.multi")
+int BPF_KRETPROBE(cuda_call_return_multi, long ret)
+{
+	return on_return(ctx, ret);
 }
 
 /* A traced process's children are traced too (gpuship run -- COMMAND traces the whole tree). */

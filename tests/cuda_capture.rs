@@ -179,6 +179,7 @@ fn every_call_of_the_workload_becomes_one_exact_row() {
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(&fixtures.cuda_config(data.path(), NAMED_EXTRAS), &[]);
+    assert!(agent.log().contains("uprobe_multi=true"), "{}", agent.log());
     let (pid, stdout) = fixtures.run_workload(
         &["sequence", "2"],
         &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")],
@@ -290,6 +291,33 @@ fn a_glob_probes_every_matching_export_minus_the_excluded_getters() {
     // Known functions keep their decoded arguments when a glob selects them; the rest
     // (cuDriverGetVersion, cuDeviceGetCount) get name, duration and result.
     assert_eq!(calls, expected);
+}
+
+#[test]
+fn per_symbol_probes_capture_the_same_rows_as_uprobe_multi() {
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = fixtures.cuda_config(data.path(), NAMED_EXTRAS).replace(
+        "drain_interval_ms = 20",
+        "drain_interval_ms = 20\nuprobe_multi = false",
+    );
+    let agent = Agent::start(&config, &[]);
+    assert!(
+        agent.log().contains("uprobe_multi=false"),
+        "{}",
+        agent.log()
+    );
+    fixtures.run_workload(
+        &["sequence", "1"],
+        &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")],
+    );
+    let stopped = agent.stop();
+    assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 30);
+    let calls: Vec<Call> = rows(&read_table(data.path(), "cuda"))
+        .into_iter()
+        .map(|r| r.call)
+        .collect();
+    assert_eq!(calls, expected_sequence(1));
 }
 
 #[test]

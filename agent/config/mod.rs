@@ -141,6 +141,10 @@ pub struct CudaSourceConfig {
     /// Size of the CUDA ring buffer in MiB (a power of two).
     #[serde(default = "defaults::ring_size_mib")]
     pub ring_size_mib: u32,
+    /// Attach with one uprobe_multi link per library where the kernel has them (Linux >= 6.6);
+    /// false attaches one probe per symbol (slower to attach and to detach).
+    #[serde(default = "defaults::yes")]
+    pub uprobe_multi: bool,
 }
 
 /// `[batch]`: when a batch of CUDA rows is handed to the sinks. XID rows never wait.

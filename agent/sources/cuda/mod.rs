@@ -6,6 +6,7 @@
 //! - [`probes`]: loading the program and attaching the planned probes.
 //! - [`results`]: CUresult names.
 
+pub mod attach;
 pub mod catalog;
 pub mod library;
 pub mod plan;

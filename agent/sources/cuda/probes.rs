@@ -5,8 +5,9 @@ use std::mem::MaybeUninit;
 
 use anyhow::Context;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapHandle, OpenObject, UprobeOpts};
+use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
+use super::attach;
 use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
@@ -107,58 +108,76 @@ pub fn load<'obj>(
     rodata.filter_by_tgid = filter == ProcessFilter::Selected;
     // Wake the consumer early when a quarter of the ring is waiting.
     rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
+    let multi = config.uprobe_multi && uprobe_multi_supported();
+    // Load only the programs of the attach style this kernel supports.
+    open.progs.cuda_call_entry_multi.set_autoload(multi);
+    open.progs.cuda_call_return_multi.set_autoload(multi);
     let skel = open.load().context("loading the CUDA BPF program")?;
 
-    let mut entry_links = Vec::with_capacity(plan.probes.len() + 1);
-    let mut return_links = Vec::with_capacity(plan.probes.len());
+    let mut links = attach::Links::default();
     if filter == ProcessFilter::Selected {
-        entry_links.push(
+        links.entry.push(
             skel.progs
                 .handle_fork
                 .attach()
                 .context("attaching the fork tracker")?,
         );
     }
-    for probe in &plan.probes {
-        for retprobe in [false, true] {
-            let program = if retprobe {
-                &skel.progs.cuda_call_return
-            } else {
-                &skel.progs.cuda_call_entry
-            };
-            let opts = UprobeOpts {
-                cookie: probe.cookie,
-                retprobe,
-                ..Default::default()
-            };
-            let link = program
-                .attach_uprobe_with_opts(-1, &probe.library, probe.file_offset as usize, opts)
-                .with_context(|| {
-                    format!(
-                        "attaching {} to {}+{:#x}",
-                        if retprobe { "uretprobe" } else { "uprobe" },
-                        probe.library.display(),
-                        probe.file_offset
-                    )
-                })?;
-            if retprobe {
-                return_links.push(link);
-            } else {
-                entry_links.push(link);
-            }
-        }
-    }
+    attach::attach_all(&skel, &plan.probes, multi, &mut links)?;
     tracing::info!(
         libraries = ?libraries,
         symbols = plan.probes.len(),
         functions = plan.functions.len(),
+        uprobe_multi = multi,
         "CUDA uprobes attached"
     );
     Ok(Ok(CudaProbes {
         skel,
         probed_symbols: plan.probes.len(),
         functions: plan.functions,
-        entry_links: RefCell::new(entry_links),
-        return_links: RefCell::new(return_links),
+        entry_links: RefCell::new(links.entry),
+        return_links: RefCell::new(links.ret),
     }))
+}
+
+/// uprobe_multi links exist since Linux 6.6.
+fn uprobe_multi_supported() -> bool {
+    // SAFETY: utsname is plain data; zeroed is valid and uname only writes into it.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return false;
+    }
+    let release: String = uts
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    kernel_at_least(&release, 6, 6)
+}
+
+fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_at_least;
+
+    #[test]
+    fn kernel_versions_compare_numerically() {
+        assert!(kernel_at_least("6.18.44-fc-v769", 6, 6));
+        assert!(kernel_at_least("6.6.0", 6, 6));
+        assert!(!kernel_at_least("6.5.13-generic", 6, 6));
+        assert!(!kernel_at_least("5.15.0-91-generic", 6, 6));
+        assert!(kernel_at_least("7.0", 6, 6));
+        assert!(!kernel_at_least("garbage", 6, 6));
+    }
 }
