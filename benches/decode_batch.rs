@@ -22,7 +22,7 @@ fn records() -> Vec<Vec<u8>> {
     }
     (0..EVENTS)
         .map(|i| {
-            let launch = i % 3 != 0;
+            let launch = !i.is_multiple_of(3);
             let event = cuda_event {
                 record_kind: gpuship_record_kind::GPUSHIP_RECORD_CUDA.0,
                 function_id: (i % 4) as u32,
@@ -30,7 +30,7 @@ fn records() -> Vec<Vec<u8>> {
                 duration_ns: 2_000 + (i % 17) as u64,
                 pid: 4242,
                 tid: 4242 + (i % 8) as u32,
-                result: if i % 1000 == 0 { 700 } else { 0 },
+                result: if i.is_multiple_of(1000) { 700 } else { 0 },
                 valid: if launch {
                     gpuship_arg_valid::GPUSHIP_ARG_LAUNCH.0
                         | gpuship_arg_valid::GPUSHIP_ARG_STREAM.0

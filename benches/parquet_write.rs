@@ -26,7 +26,7 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
             let mut builder = CudaBatchBuilder::new(identity.clone(), ROWS_PER_BATCH);
             for i in 0..ROWS_PER_BATCH {
                 let n = b * ROWS_PER_BATCH + i;
-                let launch = n % 3 != 0;
+                let launch = !n.is_multiple_of(3);
                 builder.append(&CudaRow {
                     time_ns: start + n as i64 * 1_300,
                     pid: 4242,
@@ -34,8 +34,8 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
                     comm: "pt_main_thread",
                     function: functions[n % 4],
                     duration_ns: 1_800 + (n % 97) as u64 * 13,
-                    result: if n % 1000 == 0 { 700 } else { 0 },
-                    result_name: if n % 1000 == 0 {
+                    result: if n.is_multiple_of(1000) { 700 } else { 0 },
+                    result_name: if n.is_multiple_of(1000) {
                         "CUDA_ERROR_ILLEGAL_ADDRESS"
                     } else {
                         "CUDA_SUCCESS"

@@ -31,7 +31,7 @@ struct FileConfig {
 }
 
 /// The whole file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Config {
     /// Process-wide settings.
     pub agent: AgentConfig,
@@ -270,18 +270,6 @@ default_from_serde!(
     BatchConfig,
     EnrichConfig
 );
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            agent: AgentConfig::default(),
-            sources: SourcesConfig::default(),
-            batch: BatchConfig::default(),
-            enrich: EnrichConfig::default(),
-            sinks: Vec::new(),
-        }
-    }
-}
 
 /// Where the embedded default writes Parquet.
 pub const DEFAULT_DATA_DIR: &str = "./gpuship-data";

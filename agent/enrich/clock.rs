@@ -21,7 +21,7 @@ fn now_ns(clock: libc::clockid_t) -> i64 {
     if rc != 0 {
         return 0;
     }
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 impl Clocks {
