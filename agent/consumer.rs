@@ -28,7 +28,7 @@ use crate::fanout::FanOut;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::xid_tracepoint;
-use crate::summary::RunSummary;
+use crate::summary::{CallTally, RunSummary};
 
 /// How often kernel counters are copied into [`Accounting`] while running.
 const COUNTER_REFRESH: Duration = Duration::from_secs(1);
@@ -108,6 +108,7 @@ struct State {
     cuda: CudaBatcher,
     xids: Vec<XidRecord>,
     summary: RunSummary,
+    calls: CallTally,
 }
 
 fn run(
@@ -212,6 +213,7 @@ fn run(
         cuda: CudaBatcher::new(context.identity.clone(), &settings.batch),
         xids: Vec::new(),
         summary: RunSummary::default(),
+        calls: CallTally::default(),
     });
     let accounting = &context.accounting;
     let mut builder = RingBufferBuilder::new();
@@ -275,7 +277,11 @@ fn run(
     let _ = rings.consume();
     hand_on(&state, context, true);
     refresh();
-    let summary = std::mem::take(&mut state.borrow_mut().summary);
+    let mut summary = std::mem::take(&mut state.borrow_mut().summary);
+    let calls = std::mem::take(&mut state.borrow_mut().calls);
+    if let Some(cuda) = &cuda {
+        calls.add_to(&mut summary, |id| cuda.functions.name(id));
+    }
     if let Ok(mut shared) = context.summary.lock() {
         shared.merge(summary);
     }
@@ -313,7 +319,7 @@ fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, f
     let decoded = cuda_event(raw).and_then(|event| {
         let comm = c_chars(&event.comm);
         let row = state.decoder.cuda_row(&event, &comm)?;
-        state.summary.record_call(&row);
+        state.calls.record(event.function_id, &row);
         Ok(state.cuda.push(&row))
     });
     match decoded {

@@ -7,6 +7,52 @@ use std::fmt::Write as _;
 use gpuship_sinks::schema::CudaRow;
 use serde::Serialize;
 
+/// Per-call counting on the consumer's hot path: counts by function id (a vector index, no
+/// string work per call); turned into a [`RunSummary`] once, at the end.
+#[derive(Debug, Default, Clone)]
+pub struct CallTally {
+    calls_by_function: Vec<u64>,
+    bytes_allocated: u64,
+    bytes_copied: u64,
+    failures: BTreeMap<String, u64>,
+}
+
+impl CallTally {
+    /// Counts one call of function `function_id`.
+    #[inline]
+    pub fn record(&mut self, function_id: u32, row: &CudaRow<'_>) {
+        let index = function_id as usize;
+        if index >= self.calls_by_function.len() {
+            self.calls_by_function.resize(index + 1, 0);
+        }
+        self.calls_by_function[index] += 1;
+        if row.result != 0 {
+            *self.failures.entry(format!("{} {}", row.function, row.result_name)).or_default() += 1;
+            return;
+        }
+        if let Some(bytes) = row.bytes {
+            if row.function.starts_with("cuMemAlloc") {
+                self.bytes_allocated += bytes;
+            } else if row.function.starts_with("cuMemcpy") {
+                self.bytes_copied += bytes;
+            }
+        }
+    }
+
+    /// Adds the tally into `summary`, naming functions with `name_of`.
+    pub fn add_to<'a>(self, summary: &mut RunSummary, name_of: impl Fn(u32) -> Option<&'a str>) {
+        for (id, count) in self.calls_by_function.into_iter().enumerate().filter(|(_, c)| *c > 0) {
+            let name = name_of(id as u32).unwrap_or("unknown");
+            *summary.calls.entry(name.to_string()).or_default() += count;
+        }
+        for (what, count) in self.failures {
+            *summary.failures.entry(what).or_default() += count;
+        }
+        summary.bytes_allocated += self.bytes_allocated;
+        summary.bytes_copied += self.bytes_copied;
+    }
+}
+
 /// Aggregates over the rows the consumer decoded.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
 pub struct RunSummary {
@@ -23,31 +69,6 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
-    /// Counts one CUDA call.
-    #[inline]
-    pub fn record_call(&mut self, row: &CudaRow<'_>) {
-        match self.calls.get_mut(row.function) {
-            Some(count) => *count += 1,
-            None => {
-                self.calls.insert(row.function.to_string(), 1);
-            }
-        }
-        if row.result != 0 {
-            *self
-                .failures
-                .entry(format!("{} {}", row.function, row.result_name))
-                .or_default() += 1;
-            return;
-        }
-        if let Some(bytes) = row.bytes {
-            if row.function.starts_with("cuMemAlloc") {
-                self.bytes_allocated += bytes;
-            } else if row.function.starts_with("cuMemcpy") {
-                self.bytes_copied += bytes;
-            }
-        }
-    }
-
     /// Counts one XID.
     pub fn record_xid(&mut self, code: u32, source: &str) {
         *self.xids.entry(format!("{code} ({source})")).or_default() += 1;
@@ -124,10 +145,16 @@ mod tests {
 
     #[test]
     fn aggregates_calls_bytes_failures_and_xids() {
+        let mut tally = CallTally::default();
+        tally.record(0, &row("cuMemAlloc_v2", 0, Some(100)));
+        tally.record(0, &row("cuMemAlloc_v2", 2, Some(1 << 40)));
+        tally.record(3, &row("cuMemcpyHtoD_v2", 0, Some(30)));
         let mut summary = RunSummary::default();
-        summary.record_call(&row("cuMemAlloc_v2", 0, Some(100)));
-        summary.record_call(&row("cuMemAlloc_v2", 2, Some(1 << 40)));
-        summary.record_call(&row("cuMemcpyHtoD_v2", 0, Some(30)));
+        tally.add_to(&mut summary, |id| match id {
+            0 => Some("cuMemAlloc_v2"),
+            3 => Some("cuMemcpyHtoD_v2"),
+            _ => None,
+        });
         summary.record_xid(79, "kmsg");
         assert_eq!(summary.calls["cuMemAlloc_v2"], 2);
         assert_eq!((summary.bytes_allocated, summary.bytes_copied), (100, 30));
