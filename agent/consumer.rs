@@ -9,21 +9,20 @@
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gpuship_sinks::schema::{HostIdentity, XidRecord};
+use gpuship_sinks::schema::XidRecord;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBufferBuilder};
 
 use crate::accounting::{Accounting, RingCounters};
 use crate::batcher::{xid_batch, CudaBatcher};
 use crate::bpf::cuda::types::gpuship_ring_stat;
+use crate::capture::CaptureContext;
 use crate::config::{BatchConfig, CudaSourceConfig, XidSourceConfig};
 use crate::decode::{c_chars, cuda_event, Decoder};
-use crate::enrich::{Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
@@ -48,24 +47,6 @@ pub struct ConsumerSettings {
     pub tracefs: Option<PathBuf>,
 }
 
-/// Shared with the rest of the agent.
-pub struct ConsumerContext {
-    /// Host identity for rows.
-    pub identity: HostIdentity,
-    /// Clock offsets.
-    pub clocks: Clocks,
-    /// GPUs by bus id.
-    pub gpus: Arc<GpuDirectory>,
-    /// Where batches go.
-    pub fanout: FanOut,
-    /// Counters.
-    pub accounting: Arc<Accounting>,
-    /// Set to stop.
-    pub stop: Arc<AtomicBool>,
-    /// The run summary the consumer adds to.
-    pub summary: Arc<Mutex<RunSummary>>,
-}
-
 /// Whether each BPF source attached, and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceStatus {
@@ -88,7 +69,7 @@ pub struct Ready {
 /// Starts the consumer thread. The receiver yields one [`Ready`] (or the fatal error).
 pub fn spawn(
     settings: ConsumerSettings,
-    context: ConsumerContext,
+    context: CaptureContext,
 ) -> (JoinHandle<()>, mpsc::Receiver<anyhow::Result<Ready>>) {
     let (ready_tx, ready_rx) = mpsc::channel();
     let handle = std::thread::Builder::new()
@@ -113,7 +94,7 @@ struct State {
 
 fn run(
     settings: &ConsumerSettings,
-    context: &ConsumerContext,
+    context: &CaptureContext,
     ready: &mpsc::Sender<anyhow::Result<Ready>>,
 ) -> anyhow::Result<()> {
     let mut statuses = Vec::new();
@@ -339,7 +320,7 @@ fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, f
 }
 
 /// Sends waiting XIDs, and CUDA rows that are due (or all of them when `all`).
-fn hand_on(state: &RefCell<State>, context: &ConsumerContext, all: bool) {
+fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
     let (xids, cuda) = {
         let mut state = state.borrow_mut();
         let xids = xid_batch(&context.identity, &state.xids);

@@ -13,6 +13,7 @@
 pub mod accounting;
 pub mod batcher;
 pub mod bpf;
+pub mod capture;
 pub mod cli;
 pub mod config;
 pub mod consumer;

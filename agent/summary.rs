@@ -27,7 +27,10 @@ impl CallTally {
         }
         self.calls_by_function[index] += 1;
         if row.result != 0 {
-            *self.failures.entry(format!("{} {}", row.function, row.result_name)).or_default() += 1;
+            *self
+                .failures
+                .entry(format!("{} {}", row.function, row.result_name))
+                .or_default() += 1;
             return;
         }
         if let Some(bytes) = row.bytes {
@@ -41,7 +44,12 @@ impl CallTally {
 
     /// Adds the tally into `summary`, naming functions with `name_of`.
     pub fn add_to<'a>(self, summary: &mut RunSummary, name_of: impl Fn(u32) -> Option<&'a str>) {
-        for (id, count) in self.calls_by_function.into_iter().enumerate().filter(|(_, c)| *c > 0) {
+        for (id, count) in self
+            .calls_by_function
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| *c > 0)
+        {
             let name = name_of(id as u32).unwrap_or("unknown");
             *summary.calls.entry(name.to_string()).or_default() += count;
         }

@@ -15,8 +15,9 @@ use gpuship_sinks::{SinkInput, SinkStats};
 use tokio::sync::mpsc;
 
 use crate::accounting::{Accounting, Snapshot};
+use crate::capture::CaptureContext;
 use crate::config::Config;
-use crate::consumer::{self, ConsumerContext, ConsumerSettings, SourceStatus};
+use crate::consumer::{self, ConsumerSettings, SourceStatus};
 use crate::enrich::{host_identity, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
@@ -102,6 +103,15 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         Target::AllProcesses => ProcessFilter::All,
         Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
     };
+    let capture = CaptureContext {
+        identity: identity.clone(),
+        clocks,
+        gpus,
+        fanout,
+        accounting: accounting.clone(),
+        stop: stop.clone(),
+        summary: summary.clone(),
+    };
     let (consumer_thread, ready) = consumer::spawn(
         ConsumerSettings {
             xid: config.sources.xid.clone(),
@@ -110,30 +120,14 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             filter,
             tracefs,
         },
-        ConsumerContext {
-            identity: identity.clone(),
-            clocks,
-            gpus: gpus.clone(),
-            fanout: fanout.clone(),
-            accounting: accounting.clone(),
-            stop: stop.clone(),
-            summary: summary.clone(),
-        },
+        capture.clone(),
     );
     let ready = ready
         .recv()
         .context("the consumer thread ended before it was ready")??;
 
     let kmsg_thread = if config.sources.xid.kmsg {
-        let context = kmsg::KmsgContext {
-            identity: identity.clone(),
-            clocks,
-            gpus,
-            fanout: fanout.clone(),
-            accounting: accounting.clone(),
-            stop: stop.clone(),
-            summary: summary.clone(),
-        };
+        let context = capture.clone();
         match kmsg::spawn(
             &config.sources.xid.kmsg_path,
             config.sources.xid.kmsg_start,
@@ -148,7 +142,8 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     } else {
         None
     };
-    drop(fanout);
+    // The threads hold the only other clones: once they end, the sink queues close.
+    drop(capture);
     let attached: Vec<&SourceStatus> = ready.sources.iter().filter(|s| s.attached).collect();
     if attached.is_empty() && kmsg_thread.is_none() {
         stop.store(true, Ordering::Release);

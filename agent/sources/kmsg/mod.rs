@@ -6,42 +6,21 @@ pub mod parse;
 pub mod reader;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuship_sinks::schema::{HostIdentity, XidRecord, XidSource};
+use gpuship_sinks::schema::{XidRecord, XidSource};
 
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
-use crate::accounting::Accounting;
 use crate::batcher::xid_batch;
+use crate::capture::CaptureContext;
 use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
-use crate::fanout::FanOut;
-use crate::summary::RunSummary;
 
 /// How often the reader checks whether it should stop.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
-
-/// What the kmsg thread needs.
-pub struct KmsgContext {
-    /// Host identity for rows.
-    pub identity: HostIdentity,
-    /// Clock offsets.
-    pub clocks: Clocks,
-    /// GPUs by bus id.
-    pub gpus: Arc<GpuDirectory>,
-    /// Where batches go.
-    pub fanout: FanOut,
-    /// Counters.
-    pub accounting: Arc<Accounting>,
-    /// Set to stop; the thread drains what is already readable first.
-    pub stop: Arc<AtomicBool>,
-    /// The run summary (XIDs by code).
-    pub summary: Arc<Mutex<RunSummary>>,
-}
 
 /// The row for one parsed XID line.
 pub fn xid_record(
@@ -70,7 +49,7 @@ pub fn xid_record(
 pub fn spawn(
     path: &Path,
     start: KmsgStart,
-    context: KmsgContext,
+    context: CaptureContext,
 ) -> Result<JoinHandle<()>, ReaderError> {
     let start = match start {
         KmsgStart::End => StartAt::End,
@@ -88,7 +67,7 @@ pub fn spawn(
     Ok(handle)
 }
 
-fn read_loop(mut reader: KmsgReader, context: KmsgContext) {
+fn read_loop(mut reader: KmsgReader, context: CaptureContext) {
     let mut stopping = false;
     loop {
         // Once asked to stop, read only what is already there, then leave.
@@ -117,7 +96,7 @@ fn read_loop(mut reader: KmsgReader, context: KmsgContext) {
     }
 }
 
-fn handle_record(raw: &[u8], context: &KmsgContext) {
+fn handle_record(raw: &[u8], context: &CaptureContext) {
     let record = match parse_record(raw) {
         Ok(record) => record,
         Err(err) => {
