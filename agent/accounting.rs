@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use gpuship_sinks::{EventKind, SinkStats};
+use gpuship_sinks::{DropReason, EventKind, SinkStats};
 use serde::Serialize;
 
 /// Counters of one BPF ring, copied from the program's per-CPU array.
@@ -104,8 +104,14 @@ pub struct SinkSnapshot {
     pub received: u64,
     /// Acknowledged by the destination.
     pub delivered: u64,
-    /// Not handed to the sink (its queue was closed).
+    /// Dropped before the destination, all reasons.
     pub dropped: u64,
+    /// Dropped by the queue's `drop_*` policy.
+    pub dropped_buffer_full: u64,
+    /// Dropped because the sink had stopped.
+    pub dropped_sink_stopped: u64,
+    /// Left out by the sink's `kinds` / `cuda_filter` (not part of `received`).
+    pub filtered: u64,
     /// Lost to destination errors.
     pub failed: u64,
     /// Held by the sink, not yet acknowledged.
@@ -150,7 +156,10 @@ impl Accounting {
                         kind,
                         received: stats.received.get(kind),
                         delivered: stats.delivered.get(kind),
-                        dropped: stats.dropped.get(kind),
+                        dropped: stats.dropped_total(kind),
+                        dropped_buffer_full: stats.dropped(DropReason::BufferFull, kind),
+                        dropped_sink_stopped: stats.dropped(DropReason::SinkStopped, kind),
+                        filtered: stats.filtered.get(kind),
                         failed: stats.failed.get(kind),
                         in_flight: stats.in_flight(kind),
                     })
@@ -174,7 +183,7 @@ impl Snapshot {
             }
         }
         for sink in &self.sinks {
-            if sink.delivered + sink.failed > sink.received {
+            if sink.delivered + sink.dropped + sink.failed > sink.received {
                 broken.push(format!(
                     "sink {} {}: received {} != delivered {} + failed {} + in_flight {}",
                     sink.sink,

@@ -1,105 +1,192 @@
-//! Hands every batch to every sink's bounded queue.
+//! Hands every batch to every sink that wants it, through the sink's bounded queue.
 //!
-//! Capture threads are plain OS threads, so they use blocking sends: a sink that falls behind
-//! holds the pipeline back (the `block` policy) and the loss, if any, happens and is counted in
-//! the kernel ring. A sink whose task has ended cannot take batches; those events are counted
-//! as dropped for it. The last queue gets the original batch, the others share its buffers.
+//! Each sink takes the kinds it asked for (`kinds`) and, for CUDA, only the rows its
+//! `cuda_filter` keeps; what a sink does when its queue is full is its queue's policy
+//! (`gpuship_sinks::queue`). Capture threads are plain OS threads and call
+//! [`FanOut::send_blocking`]. Batches are shared, not copied: cloning a record batch shares
+//! its Arrow buffers.
 
 use std::sync::Arc;
 
-use gpuship_sinks::{EventBatch, SinkStats};
-use tokio::sync::mpsc;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::BooleanArray;
+use gpuship_sinks::{EventBatch, EventKind, QueueSender, SinkStats};
 
-/// One sink's queue.
+use crate::config::{CudaFilter, SinkOptions};
+
+/// One sink's route: what it takes and where it goes.
 #[derive(Debug, Clone)]
-struct SinkQueue {
+struct Route {
     name: String,
-    sender: mpsc::Sender<EventBatch>,
+    sender: Arc<QueueSender>,
     stats: Arc<SinkStats>,
+    takes_xid: bool,
+    takes_cuda: bool,
+    cuda_filter: Option<CudaFilter>,
 }
 
-/// The set of sink queues; cloned into every producer thread. Dropping every clone closes the
+/// The set of sink routes; cloned into every producer thread. Dropping every clone closes the
 /// queues, which tells the sinks to finish.
 #[derive(Debug, Clone, Default)]
 pub struct FanOut {
-    queues: Vec<SinkQueue>,
+    routes: Vec<Route>,
 }
 
 impl FanOut {
-    /// Adds a sink's queue.
+    /// Adds a sink's queue with its selection options.
     pub fn add(
         &mut self,
         name: impl Into<String>,
-        sender: mpsc::Sender<EventBatch>,
+        sender: QueueSender,
         stats: Arc<SinkStats>,
+        options: &SinkOptions,
     ) {
-        self.queues.push(SinkQueue {
+        self.routes.push(Route {
             name: name.into(),
-            sender,
+            sender: Arc::new(sender),
             stats,
+            takes_xid: options.kinds.contains(&EventKind::Xid),
+            takes_cuda: options.kinds.contains(&EventKind::Cuda),
+            cuda_filter: options.cuda_filter,
         });
     }
 
-    /// Sends `batch` to every sink, waiting for room. Must not be called from async code.
+    /// Sends `batch` to every sink that takes it. Must not be called from async code.
     pub fn send_blocking(&self, batch: EventBatch) {
-        let Some((last, rest)) = self.queues.split_last() else {
-            return;
-        };
-        for queue in rest {
-            Self::send_one(queue, batch.clone());
-        }
-        Self::send_one(last, batch);
-    }
-
-    fn send_one(queue: &SinkQueue, batch: EventBatch) {
-        let (kind, events) = (batch.kind, batch.len() as u64);
-        if queue.sender.blocking_send(batch).is_err() {
-            queue.stats.dropped.add(kind, events);
-            tracing::error!(sink = %queue.name, %kind, events, "sink has stopped; events dropped");
+        for route in &self.routes {
+            let takes = match batch.kind {
+                EventKind::Xid => route.takes_xid,
+                EventKind::Cuda => route.takes_cuda,
+            };
+            if !takes {
+                route.stats.filtered.add(batch.kind, batch.len() as u64);
+                continue;
+            }
+            let selected = match (&route.cuda_filter, batch.kind) {
+                (Some(filter), EventKind::Cuda) => select_cuda(filter, &batch, &route.name),
+                _ => batch.clone(),
+            };
+            route
+                .stats
+                .filtered
+                .add(batch.kind, (batch.len() - selected.len()) as u64);
+            route.sender.send_blocking(selected);
         }
     }
 
     /// Number of sinks.
     pub fn len(&self) -> usize {
-        self.queues.len()
+        self.routes.len()
     }
 
     /// True without sinks.
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+        self.routes.is_empty()
+    }
+}
+
+/// The rows of a CUDA batch that `filter` keeps.
+fn select_cuda(filter: &CudaFilter, batch: &EventBatch, sink: &str) -> EventBatch {
+    let records = &batch.records;
+    let (Some(result), Some(duration)) = (
+        records
+            .column_by_name("result")
+            .and_then(|c| c.as_primitive_opt::<UInt32Type>()),
+        records
+            .column_by_name("duration_ns")
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>()),
+    ) else {
+        return batch.clone();
+    };
+    let mask: BooleanArray = result
+        .values()
+        .iter()
+        .zip(duration.values().iter())
+        .map(|(&r, &d)| Some(filter.keeps(r, d)))
+        .collect();
+    match arrow_select::filter::filter_record_batch(records, &mask) {
+        Ok(kept) => EventBatch::new(batch.kind, kept),
+        Err(err) => {
+            tracing::error!(sink, %err, "filtering CUDA rows failed; sending all of them");
+            batch.clone()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuship_sinks::schema::{xid_batch_of, HostIdentity};
-    use gpuship_sinks::EventKind;
+    use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+    use gpuship_sinks::{queue, BufferConfig};
 
-    fn empty_xid_batch() -> EventBatch {
-        let identity = HostIdentity {
-            host: "h".into(),
-            boot_id: "b".into(),
-        };
-        EventBatch::new(EventKind::Xid, xid_batch_of(&identity, &[]).unwrap())
+    fn cuda_batch(calls: &[(u32, u64)]) -> EventBatch {
+        let mut builder = CudaBatchBuilder::new(
+            HostIdentity {
+                host: "h".into(),
+                boot_id: "b".into(),
+            },
+            4,
+        );
+        for &(result, duration_ns) in calls {
+            builder.append(&CudaRow {
+                time_ns: 0,
+                pid: 1,
+                tid: 1,
+                comm: "c",
+                function: "cuCtxSynchronize",
+                duration_ns,
+                result,
+                result_name: "x",
+                bytes: None,
+                device_ptr: None,
+                stream: None,
+                launch: None,
+            });
+        }
+        EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
     }
 
     #[test]
-    fn every_sink_gets_every_batch_and_a_closed_sink_counts_drops() {
-        let (tx_a, mut rx_a) = mpsc::channel(4);
-        let (tx_b, rx_b) = mpsc::channel(4);
-        let stats_b = Arc::new(SinkStats::default());
+    fn each_sink_gets_the_kinds_and_rows_it_selected() {
+        let all_stats = Arc::new(SinkStats::default());
+        let failed_stats = Arc::new(SinkStats::default());
+        let xid_stats = Arc::new(SinkStats::default());
+        let (all_tx, _all_rx) = queue(BufferConfig::default(), all_stats.clone());
+        let (failed_tx, _failed_rx) = queue(BufferConfig::default(), failed_stats.clone());
+        let (xid_tx, _xid_rx) = queue(BufferConfig::default(), xid_stats.clone());
         let mut fanout = FanOut::default();
-        fanout.add("a", tx_a, Arc::new(SinkStats::default()));
-        fanout.add("b", tx_b, stats_b.clone());
-        drop(rx_b);
-        fanout.send_blocking(empty_xid_batch());
-        assert!(rx_a.try_recv().is_ok());
+        fanout.add("all", all_tx, all_stats.clone(), &SinkOptions::default());
+        let failed_or_slow = SinkOptions {
+            cuda_filter: Some(CudaFilter {
+                failed: true,
+                slower_than_ns: Some(1_000_000),
+            }),
+            ..SinkOptions::default()
+        };
+        fanout.add("failed", failed_tx, failed_stats.clone(), &failed_or_slow);
+        let xid_only = SinkOptions {
+            kinds: vec![EventKind::Xid],
+            ..SinkOptions::default()
+        };
+        fanout.add("xid", xid_tx, xid_stats.clone(), &xid_only);
+
+        fanout.send_blocking(cuda_batch(&[
+            (0, 10),
+            (700, 10),
+            (0, 2_000_000),
+            (0, 999_999),
+        ]));
+        assert_eq!(all_stats.received.get(EventKind::Cuda), 4);
+        assert_eq!(failed_stats.received.get(EventKind::Cuda), 2);
+        assert_eq!(failed_stats.filtered.get(EventKind::Cuda), 2);
+        assert_eq!(xid_stats.received.get(EventKind::Cuda), 0);
+        assert_eq!(xid_stats.filtered.get(EventKind::Cuda), 4);
         assert_eq!(
-            stats_b.dropped.get(EventKind::Xid),
-            0,
-            "empty batch: zero events dropped"
+            failed_stats
+                .queued_events
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
         );
-        assert_eq!(fanout.len(), 2);
     }
 }

@@ -4,6 +4,7 @@
 //! line), and [`Config::validate`] is pure: it checks values without touching the system and
 //! reports every problem at once, not just the first.
 
+mod sinks;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use gpuship_sinks::parquet::ParquetSinkConfig;
 use serde::Deserialize;
 
+pub use sinks::{CudaFilter, SinkConfig, SinkEntry, SinkOptions};
 pub use validate::{ConfigError, Problem};
 
 /// The whole file, as parsed before sinks are typed: each `[[sinks]]` table keeps its span so
@@ -42,7 +44,7 @@ pub struct Config {
     /// Where GPU identities come from.
     pub enrich: EnrichConfig,
     /// Where batches go. Empty means the embedded default: Parquet under `./gpuship-data`.
-    pub sinks: Vec<SinkConfig>,
+    pub sinks: Vec<SinkEntry>,
 }
 
 /// `[agent]`.
@@ -171,23 +173,6 @@ pub struct EnrichConfig {
     pub nvidia_proc_dir: PathBuf,
 }
 
-/// One `[[sinks]]` entry; `type` selects the kind.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SinkConfig {
-    /// Parquet files.
-    Parquet(ParquetSinkConfig),
-}
-
-impl SinkConfig {
-    /// The `type` value.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            SinkConfig::Parquet(_) => "parquet",
-        }
-    }
-}
-
 mod defaults {
     use std::path::PathBuf;
 
@@ -288,10 +273,8 @@ impl Config {
                 .matches('\n')
                 .count()
                 + 1;
-            let sink =
-                SinkConfig::deserialize(toml::Value::Table(table.into_inner())).map_err(|err| {
-                    parse_error(format!("line {line}: sinks[{index}]: {}", err.message()))
-                })?;
+            let sink = SinkEntry::from_table(table.into_inner())
+                .map_err(|err| parse_error(format!("line {line}: sinks[{index}]: {err}")))?;
             sinks.push(sink);
         }
         let config = Config {
@@ -324,10 +307,9 @@ impl Config {
     /// Adds the default Parquet sink when no sink is configured.
     pub fn apply_default_sink(&mut self) {
         if self.sinks.is_empty() {
-            self.sinks
-                .push(SinkConfig::Parquet(ParquetSinkConfig::with_path(
-                    DEFAULT_DATA_DIR,
-                )));
+            self.sinks.push(SinkEntry::new(SinkConfig::Parquet(
+                ParquetSinkConfig::with_path(DEFAULT_DATA_DIR),
+            )));
         }
     }
 }

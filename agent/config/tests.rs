@@ -19,7 +19,7 @@ fn empty_file_means_every_default() {
     assert!(config.sinks.is_empty());
     let embedded = Config::embedded_default();
     assert_eq!(embedded.sinks.len(), 1);
-    assert_eq!(embedded.sinks[0].type_name(), "parquet");
+    assert_eq!(embedded.sinks[0].sink.type_name(), "parquet");
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::{Config, SinkConfig};
+use gpuship_sinks::EventKind;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -219,8 +220,46 @@ impl Config {
         }
 
         let mut parquet_roots = Vec::new();
-        for (index, sink) in self.sinks.iter().enumerate() {
-            match sink {
+        let mut names = Vec::new();
+        for (index, entry) in self.sinks.iter().enumerate() {
+            let options = &entry.options;
+            if let Some(name) = &options.name {
+                if name.trim().is_empty() || names.contains(&name) {
+                    report.add_sink(
+                        index,
+                        "name",
+                        format!("{name:?} is empty or used by another sink"),
+                    );
+                }
+                names.push(name);
+            }
+            if options.kinds.is_empty() {
+                report.add_sink(index, "kinds", "needs at least one of \"xid\", \"cuda\"");
+            }
+            if options.cuda_filter.is_some() && !options.kinds.contains(&EventKind::Cuda) {
+                report.add_sink(
+                    index,
+                    "cuda_filter",
+                    "set, but the sink does not take \"cuda\" events",
+                );
+            }
+            if let Some(filter) = &options.cuda_filter {
+                if !filter.failed && filter.slower_than_ns.is_none() {
+                    report.add_sink(
+                        index,
+                        "cuda_filter",
+                        "keeps nothing: set failed = true and/or slower_than_ns",
+                    );
+                }
+            }
+            if options.buffer.max_events == 0 || options.buffer.max_bytes == 0 {
+                report.add_sink(
+                    index,
+                    "buffer",
+                    "max_events and max_bytes must be greater than 0",
+                );
+            }
+            match &entry.sink {
                 SinkConfig::Parquet(parquet) => {
                     for (key, message) in parquet.problems() {
                         report.add_sink(index, key, message);

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use gpuship_sinks::{SinkInput, SinkStats};
-use tokio::sync::mpsc;
 
 use crate::accounting::{Accounting, Snapshot};
 use crate::capture::CaptureContext;
@@ -25,9 +24,6 @@ use crate::sources::{kmsg, tracefs};
 use crate::summary::RunSummary;
 
 pub use sinks::{build_sink, sink_names};
-
-/// Batches a sink's queue holds before producers wait.
-const SINK_QUEUE_BATCHES: usize = 64;
 
 /// What to trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,11 +76,11 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let mut fanout = FanOut::default();
     let mut accounting = Accounting::default();
     let mut sink_tasks = Vec::new();
-    for (name, sink_config) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
-        let sink = build_sink(&name, sink_config, &identity);
-        let (sender, batches) = mpsc::channel(SINK_QUEUE_BATCHES);
+    for (name, entry) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
+        let sink = build_sink(&name, &entry.sink, &identity);
         let stats = Arc::new(SinkStats::default());
-        fanout.add(name.clone(), sender, stats.clone());
+        let (sender, batches) = gpuship_sinks::queue(entry.options.buffer.clone(), stats.clone());
+        fanout.add(name.clone(), sender, stats.clone(), &entry.options);
         accounting.sinks.push((name.clone(), stats.clone()));
         sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
     }

@@ -4,14 +4,19 @@ use gpuship_sinks::parquet::ParquetSink;
 use gpuship_sinks::schema::HostIdentity;
 use gpuship_sinks::Sink;
 
-use crate::config::SinkConfig;
+use crate::config::{SinkConfig, SinkEntry};
 
 /// Unique names: the type, suffixed with the position when a type appears more than once.
-pub fn sink_names(configs: &[SinkConfig]) -> Vec<String> {
-    configs
+pub fn sink_names(entries: &[SinkEntry]) -> Vec<String> {
+    let configs: Vec<&SinkConfig> = entries.iter().map(|e| &e.sink).collect();
+    entries
         .iter()
         .enumerate()
-        .map(|(index, config)| {
+        .map(|(index, entry)| {
+            if let Some(name) = &entry.options.name {
+                return name.clone();
+            }
+            let config = &entry.sink;
             let same_type = configs
                 .iter()
                 .filter(|c| c.type_name() == config.type_name())
@@ -41,11 +46,13 @@ mod tests {
 
     #[test]
     fn names_are_unique() {
-        let configs = vec![
-            SinkConfig::Parquet(ParquetSinkConfig::with_path("/a")),
-            SinkConfig::Parquet(ParquetSinkConfig::with_path("/b")),
+        let mut configs = vec![
+            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/a"))),
+            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/b"))),
         ];
         assert_eq!(sink_names(&configs), vec!["parquet-0", "parquet-1"]);
         assert_eq!(sink_names(&configs[..1]), vec!["parquet"]);
+        configs[1].options.name = Some("lake".into());
+        assert_eq!(sink_names(&configs), vec!["parquet-0", "lake"]);
     }
 }

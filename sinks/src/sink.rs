@@ -1,18 +1,21 @@
 //! The contract between the pipeline and a destination.
 //!
-//! A sink is built from its validated config, then `run` consumes batches from a bounded queue
-//! until the queue closes (shutdown), finishing everything it holds before it returns. It counts
-//! what it received, delivered (acknowledged: for Parquet, fsynced and renamed into place) and
-//! failed, so the agent can prove `received = delivered + failed + in_flight` for every sink.
+//! A sink is built from its validated config, then `run` consumes batches from its bounded
+//! queue ([`crate::queue`]) until the queue closes (shutdown), finishing everything it holds
+//! before it returns. The queue counts what the sink was offered (received) and what the
+//! policy dropped; the sink counts what it delivered (acknowledged: for Parquet, fsynced and
+//! renamed into place) and what failed, so the agent can prove
+//! `received = delivered + dropped + failed + in_flight` for every sink.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use serde::Serialize;
 
-use crate::{EventBatch, EventKind};
+use crate::queue::QueueReceiver;
+use crate::EventKind;
 
 /// Errors that end a sink's run.
 #[derive(Debug, thiserror::Error)]
@@ -63,26 +66,82 @@ impl KindCounters {
     }
 }
 
+/// Why events were dropped before reaching a sink's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The queue was full and its policy is `drop_newest` or `drop_oldest`.
+    BufferFull,
+    /// The sink had stopped (its task ended), so nothing could be handed to it.
+    SinkStopped,
+}
+
+impl DropReason {
+    /// Every reason, in a fixed order.
+    pub const ALL: [DropReason; 2] = [DropReason::BufferFull, DropReason::SinkStopped];
+
+    /// Label value in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::BufferFull => "buffer_full",
+            DropReason::SinkStopped => "sink_stopped",
+        }
+    }
+
+    /// Whether the drop was asked for by configuration (a `drop_*` policy).
+    pub fn intentional(self) -> bool {
+        matches!(self, DropReason::BufferFull)
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            DropReason::BufferFull => 0,
+            DropReason::SinkStopped => 1,
+        }
+    }
+}
+
 /// What one sink has done with the events it was given.
 #[derive(Debug, Default)]
 pub struct SinkStats {
-    /// Events taken off the sink's queue.
+    /// Events offered to the sink (counted by its queue).
     pub received: KindCounters,
     /// Events the destination acknowledged.
     pub delivered: KindCounters,
-    /// Events the pipeline could not hand to the sink (its queue was closed: the sink died).
-    pub dropped: KindCounters,
+    /// Events dropped before the destination, by [`DropReason`].
+    dropped: [KindCounters; 2],
+    /// Events the sink's selection (`kinds`, `cuda_filter`) left out; not part of `received`.
+    pub filtered: KindCounters,
+    /// Events waiting in the queue now.
+    pub queued_events: AtomicU64,
+    /// Bytes waiting in the queue now.
+    pub queued_bytes: AtomicU64,
     /// Events lost to a destination error (e.g. a Parquet file that could not be written).
     pub failed: KindCounters,
 }
 
 impl SinkStats {
-    /// Events received but neither delivered nor failed yet (buffered in an open file, in a
-    /// request on the wire, ...).
+    /// Counts `events` of `kind` dropped for `reason`.
+    pub fn drop_events(&self, reason: DropReason, kind: EventKind, events: u64) {
+        self.dropped[reason.slot()].add(kind, events);
+    }
+
+    /// Events of `kind` dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason, kind: EventKind) -> u64 {
+        self.dropped[reason.slot()].get(kind)
+    }
+
+    /// Events of `kind` dropped for any reason.
+    pub fn dropped_total(&self, kind: EventKind) -> u64 {
+        DropReason::ALL.iter().map(|&r| self.dropped(r, kind)).sum()
+    }
+
+    /// Events received but not yet delivered, dropped or failed (queued, in an open file, in
+    /// a request on the wire, ...).
     pub fn in_flight(&self, kind: EventKind) -> u64 {
-        self.received
-            .get(kind)
-            .saturating_sub(self.delivered.get(kind) + self.failed.get(kind))
+        self.received.get(kind).saturating_sub(
+            self.delivered.get(kind) + self.dropped_total(kind) + self.failed.get(kind),
+        )
     }
 }
 
@@ -90,7 +149,7 @@ impl SinkStats {
 #[derive(Debug)]
 pub struct SinkInput {
     /// Batches to deliver; closed by the pipeline at shutdown.
-    pub batches: mpsc::Receiver<EventBatch>,
+    pub batches: QueueReceiver,
     /// Where the sink counts its work.
     pub stats: Arc<SinkStats>,
 }
@@ -120,7 +179,9 @@ mod tests {
         stats.delivered.add(EventKind::Cuda, 6);
         stats.failed.add(EventKind::Cuda, 1);
         stats.received.add(EventKind::Xid, 2);
-        assert_eq!(stats.in_flight(EventKind::Cuda), 3);
+        stats.drop_events(DropReason::BufferFull, EventKind::Cuda, 2);
+        assert_eq!(stats.dropped_total(EventKind::Cuda), 2);
+        assert_eq!(stats.in_flight(EventKind::Cuda), 1);
         assert_eq!(stats.in_flight(EventKind::Xid), 2);
         assert_eq!(stats.received.total(), 12);
     }

@@ -176,7 +176,6 @@ impl ParquetSink {
             let next = handle.block_on(tokio::time::timeout(tick, input.batches.recv()));
             match next {
                 Ok(Some(batch)) => {
-                    input.stats.received.add(batch.kind, batch.len() as u64);
                     let outcomes = files.write(batch.kind, &batch.records);
                     account(&self.name, &input.stats, outcomes);
                 }

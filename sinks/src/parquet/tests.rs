@@ -181,7 +181,7 @@ fn sink_run_delivers_everything_when_input_closes() {
         .build()
         .unwrap();
     let stats = Arc::new(SinkStats::default());
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (tx, rx) = crate::queue(crate::BufferConfig::default(), stats.clone());
     let sink = Box::new(ParquetSink::new(
         "lake",
         ParquetSinkConfig::with_path(dir.path()),
@@ -192,19 +192,19 @@ fn sink_run_delivers_everything_when_input_closes() {
         stats: stats.clone(),
     };
     let t = 1_795_320_000 * 1_000_000_000;
-    runtime.block_on(async move {
-        let task = tokio::spawn(sink.run(input));
+    let task = runtime.spawn(sink.run(input));
+    // Producers are plain threads, as in the agent.
+    std::thread::spawn(move || {
         for _ in 0..5 {
-            tx.send(EventBatch::new(
+            tx.send_blocking(EventBatch::new(
                 EventKind::Cuda,
                 cuda_batch(&[t, t + 1, t + 2]),
-            ))
-            .await
-            .unwrap();
+            ));
         }
-        drop(tx);
-        task.await.unwrap().unwrap();
-    });
+    })
+    .join()
+    .unwrap();
+    runtime.block_on(task).unwrap().unwrap();
     assert_eq!(stats.received.get(EventKind::Cuda), 15);
     assert_eq!(stats.delivered.get(EventKind::Cuda), 15);
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);

@@ -1,0 +1,170 @@
+//! `[[sinks]]` entries: the destination (selected by `type`) and the options every sink shares
+//! (its name, which events it takes, and its queue).
+
+use gpuship_sinks::parquet::ParquetSinkConfig;
+use gpuship_sinks::{BufferConfig, EventKind};
+use serde::Deserialize;
+
+/// One `[[sinks]]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkEntry {
+    /// Options every sink has.
+    pub options: SinkOptions,
+    /// The destination.
+    pub sink: SinkConfig,
+}
+
+/// Keys every sink accepts besides its own.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkOptions {
+    /// Name in logs and metrics (default: the type, numbered when repeated).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Event kinds this sink takes (default: all).
+    #[serde(default = "all_kinds")]
+    pub kinds: Vec<EventKind>,
+    /// Which CUDA rows this sink takes (default: all).
+    #[serde(default)]
+    pub cuda_filter: Option<CudaFilter>,
+    /// The sink's queue: `max_events`, `max_bytes`, `when_full`.
+    #[serde(default)]
+    pub buffer: BufferConfig,
+}
+
+/// Keys of [`SinkOptions`], split off a `[[sinks]]` table before its type-specific part.
+pub const OPTION_KEYS: [&str; 4] = ["name", "kinds", "cuda_filter", "buffer"];
+
+fn all_kinds() -> Vec<EventKind> {
+    EventKind::ALL.to_vec()
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        Self {
+            name: None,
+            kinds: all_kinds(),
+            cuda_filter: None,
+            buffer: BufferConfig::default(),
+        }
+    }
+}
+
+/// CUDA rows a sink keeps: those that failed, or took at least `slower_than_ns`, or both
+/// (a row passes when it meets any condition set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaFilter {
+    /// Keep calls whose CUresult is not CUDA_SUCCESS.
+    #[serde(default)]
+    pub failed: bool,
+    /// Keep calls that took at least this long.
+    #[serde(default)]
+    pub slower_than_ns: Option<u64>,
+}
+
+impl CudaFilter {
+    /// Whether a call passes.
+    #[inline]
+    pub fn keeps(&self, result: u32, duration_ns: u64) -> bool {
+        (self.failed && result != 0) || self.slower_than_ns.is_some_and(|t| duration_ns >= t)
+    }
+}
+
+/// The destination of one `[[sinks]]` entry; `type` selects it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SinkConfig {
+    /// Parquet files.
+    Parquet(ParquetSinkConfig),
+}
+
+impl SinkConfig {
+    /// The `type` value.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SinkConfig::Parquet(_) => "parquet",
+        }
+    }
+}
+
+impl SinkEntry {
+    /// Parses one `[[sinks]]` table: shared options, then the type-specific rest.
+    pub fn from_table(mut table: toml::Table) -> Result<SinkEntry, String> {
+        let mut options = toml::Table::new();
+        for key in OPTION_KEYS {
+            if let Some(value) = table.remove(key) {
+                options.insert(key.to_string(), value);
+            }
+        }
+        let options = SinkOptions::deserialize(toml::Value::Table(options))
+            .map_err(|e| e.message().to_string())?;
+        let sink = SinkConfig::deserialize(toml::Value::Table(table))
+            .map_err(|e| e.message().to_string())?;
+        Ok(SinkEntry { options, sink })
+    }
+
+    /// A sink with default options.
+    pub fn new(sink: SinkConfig) -> Self {
+        Self {
+            options: SinkOptions::default(),
+            sink,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<SinkEntry, String> {
+        SinkEntry::from_table(toml::from_str(text).unwrap())
+    }
+
+    #[test]
+    fn options_and_destination_are_split() {
+        let entry = parse(
+            "type = \"parquet\"\npath = \"/d\"\nname = \"lake\"\nkinds = [\"xid\"]\n\
+             [buffer]\nmax_events = 10\nwhen_full = \"drop_oldest\"\n[cuda_filter]\nfailed = true\n",
+        )
+        .unwrap();
+        assert_eq!(entry.options.name.as_deref(), Some("lake"));
+        assert_eq!(entry.options.kinds, vec![EventKind::Xid]);
+        assert_eq!(entry.options.buffer.max_events, 10);
+        assert_eq!(
+            entry.options.buffer.when_full,
+            gpuship_sinks::WhenFull::DropOldest
+        );
+        assert_eq!(
+            entry.sink,
+            SinkConfig::Parquet(ParquetSinkConfig::with_path("/d"))
+        );
+        assert!(entry.options.cuda_filter.unwrap().keeps(700, 1));
+    }
+
+    #[test]
+    fn bad_option_values_are_errors() {
+        let err =
+            parse("type = \"parquet\"\npath = \"/d\"\n[buffer]\nwhen_full = \"drop_everything\"\n")
+                .unwrap_err();
+        assert!(err.contains("drop_everything"), "{err}");
+        let err = parse("type = \"parquet\"\npath = \"/d\"\nkinds = [\"gpu\"]\n").unwrap_err();
+        assert!(err.contains("gpu"), "{err}");
+    }
+
+    #[test]
+    fn filter_keeps_failed_or_slow_calls() {
+        let filter = CudaFilter {
+            failed: true,
+            slower_than_ns: Some(1_000),
+        };
+        assert!(filter.keeps(700, 5));
+        assert!(filter.keeps(0, 1_000));
+        assert!(!filter.keeps(0, 999));
+        let none = CudaFilter {
+            failed: false,
+            slower_than_ns: None,
+        };
+        assert!(!none.keeps(700, u64::MAX));
+    }
+}

@@ -1,0 +1,181 @@
+//! Tests of the sink queue's policies and accounting.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::*;
+use crate::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource};
+
+fn identity() -> HostIdentity {
+    HostIdentity {
+        host: "h".into(),
+        boot_id: "b".into(),
+    }
+}
+
+fn cuda(rows: usize, tag: u32) -> EventBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), rows);
+    for _ in 0..rows {
+        builder.append(&CudaRow {
+            time_ns: 0,
+            pid: 1,
+            tid: 1,
+            comm: "c",
+            function: "cuInit",
+            duration_ns: 1,
+            result: tag,
+            result_name: "x",
+            bytes: None,
+            device_ptr: None,
+            stream: None,
+            launch: None,
+        });
+    }
+    EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
+}
+
+fn xid() -> EventBatch {
+    let record = XidRecord {
+        time_ns: 0,
+        code: 79,
+        pci_bus_id: "0000:3b:00.0".into(),
+        gpu: None,
+        message: "m".into(),
+        source: XidSource::Kmsg,
+        pid: None,
+        comm: None,
+        reporter_pid: None,
+        reporter_comm: None,
+        kmsg_seq: None,
+        message_truncated: false,
+    };
+    EventBatch::new(
+        EventKind::Xid,
+        xid_batch_of(&identity(), &[record]).unwrap(),
+    )
+}
+
+fn tag(batch: &EventBatch) -> u32 {
+    use arrow_array::cast::AsArray;
+    batch
+        .records
+        .column_by_name("result")
+        .unwrap()
+        .as_primitive::<arrow_array::types::UInt32Type>()
+        .value(0)
+}
+
+fn config(max_events: usize, when_full: WhenFull) -> BufferConfig {
+    BufferConfig {
+        max_events,
+        max_bytes: usize::MAX,
+        when_full,
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+#[test]
+fn drop_newest_keeps_the_queued_batches_and_counts_the_rest() {
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = queue(config(10, WhenFull::DropNewest), stats.clone());
+    for t in 1..=4 {
+        tx.send_blocking(cuda(4, t)); // 4 + 4 fit in 10; the third and fourth do not
+    }
+    assert_eq!(stats.dropped(DropReason::BufferFull, EventKind::Cuda), 8);
+    assert_eq!(stats.queued_events.load(Ordering::Relaxed), 8);
+    drop(tx);
+    let tags: Vec<u32> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(tag(&b))
+        }
+        v
+    });
+    assert_eq!(tags, vec![1, 2]);
+    assert_eq!(stats.received.get(EventKind::Cuda), 16);
+    assert_eq!(
+        stats.in_flight(EventKind::Cuda),
+        8,
+        "received - dropped, not yet delivered"
+    );
+}
+
+#[test]
+fn drop_oldest_evicts_queued_batches_for_new_ones() {
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = queue(config(10, WhenFull::DropOldest), stats.clone());
+    for t in 1..=4 {
+        tx.send_blocking(cuda(4, t));
+    }
+    drop(tx);
+    let tags: Vec<u32> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(tag(&b))
+        }
+        v
+    });
+    assert_eq!(tags, vec![3, 4]);
+    assert_eq!(stats.dropped(DropReason::BufferFull, EventKind::Cuda), 8);
+}
+
+#[test]
+fn xids_are_never_dropped_and_jump_the_queue() {
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = queue(config(4, WhenFull::DropNewest), stats.clone());
+    tx.send_blocking(cuda(4, 1));
+    tx.send_blocking(xid());
+    tx.send_blocking(xid());
+    drop(tx);
+    let kinds: Vec<EventKind> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(b.kind)
+        }
+        v
+    });
+    assert_eq!(kinds, vec![EventKind::Xid, EventKind::Xid, EventKind::Cuda]);
+    assert_eq!(stats.dropped_total(EventKind::Xid), 0);
+}
+
+#[test]
+fn block_waits_for_room_and_loses_nothing() {
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = queue(config(8, WhenFull::Block), stats.clone());
+    let producer = std::thread::spawn(move || {
+        for t in 0..50 {
+            tx.send_blocking(cuda(4, t));
+        }
+    });
+    let tags: Vec<u32> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(tag(&b));
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        v
+    });
+    producer.join().unwrap();
+    assert_eq!(tags, (0..50).collect::<Vec<_>>());
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+}
+
+#[test]
+fn a_stopped_sink_counts_queued_and_later_batches_as_dropped() {
+    let stats = Arc::new(SinkStats::default());
+    let (tx, rx) = queue(config(100, WhenFull::Block), stats.clone());
+    tx.send_blocking(cuda(3, 1));
+    drop(rx);
+    tx.send_blocking(cuda(2, 2));
+    tx.send_blocking(xid());
+    assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Cuda), 5);
+    assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Xid), 1);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+}
