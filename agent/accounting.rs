@@ -4,10 +4,22 @@
 //! `received = delivered + dropped + failed + in_flight`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use gpuship_sinks::{DropReason, EventKind, SinkStats};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde::Serialize;
+
+use crate::bpf::cuda::types::gpuship_ring_stat;
+
+/// The BPF rings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// The XID tracepoint's ring.
+    Xid,
+    /// The CUDA uprobes' ring.
+    Cuda,
+}
 
 /// Counters of one BPF ring, copied from the program's per-CPU array.
 #[derive(Debug, Default)]
@@ -50,6 +62,8 @@ pub struct Accounting {
     pub batched: gpuship_sinks::sink::KindCounters,
     /// Each sink's name and counters.
     pub sinks: Vec<(String, Arc<SinkStats>)>,
+    /// The programs' per-CPU counter maps, read live by every snapshot.
+    kernel_counters: Mutex<Vec<(Ring, MapHandle)>>,
 }
 
 /// A consistent-enough copy of the counters for logs, JSON and checks.
@@ -72,6 +86,8 @@ pub struct RingSnapshot {
     pub emitted: u64,
     /// Lost because the ring was full.
     pub lost_in_kernel: u64,
+    /// Submitted but not yet taken off the ring (0 once drained).
+    pub pending_in_ring: u64,
     /// Taken off the ring.
     pub received: u64,
     /// Rejected by the decoder (received, not delivered).
@@ -114,18 +130,54 @@ pub struct SinkSnapshot {
     pub filtered: u64,
     /// Lost to destination errors.
     pub failed: u64,
-    /// Held by the sink, not yet acknowledged.
+    /// Held by the sink, not yet acknowledged (queued events included).
     pub in_flight: u64,
+    /// Events waiting in the sink's queue (all kinds; repeated on each kind's row).
+    pub queued_events: u64,
+}
+
+/// Sums a program's per-CPU counters into `counters`.
+fn read_kernel_counters(map: &MapHandle, counters: &RingCounters) {
+    let read = |slot: gpuship_ring_stat| -> u64 {
+        let key = slot.0.to_ne_bytes();
+        match map.lookup_percpu(&key, MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu
+                .iter()
+                .filter_map(|bytes| bytes.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum(),
+            _ => 0,
+        }
+    };
+    let store = |target: &AtomicU64, value: u64| target.store(value, Ordering::Relaxed);
+    store(
+        &counters.submitted,
+        read(gpuship_ring_stat::GPUSHIP_STAT_SUBMITTED),
+    );
+    store(
+        &counters.lost_in_kernel,
+        read(gpuship_ring_stat::GPUSHIP_STAT_RESERVE_FAILED),
+    );
+    store(
+        &counters.unmatched_returns,
+        read(gpuship_ring_stat::GPUSHIP_STAT_UNMATCHED_RETURN),
+    );
+    store(
+        &counters.inflight_full,
+        read(gpuship_ring_stat::GPUSHIP_STAT_INFLIGHT_FULL),
+    );
 }
 
 impl RingCounters {
-    fn snapshot(&self, ring: &'static str) -> RingSnapshot {
+    fn snapshot(&self, ring: &'static str, received: u64) -> RingSnapshot {
         let lost = self.lost_in_kernel.load(Ordering::Relaxed);
+        let submitted = self.submitted.load(Ordering::Relaxed);
         RingSnapshot {
             ring,
-            emitted: self.submitted.load(Ordering::Relaxed) + lost,
+            emitted: submitted + lost,
             lost_in_kernel: lost,
-            received: self.received.load(Ordering::Relaxed),
+            pending_in_ring: submitted.saturating_sub(received),
+            received,
             decode_errors: self.decode_errors.load(Ordering::Relaxed),
             unmatched_returns: self.unmatched_returns.load(Ordering::Relaxed),
             inflight_full: self.inflight_full.load(Ordering::Relaxed),
@@ -134,13 +186,38 @@ impl RingCounters {
 }
 
 impl Accounting {
-    /// Copies every counter.
+    /// Registers a program's counter map; snapshots read it from then on (the handle keeps the
+    /// map alive after the program is unloaded, so the final snapshot reads the final values).
+    pub fn attach_kernel_counters(&self, ring: Ring, map: MapHandle) {
+        if let Ok(mut maps) = self.kernel_counters.lock() {
+            maps.push((ring, map));
+        }
+    }
+
+    fn ring_counters(&self, ring: Ring) -> &RingCounters {
+        match ring {
+            Ring::Xid => &self.xid_ring,
+            Ring::Cuda => &self.cuda_ring,
+        }
+    }
+
+    /// Copies every counter. Agent-side counters are read before the kernel's, so a record
+    /// counted as received is always already counted as submitted: `pending_in_ring` >= 0.
     pub fn snapshot(&self) -> Snapshot {
+        let received = [
+            self.xid_ring.received.load(Ordering::Acquire),
+            self.cuda_ring.received.load(Ordering::Acquire),
+        ];
+        if let Ok(maps) = self.kernel_counters.lock() {
+            for (ring, map) in maps.iter() {
+                read_kernel_counters(map, self.ring_counters(*ring));
+            }
+        }
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Snapshot {
             rings: vec![
-                self.xid_ring.snapshot("xid"),
-                self.cuda_ring.snapshot("cuda"),
+                self.xid_ring.snapshot("xid", received[0]),
+                self.cuda_ring.snapshot("cuda", received[1]),
             ],
             kmsg: KmsgSnapshot {
                 xids: load(&self.kmsg.xids),
@@ -162,6 +239,7 @@ impl Accounting {
                         filtered: stats.filtered.get(kind),
                         failed: stats.failed.get(kind),
                         in_flight: stats.in_flight(kind),
+                        queued_events: stats.queued_events.load(Ordering::Relaxed),
                     })
                 })
                 .collect(),
@@ -175,10 +253,14 @@ impl Snapshot {
     pub fn broken_identities(&self) -> Vec<String> {
         let mut broken = Vec::new();
         for ring in &self.rings {
-            if ring.emitted != ring.received + ring.lost_in_kernel {
+            if ring.emitted != ring.received + ring.lost_in_kernel + ring.pending_in_ring {
                 broken.push(format!(
-                    "ring {}: emitted {} != received {} + lost_in_kernel {}",
-                    ring.ring, ring.emitted, ring.received, ring.lost_in_kernel
+                    "ring {}: emitted {} != received {} + lost_in_kernel {} + pending_in_ring {}",
+                    ring.ring,
+                    ring.emitted,
+                    ring.received,
+                    ring.lost_in_kernel,
+                    ring.pending_in_ring
                 ));
             }
         }
@@ -220,11 +302,20 @@ mod tests {
         let snapshot = accounting.snapshot();
         assert_eq!(snapshot.ring("cuda").unwrap().emitted, 12);
         assert!(snapshot.broken_identities().is_empty());
+        // Records still in the ring keep the identity.
         accounting.cuda_ring.received.store(9, Ordering::Relaxed);
+        let snapshot = accounting.snapshot();
+        assert_eq!(snapshot.ring("cuda").unwrap().pending_in_ring, 1);
+        assert!(snapshot.broken_identities().is_empty());
+        // More received than submitted cannot happen; it is reported.
+        accounting.cuda_ring.received.store(11, Ordering::Relaxed);
         let broken = accounting.snapshot().broken_identities();
         assert_eq!(
             broken,
-            vec!["ring cuda: emitted 12 != received 9 + lost_in_kernel 2".to_string()]
+            vec![
+                "ring cuda: emitted 12 != received 11 + lost_in_kernel 2 + pending_in_ring 0"
+                    .to_string()
+            ]
         );
     }
 }

@@ -9,17 +9,16 @@
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gpuship_sinks::schema::XidRecord;
-use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBufferBuilder};
+use libbpf_rs::{MapHandle, RingBufferBuilder};
 
-use crate::accounting::{Accounting, RingCounters};
+use crate::accounting::{Accounting, Ring};
 use crate::batcher::{xid_batch, CudaBatcher};
-use crate::bpf::cuda::types::gpuship_ring_stat;
 use crate::capture::CaptureContext;
 use crate::config::{BatchConfig, CudaSourceConfig, XidSourceConfig};
 use crate::decode::{c_chars, cuda_event, Decoder};
@@ -28,9 +27,6 @@ use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::xid_tracepoint;
 use crate::summary::{CallTally, RunSummary};
-
-/// How often kernel counters are copied into [`Accounting`] while running.
-const COUNTER_REFRESH: Duration = Duration::from_secs(1);
 
 /// What to load.
 #[derive(Debug, Clone)]
@@ -226,24 +222,20 @@ fn run(
     let Some(rings) = rings else { return Ok(()) };
 
     let drain = Duration::from_millis(settings.cuda.drain_interval_ms);
-    let refresh = || {
-        if let Some(xid) = &xid {
-            copy_counters(&xid.skel.maps.xid_stats, &accounting.xid_ring);
-        }
-        if let Some(cuda) = &cuda {
-            copy_counters(&cuda.skel.maps.cuda_stats, &accounting.cuda_ring);
-        }
-    };
-    let mut last_refresh = Instant::now();
+    // Kernel counters are read live by every snapshot (see Accounting::attach_kernel_counters).
+    if let Some(xid) = &xid {
+        accounting
+            .attach_kernel_counters(Ring::Xid, MapHandle::try_from(&xid.skel.maps.xid_stats)?);
+    }
+    if let Some(cuda) = &cuda {
+        accounting
+            .attach_kernel_counters(Ring::Cuda, MapHandle::try_from(&cuda.skel.maps.cuda_stats)?);
+    }
     while !context.stop.load(Ordering::Acquire) {
         // EINTR and the like only shorten a cycle.
         let _ = rings.poll(drain);
         let _ = rings.consume();
         hand_on(&state, context, false);
-        if last_refresh.elapsed() >= COUNTER_REFRESH {
-            refresh();
-            last_refresh = Instant::now();
-        }
     }
 
     if let Some(xid) = &xid {
@@ -257,7 +249,6 @@ fn run(
     std::thread::sleep(Duration::from_millis(20));
     let _ = rings.consume();
     hand_on(&state, context, true);
-    refresh();
     let mut summary = std::mem::take(&mut state.borrow_mut().summary);
     let calls = std::mem::take(&mut state.borrow_mut().calls);
     if let Some(cuda) = &cuda {
@@ -339,32 +330,4 @@ fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
             .add(batch.kind, batch.len() as u64);
         context.fanout.send_blocking(batch);
     }
-}
-
-/// Sums a program's per-CPU counters into `counters`.
-fn copy_counters(map: &dyn MapCore, counters: &RingCounters) {
-    let read = |slot: gpuship_ring_stat| -> u64 {
-        let key = slot.0.to_ne_bytes();
-        match map.lookup_percpu(&key, MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|bytes| bytes.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .sum(),
-            _ => 0,
-        }
-    };
-    let store = |target: &AtomicU64, value: u64| target.store(value, Ordering::Relaxed);
-    store(
-        &counters.submitted,
-        read(gpuship_ring_stat::GPUSHIP_STAT_SUBMITTED),
-    );
-    store(
-        &counters.lost_in_kernel,
-        read(gpuship_ring_stat::GPUSHIP_STAT_RESERVE_FAILED),
-    );
-    store(
-        &counters.unmatched_returns,
-        read(gpuship_ring_stat::GPUSHIP_STAT_UNMATCHED_RETURN),
-    );
 }

@@ -7,7 +7,8 @@
 //! - [`enrich`]: host identity, clocks, and GPU identity by PCI bus id.
 //! - [`batcher`]: rows into Arrow record batches (schemas live in the `gpuship-sinks` crate).
 //! - [`fanout`]: batches to every sink's bounded queue.
-//! - [`accounting`]: counters that prove every event was delivered or counted as lost.
+//! - [`accounting`]: counters that prove every event was delivered or counted as lost;
+//!   [`metrics`] serves them to Prometheus.
 //! - [`run`]: wires it all together for `gpuship run`; [`config`] and [`cli`] are the edges.
 
 pub mod accounting;
@@ -20,6 +21,7 @@ pub mod consumer;
 pub mod decode;
 pub mod enrich;
 pub mod fanout;
+pub mod metrics;
 pub mod run;
 pub mod sources;
 pub mod summary;

@@ -29,6 +29,8 @@ struct FileConfig {
     #[serde(default)]
     enrich: EnrichConfig,
     #[serde(default)]
+    metrics: MetricsConfig,
+    #[serde(default)]
     sinks: Vec<toml::Spanned<toml::Table>>,
 }
 
@@ -43,6 +45,8 @@ pub struct Config {
     pub batch: BatchConfig,
     /// Where GPU identities come from.
     pub enrich: EnrichConfig,
+    /// The self-metrics endpoint.
+    pub metrics: MetricsConfig,
     /// Where batches go. Empty means the embedded default: Parquet under `./gpuship-data`.
     pub sinks: Vec<SinkEntry>,
 }
@@ -164,6 +168,18 @@ pub struct BatchConfig {
     pub timeout_ms: u64,
 }
 
+/// `[metrics]`: Prometheus text on `/metrics`, readiness on `/health`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve the endpoint.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// Address to listen on (loopback by default; port 0 picks a free one, logged at start).
+    #[serde(default = "defaults::metrics_address")]
+    pub address: String,
+}
+
 /// `[enrich]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -233,6 +249,9 @@ mod defaults {
     pub fn timeout_ms() -> u64 {
         1_000
     }
+    pub fn metrics_address() -> String {
+        "127.0.0.1:9464".into()
+    }
     pub fn nvidia_proc_dir() -> PathBuf {
         "/proc/driver/nvidia/gpus".into()
     }
@@ -248,6 +267,7 @@ macro_rules! default_from_serde {
     )*};
 }
 default_from_serde!(
+    MetricsConfig,
     AgentConfig,
     XidSourceConfig,
     TracepointFields,
@@ -282,6 +302,7 @@ impl Config {
             sources: file.sources,
             batch: file.batch,
             enrich: file.enrich,
+            metrics: file.metrics,
             sinks,
         };
         config.validate(text, origin)?;

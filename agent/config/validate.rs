@@ -219,6 +219,19 @@ impl Config {
             }
         }
 
+        if self
+            .metrics
+            .address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
+            report.add(
+                "metrics",
+                "address",
+                format!("{:?} is not an IP:port address", self.metrics.address),
+            );
+        }
+
         let mut parquet_roots = Vec::new();
         let mut names = Vec::new();
         for (index, entry) in self.sinks.iter().enumerate() {

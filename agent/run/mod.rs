@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::consumer::{self, ConsumerSettings, SourceStatus};
 use crate::enrich::{host_identity, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
+use crate::metrics::{self, Health};
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
 use crate::sources::{kmsg, tracefs};
 use crate::summary::RunSummary;
@@ -85,6 +86,24 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
     }
     let accounting = Arc::new(accounting);
+    let health = Arc::new(Health::default());
+    if config.metrics.enabled {
+        let address = config.metrics.address.clone();
+        match runtime.block_on(tokio::net::TcpListener::bind(&address)) {
+            Ok(listener) => {
+                let bound = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or(address);
+                tracing::info!(address = %bound, "metrics listening on /metrics and /health");
+                runtime.spawn(metrics::serve(listener, accounting.clone(), health.clone()));
+            }
+            // Metrics are for operators; capture goes on without them.
+            Err(err) => {
+                tracing::error!(%address, %err, "cannot serve metrics; carrying on without")
+            }
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let summary = Arc::new(Mutex::new(RunSummary::default()));
 
@@ -165,6 +184,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             child = Some(command::spawn_traced(argv, ready.traced_tgids.as_ref())?)
         }
     }
+    health.set_running();
     tracing::info!(
         sources = ?attached.iter().map(|s| s.source).collect::<Vec<_>>(),
         kmsg = kmsg_thread.is_some(),
@@ -180,6 +200,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         accounting.clone(),
     ));
 
+    health.set_draining();
     tracing::info!("draining: stopping probes, draining rings, flushing batches");
     stop.store(true, Ordering::Release);
     if consumer_thread.join().is_err() {

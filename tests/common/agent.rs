@@ -35,6 +35,12 @@ impl Agent {
     pub fn start(config: &str, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("gpuship.toml");
+        // Parallel tests must not fight over the default metrics port.
+        let config = if config.contains("[metrics]") {
+            config.to_string()
+        } else {
+            format!("{config}\n[metrics]\naddress = \"127.0.0.1:0\"\n")
+        };
         std::fs::write(&config_path, config).expect("writing config");
         let summary_path = dir.path().join("summary.json");
         let mut command = Command::new(binary());
@@ -103,6 +109,23 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("agent never logged {needle:?}:\n{}", self.log());
+    }
+
+    /// The address the metrics endpoint listens on (from the log).
+    pub fn metrics_address(&self) -> String {
+        self.wait_for_log("metrics listening", Duration::from_secs(10));
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("metrics listening"))
+            .expect("metrics line");
+        line.split("address=")
+            .nth(1)
+            .expect("address field")
+            .split_whitespace()
+            .next()
+            .expect("value")
+            .to_string()
     }
 
     /// Sends SIGTERM to the agent's pid and waits for it to drain and exit.
@@ -176,6 +199,7 @@ impl Stopped {
         assert_eq!(ring["unmatched_returns"], 0, "{}", self.outcome);
         assert_eq!(ring["inflight_full"], 0, "{}", self.outcome);
         assert_eq!(ring["emitted"], ring["received"], "{}", self.outcome);
+        assert_eq!(ring["pending_in_ring"], 0, "{}", self.outcome);
         assert_eq!(sink["delivered"], sink["received"], "{}", self.outcome);
         assert_eq!(sink["in_flight"], 0, "{}", self.outcome);
         assert_eq!(sink["failed"], 0, "{}", self.outcome);
