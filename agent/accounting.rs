@@ -126,6 +126,14 @@ pub struct SinkSnapshot {
     pub dropped_buffer_full: u64,
     /// Dropped because the sink had stopped.
     pub dropped_sink_stopped: u64,
+    /// Dropped for each reason, by reason name.
+    pub dropped_by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// Written to the spool (since start, including what a previous run left).
+    pub spooled: u64,
+    /// Read back from the spool.
+    pub replayed: u64,
+    /// In the spool now.
+    pub spooled_pending: u64,
     /// Left out by the sink's `kinds` / `cuda_filter` (not part of `received`).
     pub filtered: u64,
     /// Lost to destination errors.
@@ -237,6 +245,13 @@ impl Accounting {
                         dropped_buffer_full: stats.dropped(DropReason::BufferFull, kind),
                         dropped_sink_stopped: stats.dropped(DropReason::SinkStopped, kind),
                         filtered: stats.filtered.get(kind),
+                        dropped_by_reason: DropReason::ALL
+                            .iter()
+                            .map(|&r| (r.as_str(), stats.dropped(r, kind)))
+                            .collect(),
+                        spooled: stats.spooled.get(kind),
+                        replayed: stats.replayed.get(kind),
+                        spooled_pending: stats.spool_pending(kind),
                         failed: stats.failed.get(kind),
                         in_flight: stats.in_flight(kind),
                         queued_events: stats.queued_events.load(Ordering::Relaxed),
@@ -265,7 +280,7 @@ impl Snapshot {
             }
         }
         for sink in &self.sinks {
-            if sink.delivered + sink.dropped + sink.failed > sink.received {
+            if sink.delivered + sink.dropped + sink.failed + sink.spooled_pending > sink.received {
                 broken.push(format!(
                     "sink {} {}: received {} != delivered {} + failed {} + in_flight {}",
                     sink.sink,

@@ -176,7 +176,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         let _ = writeln!(out, "{name} {value}");
     }
     type SinkField = fn(&crate::accounting::SinkSnapshot) -> u64;
-    let sink_metrics: [(&str, &str, &str, SinkField); 6] = [
+    let sink_metrics: [(&str, &str, &str, SinkField); 9] = [
         (
             "gpuship_component_received_events_total",
             "counter",
@@ -213,6 +213,24 @@ pub fn render(snapshot: &Snapshot) -> String {
             "Events waiting in the sink's queue.",
             |s| s.queued_events,
         ),
+        (
+            "gpuship_component_spooled_events_total",
+            "counter",
+            "Events written to the sink's disk spool.",
+            |s| s.spooled,
+        ),
+        (
+            "gpuship_component_replayed_events_total",
+            "counter",
+            "Events read back from the spool.",
+            |s| s.replayed,
+        ),
+        (
+            "gpuship_spool_events",
+            "gauge",
+            "Events in the sink's spool now.",
+            |s| s.spooled_pending,
+        ),
     ];
     for (name, kind, help, value) in sink_metrics {
         family(&mut out, name, kind, help);
@@ -234,10 +252,13 @@ pub fn render(snapshot: &Snapshot) -> String {
         "Events dropped before the destination, by reason.",
     );
     for sink in &snapshot.sinks {
-        for (reason, intentional, value) in [
-            ("buffer_full", true, sink.dropped_buffer_full),
-            ("sink_stopped", false, sink.dropped_sink_stopped),
-        ] {
+        for reason in gpuship_sinks::DropReason::ALL {
+            let value = sink
+                .dropped_by_reason
+                .get(reason.as_str())
+                .copied()
+                .unwrap_or(0);
+            let (reason, intentional) = (reason.as_str(), reason.intentional());
             let _ = writeln!(
                 out,
                 "{name}{{component_id=\"{}\",component_kind=\"sink\",kind=\"{}\",reason=\"{reason}\",intentional=\"{intentional}\"}} {value}",

@@ -61,6 +61,12 @@ pub struct AgentConfig {
     /// Overrides the host name written into every row (default: the kernel's node name).
     #[serde(default)]
     pub host_name: Option<String>,
+    /// Where the agent keeps state that must survive a restart (each sink's spool).
+    #[serde(default = "defaults::state_dir")]
+    pub state_dir: PathBuf,
+    /// At shutdown, how long sinks may deliver what they hold before the rest is spooled.
+    #[serde(default = "defaults::shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
 }
 
 /// `[sources]`.
@@ -197,6 +203,12 @@ mod defaults {
     }
     pub fn stats_interval_secs() -> u64 {
         10
+    }
+    pub fn state_dir() -> PathBuf {
+        "./gpuship-state".into()
+    }
+    pub fn shutdown_timeout_secs() -> u64 {
+        30
     }
     pub fn xid_tracepoint() -> String {
         "nvidia:nvidia_dev_xid".into()

@@ -2,7 +2,7 @@
 //! (its name, which events it takes, and its queue).
 
 use gpuship_sinks::parquet::ParquetSinkConfig;
-use gpuship_sinks::{BufferConfig, EventKind};
+use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
 use serde::Deserialize;
 
 /// One `[[sinks]]` table.
@@ -30,10 +30,13 @@ pub struct SinkOptions {
     /// The sink's queue: `max_events`, `max_bytes`, `when_full`.
     #[serde(default)]
     pub buffer: BufferConfig,
+    /// The sink's disk spool for outages and shutdown: `enabled`, `max_size`, `fsync`.
+    #[serde(default)]
+    pub spool: SpoolConfig,
 }
 
 /// Keys of [`SinkOptions`], split off a `[[sinks]]` table before its type-specific part.
-pub const OPTION_KEYS: [&str; 4] = ["name", "kinds", "cuda_filter", "buffer"];
+pub const OPTION_KEYS: [&str; 5] = ["name", "kinds", "cuda_filter", "buffer", "spool"];
 
 fn all_kinds() -> Vec<EventKind> {
     EventKind::ALL.to_vec()
@@ -46,6 +49,7 @@ impl Default for SinkOptions {
             kinds: all_kinds(),
             cuda_filter: None,
             buffer: BufferConfig::default(),
+            spool: SpoolConfig::default(),
         }
     }
 }

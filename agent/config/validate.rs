@@ -144,6 +144,10 @@ impl Config {
             }
         }
 
+        if self.agent.state_dir.as_os_str().is_empty() {
+            report.add("agent", "state_dir", "must not be empty");
+        }
+
         let xid = &self.sources.xid;
         let valid_name =
             |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -264,6 +268,9 @@ impl Config {
                         "keeps nothing: set failed = true and/or slower_than_ns",
                     );
                 }
+            }
+            if options.spool.max_size == 0 {
+                report.add_sink(index, "spool", "max_size must be greater than 0");
             }
             if options.buffer.max_events == 0 || options.buffer.max_bytes == 0 {
                 report.add_sink(

@@ -6,12 +6,13 @@ mod command;
 mod progress;
 mod sinks;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gpuship_sinks::{SinkInput, SinkStats};
+use gpuship_sinks::{queue_with, QueueOptions, SinkInput, SinkStats, Spool, SpoolConfig};
 
 use crate::accounting::{Accounting, Snapshot};
 use crate::capture::CaptureContext;
@@ -73,6 +74,10 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let signals = {
+        let _runtime = runtime.enter();
+        progress::StopSignals::install()
+    };
 
     let mut fanout = FanOut::default();
     let mut accounting = Accounting::default();
@@ -80,7 +85,14 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     for (name, entry) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
         let sink = build_sink(&name, &entry.sink, &identity);
         let stats = Arc::new(SinkStats::default());
-        let (sender, batches) = gpuship_sinks::queue(entry.options.buffer.clone(), stats.clone());
+        let spool = open_spool(&config.agent.state_dir, &name, &entry.options.spool);
+        let options = QueueOptions {
+            name: name.clone(),
+            buffer: entry.options.buffer.clone(),
+            spool,
+            shutdown_timeout: Duration::from_secs(config.agent.shutdown_timeout_secs),
+        };
+        let (sender, batches) = queue_with(options, stats.clone());
         fanout.add(name.clone(), sender, stats.clone(), &entry.options);
         accounting.sinks.push((name.clone(), stats.clone()));
         sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
@@ -198,6 +210,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         child,
         interval,
         accounting.clone(),
+        signals,
     ));
 
     health.set_draining();
@@ -241,4 +254,30 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(outcome)
+}
+
+/// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.
+fn open_spool(state_dir: &Path, sink: &str, config: &SpoolConfig) -> Option<Spool> {
+    if !config.enabled {
+        return None;
+    }
+    let dir = state_dir.join("spool").join(sink);
+    match Spool::open(&dir, config.clone()) {
+        Ok(spool) => {
+            if !spool.is_empty() {
+                tracing::info!(
+                    sink,
+                    dir = %dir.display(),
+                    xid = spool.pending_events(gpuship_sinks::EventKind::Xid),
+                    cuda = spool.pending_events(gpuship_sinks::EventKind::Cuda),
+                    "spooled events from a previous run will be delivered first"
+                );
+            }
+            Some(spool)
+        }
+        Err(err) => {
+            tracing::error!(sink, %err, "cannot open the spool; this sink runs without one");
+            None
+        }
+    }
 }

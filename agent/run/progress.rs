@@ -9,6 +9,23 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::{RunOutcome, Target};
 use crate::accounting::{Accounting, Snapshot};
 
+/// SIGTERM and SIGINT handlers, installed at the very start of a run so that a stop request
+/// during startup is honoured (with a drain) instead of killing the process.
+pub struct StopSignals {
+    sigterm: Option<tokio::signal::unix::Signal>,
+    sigint: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Installs the handlers; must be called inside the runtime.
+    pub fn install() -> Self {
+        Self {
+            sigterm: signal(SignalKind::terminate()).ok(),
+            sigint: signal(SignalKind::interrupt()).ok(),
+        }
+    }
+}
+
 /// Resolves when a signal arrives or the traced command / pid exits; returns the command's
 /// exit code when there was one.
 pub async fn wait_for_end(
@@ -16,9 +33,12 @@ pub async fn wait_for_end(
     child: Option<super::command::TracedChild>,
     stats_interval_secs: u64,
     accounting: Arc<Accounting>,
+    signals: StopSignals,
 ) -> Option<i32> {
-    let mut sigterm = signal(SignalKind::terminate()).ok();
-    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let StopSignals {
+        mut sigterm,
+        mut sigint,
+    } = signals;
     let child_exit = async move {
         match child {
             Some(child) => tokio::task::spawn_blocking(move || child.wait().ok())

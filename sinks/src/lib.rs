@@ -4,7 +4,8 @@
 //!   and the builders that turn rows into [`arrow_array::RecordBatch`]es.
 //! - [`batch`]: [`EventBatch`], one record batch of one event kind, the unit every sink takes.
 //! - [`sink`]: the [`Sink`] trait every destination implements and the counters it keeps.
-//! - [`queue`]: the bounded queue in front of each sink and its `when_full` policy.
+//! - [`queue`]: the bounded queue in front of each sink: `when_full` policy, XID lane, spool.
+//! - [`spool`]: a sink's disk spool for outages and shutdown, replayed in order.
 //! - [`parquet`]: the Parquet sink (hive-partitioned files, atomic finalize), the default one.
 //!
 //! This crate knows nothing about BPF or where events come from; the agent fills the builders.
@@ -14,7 +15,11 @@ pub mod parquet;
 pub mod queue;
 pub mod schema;
 pub mod sink;
+pub mod spool;
 
 pub use batch::{EventBatch, EventKind};
-pub use queue::{queue, BufferConfig, QueueReceiver, QueueSender, WhenFull};
+pub use queue::{
+    queue, queue_with, BufferConfig, QueueOptions, QueueReceiver, QueueSender, WhenFull,
+};
 pub use sink::{DropReason, Sink, SinkError, SinkInput, SinkStats};
+pub use spool::{FsyncPolicy, Spool, SpoolConfig};

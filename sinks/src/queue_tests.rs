@@ -179,3 +179,116 @@ fn a_stopped_sink_counts_queued_and_later_batches_as_dropped() {
     assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Xid), 1);
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
+
+#[test]
+fn a_failing_sink_spills_to_the_spool_and_replays_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(8, WhenFull::Block),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, mut rx) = queue_with(options, stats.clone());
+    tx.send_blocking(cuda(4, 1));
+    let first = block_on(rx.recv()).unwrap();
+    rx.reject(first); // the destination failed: batch 1 goes back, the sink is unhealthy
+    tx.send_blocking(cuda(4, 2)); // fits in memory
+    tx.send_blocking(cuda(4, 3)); // memory full, sink failing: spooled, not blocked
+    tx.send_blocking(xid()); // behind a spool backlog: spooled too
+    tx.send_blocking(cuda(4, 4)); // still behind the backlog
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
+    assert_eq!(stats.spool_pending(EventKind::Xid), 1);
+    assert_eq!(
+        stats.in_flight(EventKind::Cuda),
+        8,
+        "batches 1 and 2 in memory"
+    );
+    drop(tx);
+    let started = std::time::Instant::now();
+    let order: Vec<(EventKind, u32)> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push((
+                b.kind,
+                if b.kind == EventKind::Cuda {
+                    tag(&b)
+                } else {
+                    0
+                },
+            ));
+            rx.delivered();
+        }
+        v
+    });
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "the retry waited for the backoff"
+    );
+    assert_eq!(
+        order,
+        vec![
+            (EventKind::Cuda, 1),
+            (EventKind::Cuda, 2),
+            (EventKind::Cuda, 3),
+            (EventKind::Xid, 0),
+            (EventKind::Cuda, 4)
+        ]
+    );
+    assert_eq!(stats.replayed.get(EventKind::Cuda), 8);
+    assert_eq!(stats.spool_pending(EventKind::Cuda), 0);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn at_the_shutdown_deadline_undelivered_batches_are_spooled_for_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let stats = Arc::new(SinkStats::default());
+        let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
+        let options = QueueOptions {
+            name: "t".into(),
+            buffer: config(100, WhenFull::Block),
+            spool: Some(spool),
+            shutdown_timeout: Duration::from_millis(300),
+        };
+        let (tx, mut rx) = queue_with(options, stats.clone());
+        tx.send_blocking(cuda(3, 1));
+        tx.send_blocking(xid());
+        drop(tx);
+        // The destination keeps failing: every batch comes back.
+        block_on(async {
+            while let Some(b) = rx.recv().await {
+                rx.reject(b);
+            }
+        });
+        assert_eq!(stats.spool_pending(EventKind::Cuda), 3);
+        assert_eq!(stats.spool_pending(EventKind::Xid), 1);
+        assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+    }
+    // Next run: the spooled rows are offered first.
+    let stats = Arc::new(SinkStats::default());
+    let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(100, WhenFull::Block),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(5),
+    };
+    let (tx, mut rx) = queue_with(options, stats.clone());
+    assert_eq!(stats.received.get(EventKind::Cuda), 3);
+    drop(tx);
+    let got: Vec<EventKind> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(b.kind);
+            rx.delivered();
+        }
+        v
+    });
+    assert_eq!(got.len(), 2);
+    assert!(got.contains(&EventKind::Xid) && got.contains(&EventKind::Cuda));
+}

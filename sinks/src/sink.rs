@@ -70,34 +70,50 @@ impl KindCounters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DropReason {
-    /// The queue was full and its policy is `drop_newest` or `drop_oldest`.
+    /// The memory queue was full and its policy is `drop_newest` or `drop_oldest`.
     BufferFull,
+    /// The spool reached `max_size` (CUDA only; XIDs are kept).
+    SpoolFull,
+    /// Writing to the spool failed (disk error).
+    SpoolFailed,
+    /// A spooled segment failed its checks when read back.
+    SpoolCorrupt,
+    /// Undelivered at the shutdown deadline, and the sink has no spool.
+    ShutdownTimeout,
     /// The sink had stopped (its task ended), so nothing could be handed to it.
     SinkStopped,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 2] = [DropReason::BufferFull, DropReason::SinkStopped];
+    pub const ALL: [DropReason; 6] = [
+        DropReason::BufferFull,
+        DropReason::SpoolFull,
+        DropReason::SpoolFailed,
+        DropReason::SpoolCorrupt,
+        DropReason::ShutdownTimeout,
+        DropReason::SinkStopped,
+    ];
 
     /// Label value in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::BufferFull => "buffer_full",
+            DropReason::SpoolFull => "spool_full",
+            DropReason::SpoolFailed => "spool_failed",
+            DropReason::SpoolCorrupt => "spool_corrupt",
+            DropReason::ShutdownTimeout => "shutdown_timeout",
             DropReason::SinkStopped => "sink_stopped",
         }
     }
 
-    /// Whether the drop was asked for by configuration (a `drop_*` policy).
+    /// Whether the drop was asked for by configuration (a `drop_*` policy or a size limit).
     pub fn intentional(self) -> bool {
-        matches!(self, DropReason::BufferFull)
+        matches!(self, DropReason::BufferFull | DropReason::SpoolFull)
     }
 
     fn slot(self) -> usize {
-        match self {
-            DropReason::BufferFull => 0,
-            DropReason::SinkStopped => 1,
-        }
+        self as usize
     }
 }
 
@@ -109,7 +125,15 @@ pub struct SinkStats {
     /// Events the destination acknowledged.
     pub delivered: KindCounters,
     /// Events dropped before the destination, by [`DropReason`].
-    dropped: [KindCounters; 2],
+    dropped: [KindCounters; 6],
+    /// Events written to the spool.
+    pub spooled: KindCounters,
+    /// Events read back from the spool and handed to the sink.
+    pub replayed: KindCounters,
+    /// Events in the spool now, by kind.
+    spool_pending: [AtomicU64; 2],
+    /// Bytes in the spool now.
+    pub spool_bytes: AtomicU64,
     /// Events the sink's selection (`kinds`, `cuda_filter`) left out; not part of `received`.
     pub filtered: KindCounters,
     /// Events waiting in the queue now.
@@ -131,16 +155,29 @@ impl SinkStats {
         self.dropped[reason.slot()].get(kind)
     }
 
+    /// Sets the events of `kind` now in the spool.
+    pub fn set_spool_pending(&self, kind: EventKind, events: u64) {
+        self.spool_pending[KindCounters::slot(kind)].store(events, Ordering::Relaxed);
+    }
+
+    /// Events of `kind` now in the spool.
+    pub fn spool_pending(&self, kind: EventKind) -> u64 {
+        self.spool_pending[KindCounters::slot(kind)].load(Ordering::Relaxed)
+    }
+
     /// Events of `kind` dropped for any reason.
     pub fn dropped_total(&self, kind: EventKind) -> u64 {
         DropReason::ALL.iter().map(|&r| self.dropped(r, kind)).sum()
     }
 
-    /// Events received but not yet delivered, dropped or failed (queued, in an open file, in
-    /// a request on the wire, ...).
+    /// Events received but not yet delivered, dropped, failed or spooled (queued in memory, in
+    /// an open file, in a request on the wire, ...).
     pub fn in_flight(&self, kind: EventKind) -> u64 {
         self.received.get(kind).saturating_sub(
-            self.delivered.get(kind) + self.dropped_total(kind) + self.failed.get(kind),
+            self.delivered.get(kind)
+                + self.dropped_total(kind)
+                + self.failed.get(kind)
+                + self.spool_pending(kind),
         )
     }
 }

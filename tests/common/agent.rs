@@ -41,6 +41,13 @@ impl Agent {
         } else {
             format!("{config}\n[metrics]\naddress = \"127.0.0.1:0\"\n")
         };
+        // Each agent keeps its spool in its own folder.
+        let state = format!("state_dir = \"{}\"\n", dir.path().join("state").display());
+        let config = if config.contains("[agent]\n") {
+            config.replacen("[agent]\n", &format!("[agent]\n{state}"), 1)
+        } else {
+            format!("[agent]\n{state}\n{config}")
+        };
         std::fs::write(&config_path, config).expect("writing config");
         let summary_path = dir.path().join("summary.json");
         let mut command = Command::new(binary());

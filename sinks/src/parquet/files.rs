@@ -3,11 +3,18 @@
 //! A file is complete only after its footer is written, its data fsynced, it is renamed from
 //! the hidden temporary name to its final name and the directory entry is fsynced; only then
 //! are its rows counted as delivered. Row groups are closed when their buffered size reaches
-//! `row_group_bytes`, which bounds memory per open file.
+//! `row_group_bytes`.
+//!
+//! Until a file is final, the batches written into it are kept (they share the Arrow buffers
+//! the pipeline already allocated): if the disk fails at any point (create, write, flush,
+//! fsync, rename), the file is abandoned and every one of its batches is handed back for a
+//! retry, so a disk outage delays rows but loses none. The cost is the Arrow size of an open
+//! file's rows in memory, bounded by `max_file_rows` / `max_file_bytes`.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -47,7 +54,7 @@ pub enum FileError {
     },
 }
 
-/// A file that finished (delivered) or was abandoned (failed), with its row count.
+/// A file that finished (delivered), or rows handed back after a failure (to retry).
 #[derive(Debug)]
 pub enum FileOutcome {
     /// Renamed into place; `rows` are delivered.
@@ -59,12 +66,12 @@ pub enum FileOutcome {
         /// Where it is.
         path: PathBuf,
     },
-    /// Could not be completed; `rows` are lost.
-    Failed {
+    /// Could not be written or completed; `batches` hold every row, to be retried.
+    Rejected {
         /// Kind of the rows.
         kind: EventKind,
-        /// Rows that were in it.
-        rows: u64,
+        /// The rows, oldest first.
+        batches: Vec<RecordBatch>,
         /// Why.
         error: FileError,
     },
@@ -76,6 +83,8 @@ struct OpenFile {
     final_path: PathBuf,
     rows: u64,
     opened_at: Instant,
+    /// Everything written into the file, kept until it is final.
+    batches: Vec<RecordBatch>,
 }
 
 /// All files currently being written by one Parquet sink.
@@ -127,9 +136,9 @@ impl PartitionedFiles {
                     self.open.insert(key, file);
                 }
                 Err(error) => {
-                    outcomes.push(FileOutcome::Failed {
+                    outcomes.push(FileOutcome::Rejected {
                         kind,
-                        rows: slice.num_rows() as u64,
+                        batches: vec![slice.clone()],
                         error,
                     });
                     return;
@@ -147,13 +156,15 @@ impl PartitionedFiles {
             }
         });
         file.rows += slice.num_rows() as u64;
+        file.batches.push(slice.clone());
         if let Err(source) = written {
-            let file = self.open.remove(&key).expect("file is open");
-            let error = FileError::Parquet {
-                path: file.final_path.clone(),
-                source,
-            };
-            outcomes.push(abandon(kind, file, error));
+            if let Some(file) = self.open.remove(&key) {
+                let error = FileError::Parquet {
+                    path: file.final_path.clone(),
+                    source,
+                };
+                outcomes.push(abandon(kind, file, error));
+            }
             return;
         }
         let full = file.rows >= self.config.max_file_rows
@@ -207,11 +218,17 @@ impl PartitionedFiles {
             path: dir.clone(),
             source,
         })?;
-        let file = File::create(&paths.temp_path).map_err(|source| FileError::Io {
-            action: "creating",
-            path: paths.temp_path.clone(),
-            source,
-        })?;
+        // Readable by the owner's group (the analysts), not by everyone.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(&paths.temp_path)
+            .map_err(|source| FileError::Io {
+                action: "creating",
+                path: paths.temp_path.clone(),
+                source,
+            })?;
         let properties = self.properties.get(&kind).cloned();
         let writer =
             ArrowWriter::try_new(file, schema_for(kind), properties).map_err(|source| {
@@ -226,6 +243,7 @@ impl PartitionedFiles {
             final_path: paths.final_path,
             rows: 0,
             opened_at: Instant::now(),
+            batches: Vec::new(),
         })
     }
 }
@@ -258,7 +276,11 @@ fn finalize(kind: EventKind, file: OpenFile) -> FileOutcome {
         },
         Err(error) => {
             let _ = fs::remove_file(&file.temp_path);
-            FileOutcome::Failed { kind, rows, error }
+            FileOutcome::Rejected {
+                kind,
+                batches: file.batches,
+                error,
+            }
         }
     }
 }
@@ -286,19 +308,21 @@ fn complete(
         .map_err(io_err("fsync", temp))?;
     drop(writer);
     fs::rename(temp, final_path).map_err(io_err("renaming into place", final_path))?;
+    // The file is in place and complete; a failed directory fsync only weakens durability
+    // across a power loss, so it is reported rather than undone.
     if let Some(dir) = final_path.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err("fsync directory", dir))?;
+        if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(dir = %dir.display(), %err, "fsync of the directory failed");
+        }
     }
     Ok(())
 }
 
 fn abandon(kind: EventKind, file: OpenFile, error: FileError) -> FileOutcome {
     let _ = fs::remove_file(&file.temp_path);
-    FileOutcome::Failed {
+    FileOutcome::Rejected {
         kind,
-        rows: file.rows,
+        batches: file.batches,
         error,
     }
 }

@@ -8,7 +8,6 @@ mod files;
 mod layout;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -17,7 +16,8 @@ use tokio::runtime::Handle;
 pub use files::{FileError, FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
 
-use crate::sink::{Sink, SinkError, SinkInput, SinkRun, SinkStats};
+use crate::sink::{Sink, SinkError, SinkInput, SinkRun};
+use crate::EventBatch;
 
 /// Column compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -177,28 +177,39 @@ impl ParquetSink {
             match next {
                 Ok(Some(batch)) => {
                     let outcomes = files.write(batch.kind, &batch.records);
-                    account(&self.name, &input.stats, outcomes);
+                    self.account(&input, outcomes);
                 }
                 Ok(None) => break,
                 Err(_elapsed) => {}
             }
-            account(&self.name, &input.stats, files.rotate_aged(Instant::now()));
+            self.account(&input, files.rotate_aged(Instant::now()));
         }
-        account(&self.name, &input.stats, files.close_all());
+        self.account(&input, files.close_all());
         tracing::info!(sink = %self.name, "parquet sink closed all files");
     }
-}
 
-fn account(sink: &str, stats: &Arc<SinkStats>, outcomes: Vec<FileOutcome>) {
-    for outcome in outcomes {
-        match outcome {
-            FileOutcome::Finalized { kind, rows, path } => {
-                stats.delivered.add(kind, rows);
-                tracing::debug!(sink, %kind, rows, path = %path.display(), "parquet file finalized");
-            }
-            FileOutcome::Failed { kind, rows, error } => {
-                stats.failed.add(kind, rows);
-                tracing::error!(sink, %kind, rows, %error, "parquet file lost");
+    /// Counts finalized files as delivered; hands rows of failed files back to the queue,
+    /// which retries them (and spools what does not fit while the disk fails).
+    fn account(&self, input: &SinkInput, outcomes: Vec<FileOutcome>) {
+        for outcome in outcomes {
+            match outcome {
+                FileOutcome::Finalized { kind, rows, path } => {
+                    input.stats.delivered.add(kind, rows);
+                    input.batches.delivered();
+                    tracing::debug!(sink = %self.name, %kind, rows, path = %path.display(), "parquet file finalized");
+                }
+                FileOutcome::Rejected {
+                    kind,
+                    batches,
+                    error,
+                } => {
+                    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                    tracing::error!(sink = %self.name, %kind, rows, %error, "parquet write failed; rows will be retried");
+                    // Front-inserted one by one: newest first keeps the original order.
+                    for batch in batches.into_iter().rev() {
+                        input.batches.reject(EventBatch::new(kind, batch));
+                    }
+                }
             }
         }
     }

@@ -11,6 +11,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 
 use super::*;
 use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+use crate::sink::{SinkInput, SinkStats};
 use crate::{EventBatch, EventKind};
 
 fn identity() -> HostIdentity {
@@ -94,7 +95,7 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
         .iter()
         .map(|o| match o {
             FileOutcome::Finalized { rows, .. } => *rows,
-            FileOutcome::Failed { error, .. } => panic!("{error}"),
+            FileOutcome::Rejected { error, .. } => panic!("{error}"),
         })
         .collect();
     assert_eq!(rows, vec![1, 2, 1]);
@@ -157,7 +158,7 @@ fn files_rotate_by_rows_and_carry_schema_metadata() {
 }
 
 #[test]
-fn unwritable_root_counts_rows_as_failed() {
+fn unwritable_root_hands_every_row_back_for_a_retry() {
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("not-a-dir");
     std::fs::write(&blocker, b"x").unwrap();
@@ -165,8 +166,8 @@ fn unwritable_root_counts_rows_as_failed() {
     let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[0, 1, 2]));
     assert_eq!(outcomes.len(), 1);
     match &outcomes[0] {
-        FileOutcome::Failed { rows, error, .. } => {
-            assert_eq!(*rows, 3);
+        FileOutcome::Rejected { batches, error, .. } => {
+            assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
             assert!(error.to_string().contains("creating directory"), "{error}");
         }
         other => panic!("expected failure, got {other:?}"),

@@ -1,0 +1,345 @@
+//! A sink's disk spool: batches it could not take, kept in order on disk until it can, across
+//! agent restarts.
+//!
+//! One segment file per batch, named by a sequence number so that order survives restarts:
+//! `<dir>/<seq:016x>.seg`. A segment is a 32-byte header (magic, kind, event count, payload
+//! length, CRC-32 of the payload) followed by the batch as an Arrow IPC stream. It is written
+//! under a temporary name, fsynced (per `fsync`), and renamed, so a crash leaves either a whole
+//! segment or none. A segment that fails its checks is reported, renamed to `.corrupt` and
+//! skipped; it never stops the spool.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+use serde::Deserialize;
+
+use crate::schema::schema_for;
+use crate::{EventBatch, EventKind};
+
+const MAGIC: &[u8; 8] = b"GPSHSPL1";
+const HEADER_LEN: usize = 32;
+
+/// When segments reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncPolicy {
+    /// fsync every segment and its directory entry (default: spooling is rare, losing it is not).
+    #[default]
+    Always,
+    /// Leave it to the kernel's writeback.
+    Never,
+}
+
+/// `[sinks.spool]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpoolConfig {
+    /// Spool at all.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Bytes on disk at most; beyond it CUDA batches are dropped (counted), XIDs still kept.
+    #[serde(default = "default_max_size")]
+    pub max_size: u64,
+    /// When segments reach the disk.
+    #[serde(default)]
+    pub fsync: FsyncPolicy,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_size() -> u64 {
+    1 << 30
+}
+
+impl Default for SpoolConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_size: default_max_size(),
+            fsync: FsyncPolicy::default(),
+        }
+    }
+}
+
+/// Spool failures. Storing failures are the caller's to count; reading failures skip a segment.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// Filesystem error.
+    #[error("spool {path}: {source}")]
+    Io {
+        /// File or directory.
+        path: PathBuf,
+        /// OS error.
+        source: io::Error,
+    },
+    /// A segment that is not what it should be.
+    #[error("spool segment {path} is corrupt: {reason}")]
+    Corrupt {
+        /// The segment.
+        path: PathBuf,
+        /// What check failed.
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    seq: u64,
+    path: PathBuf,
+    bytes: u64,
+    kind: EventKind,
+    events: u64,
+}
+
+/// The segments of one sink, oldest first.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    config: SpoolConfig,
+    segments: std::collections::VecDeque<Segment>,
+    next_seq: u64,
+    bytes: u64,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Spool {
+    /// Opens (creating) the spool at `dir` and indexes the segments a previous run left.
+    pub fn open(dir: &Path, config: SpoolConfig) -> Result<Spool, SpoolError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let mut segments = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err(dir))?.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") {
+                // A write cut short by a crash: never acknowledged as spooled.
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            let Some(seq) = name
+                .strip_suffix(".seg")
+                .and_then(|s| u64::from_str_radix(s, 16).ok())
+            else {
+                continue;
+            };
+            match read_header(&path) {
+                Ok((kind, events, bytes)) => segments.push(Segment {
+                    seq,
+                    path,
+                    bytes,
+                    kind,
+                    events,
+                }),
+                Err(err) => quarantine(&path, &err),
+            }
+        }
+        segments.sort_by_key(|s| s.seq);
+        let next_seq = segments.last().map_or(0, |s| s.seq + 1);
+        let bytes = segments.iter().map(|s| s.bytes).sum();
+        Ok(Spool {
+            dir: dir.to_path_buf(),
+            config,
+            segments: segments.into(),
+            next_seq,
+            bytes,
+        })
+    }
+
+    /// Events waiting, by kind.
+    pub fn pending_events(&self, kind: EventKind) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.events)
+            .sum()
+    }
+
+    /// True when nothing is spooled.
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// Bytes on disk.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether a batch of `bytes` more fits under `max_size`.
+    pub fn has_room(&self, bytes: u64) -> bool {
+        self.bytes + bytes <= self.config.max_size
+    }
+
+    /// Appends `batch` as the newest segment; returns the bytes written.
+    pub fn store(&mut self, batch: &EventBatch) -> Result<u64, SpoolError> {
+        let mut payload = Vec::with_capacity(batch.records.get_array_memory_size() / 2);
+        let encoded = StreamWriter::try_new(&mut payload, &batch.records.schema())
+            .and_then(|mut writer| writer.write(&batch.records).and_then(|()| writer.finish()));
+        encoded.map_err(|e| corrupt(&self.dir, &format!("encoding the batch: {e}")))?;
+        let seq = self.next_seq;
+        let path = self.dir.join(format!("{seq:016x}.seg"));
+        let temp = self.dir.join(format!("{seq:016x}.seg.tmp"));
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(MAGIC);
+        header[8] = kind_byte(batch.kind);
+        header[12..16].copy_from_slice(&(batch.len() as u32).to_le_bytes());
+        header[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        header[24..28].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        let mut file = File::create(&temp).map_err(io_err(&temp))?;
+        file.write_all(&header)
+            .and_then(|()| file.write_all(&payload))
+            .map_err(io_err(&temp))?;
+        if self.config.fsync == FsyncPolicy::Always {
+            file.sync_all().map_err(io_err(&temp))?;
+        }
+        drop(file);
+        fs::rename(&temp, &path).map_err(io_err(&path))?;
+        if self.config.fsync == FsyncPolicy::Always {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(&self.dir))?;
+        }
+        let bytes = (HEADER_LEN + payload.len()) as u64;
+        self.next_seq += 1;
+        self.bytes += bytes;
+        self.segments.push_back(Segment {
+            seq,
+            path,
+            bytes,
+            kind: batch.kind,
+            events: batch.len() as u64,
+        });
+        Ok(bytes)
+    }
+
+    /// Reads the oldest segment without removing it. Corrupt segments are quarantined and
+    /// reported in the second value (kind, events lost), and the next one is tried.
+    pub fn peek(&mut self) -> (Option<EventBatch>, Vec<(EventKind, u64)>) {
+        let mut corrupt = Vec::new();
+        while let Some(segment) = self.segments.front().cloned() {
+            match read_segment(&segment.path) {
+                Ok(batch) => return (Some(batch), corrupt),
+                Err(err) => {
+                    quarantine(&segment.path, &err);
+                    corrupt.push((segment.kind, segment.events));
+                    self.forget_front();
+                }
+            }
+        }
+        (None, corrupt)
+    }
+
+    /// Deletes the oldest segment (after its batch was taken).
+    pub fn pop(&mut self) {
+        if let Some(segment) = self.segments.front() {
+            let _ = fs::remove_file(&segment.path);
+        }
+        self.forget_front();
+    }
+
+    /// Deletes the oldest CUDA segment to make room (drop_oldest); returns its event count.
+    pub fn drop_oldest_cuda(&mut self) -> Option<u64> {
+        let index = self
+            .segments
+            .iter()
+            .position(|s| s.kind == EventKind::Cuda)?;
+        let segment = self.segments.remove(index)?;
+        let _ = fs::remove_file(&segment.path);
+        self.bytes -= segment.bytes;
+        Some(segment.events)
+    }
+
+    fn forget_front(&mut self) {
+        if let Some(segment) = self.segments.pop_front() {
+            self.bytes -= segment.bytes;
+        }
+    }
+}
+
+fn kind_byte(kind: EventKind) -> u8 {
+    match kind {
+        EventKind::Xid => 1,
+        EventKind::Cuda => 2,
+    }
+}
+
+fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
+    let mut header = [0u8; HEADER_LEN];
+    let mut file = File::open(path).map_err(io_err(path))?;
+    let size = file.metadata().map_err(io_err(path))?.len();
+    file.read_exact(&mut header)
+        .map_err(|_| corrupt(path, "shorter than its header"))?;
+    if &header[..8] != MAGIC {
+        return Err(corrupt(path, "bad magic"));
+    }
+    let kind = match header[8] {
+        1 => EventKind::Xid,
+        2 => EventKind::Cuda,
+        other => return Err(corrupt(path, &format!("unknown kind {other}"))),
+    };
+    let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
+    let payload = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
+    if size != HEADER_LEN as u64 + payload {
+        return Err(corrupt(
+            path,
+            &format!(
+                "{size} bytes on disk, header says {}",
+                HEADER_LEN as u64 + payload
+            ),
+        ));
+    }
+    Ok((kind, events, size))
+}
+
+fn read_segment(path: &Path) -> Result<EventBatch, SpoolError> {
+    let (kind, events, _) = read_header(path)?;
+    let data = fs::read(path).map_err(io_err(path))?;
+    let payload = &data[HEADER_LEN..];
+    let crc = u32::from_le_bytes(data[24..28].try_into().unwrap_or_default());
+    if crc32fast::hash(payload) != crc {
+        return Err(corrupt(path, "checksum mismatch"));
+    }
+    let mut reader =
+        StreamReader::try_new(payload, None).map_err(|e| corrupt(path, &e.to_string()))?;
+    let records = reader
+        .next()
+        .ok_or_else(|| corrupt(path, "no record batch"))?
+        .map_err(|e| corrupt(path, &e.to_string()))?;
+    if records.num_rows() as u64 != events || records.schema().fields() != schema_for(kind).fields()
+    {
+        return Err(corrupt(path, "rows or schema differ from the header"));
+    }
+    Ok(EventBatch::new(
+        kind,
+        records
+            .with_schema(schema_for(kind))
+            .map_err(|e| corrupt(path, &e.to_string()))?,
+    ))
+}
+
+fn corrupt(path: &Path, reason: &str) -> SpoolError {
+    SpoolError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn quarantine(path: &Path, err: &SpoolError) {
+    tracing::error!(%err, "skipping corrupt spool segment");
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".corrupt");
+    let _ = fs::rename(path, aside);
+}
+
+#[cfg(test)]
+#[path = "spool_tests.rs"]
+mod tests;
