@@ -43,7 +43,9 @@ impl Agent {
         };
         // Each agent keeps its spool in its own folder.
         let state = format!("state_dir = \"{}\"\n", dir.path().join("state").display());
-        let config = if config.contains("[agent]\n") {
+        let config = if config.contains("state_dir") {
+            config
+        } else if config.contains("[agent]\n") {
             config.replacen("[agent]\n", &format!("[agent]\n{state}"), 1)
         } else {
             format!("[agent]\n{state}\n{config}")

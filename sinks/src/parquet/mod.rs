@@ -152,10 +152,11 @@ impl Sink for ParquetSink {
     fn run(self: Box<Self>, input: SinkInput) -> SinkRun {
         Box::pin(async move {
             let name = self.name.clone();
-            std::fs::create_dir_all(&self.config.path).map_err(|err| SinkError::Start {
-                sink: name.clone(),
-                reason: format!("creating {}: {err}", self.config.path.display()),
-            })?;
+            // A destination that is not there yet is an outage like any other: batches are
+            // retried and spooled, and the sink keeps running.
+            if let Err(err) = std::fs::create_dir_all(&self.config.path) {
+                tracing::warn!(sink = %name, path = %self.config.path.display(), %err, "parquet root not available yet");
+            }
             let handle = Handle::current();
             tokio::task::spawn_blocking(move || self.run_blocking(handle, input))
                 .await
