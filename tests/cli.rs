@@ -102,3 +102,26 @@ fn help_documents_every_subcommand_and_the_run_options() {
         assert!(stdout.contains(needle), "{needle} missing from:\n{stdout}");
     }
 }
+
+#[test]
+fn without_bpf_capabilities_run_refuses_with_instructions() {
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
+        .arg(binary())
+        .args(["run"])
+        .current_dir("/")
+        .output()
+        .expect("setpriv (util-linux)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"),
+        "{stderr}"
+    );
+}

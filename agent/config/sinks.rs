@@ -1,6 +1,7 @@
 //! `[[sinks]]` entries: the destination (selected by `type`) and the options every sink shares
 //! (its name, which events it takes, and its queue).
 
+use gpuship_sinks::blackhole::BlackholeSinkConfig;
 use gpuship_sinks::parquet::ParquetSinkConfig;
 use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
 use serde::Deserialize;
@@ -81,6 +82,8 @@ impl CudaFilter {
 pub enum SinkConfig {
     /// Parquet files.
     Parquet(ParquetSinkConfig),
+    /// Discards batches (optionally after a delay): measurements and tests.
+    Blackhole(BlackholeSinkConfig),
 }
 
 impl SinkConfig {
@@ -88,6 +91,7 @@ impl SinkConfig {
     pub fn type_name(&self) -> &'static str {
         match self {
             SinkConfig::Parquet(_) => "parquet",
+            SinkConfig::Blackhole(_) => "blackhole",
         }
     }
 }

@@ -280,6 +280,7 @@ impl Config {
                 );
             }
             match &entry.sink {
+                SinkConfig::Blackhole(_) => {}
                 SinkConfig::Parquet(parquet) => {
                     for (key, message) in parquet.problems() {
                         report.add_sink(index, key, message);

@@ -3,6 +3,7 @@
 //! batches, close sinks, and report the final accounting.
 
 mod command;
+mod privileges;
 mod progress;
 mod sinks;
 
@@ -65,6 +66,7 @@ pub struct RunOutcome {
 /// Runs the agent until the end condition of `options.target`, then drains.
 pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let config = &options.config;
+    privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
     let identity = host_identity(config.agent.host_name.as_deref());
     let clocks = Clocks::measure();
     let gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));

@@ -1,5 +1,6 @@
 //! Builds running sinks from their config: the one place a new sink type is registered.
 
+use gpuship_sinks::blackhole::BlackholeSink;
 use gpuship_sinks::parquet::ParquetSink;
 use gpuship_sinks::schema::HostIdentity;
 use gpuship_sinks::Sink;
@@ -33,6 +34,7 @@ pub fn sink_names(entries: &[SinkEntry]) -> Vec<String> {
 /// The running sink for one `[[sinks]]` entry.
 pub fn build_sink(name: &str, config: &SinkConfig, identity: &HostIdentity) -> Box<dyn Sink> {
     match config {
+        SinkConfig::Blackhole(blackhole) => Box::new(BlackholeSink::new(name, blackhole.clone())),
         SinkConfig::Parquet(parquet) => {
             Box::new(ParquetSink::new(name, parquet.clone(), &*identity.host))
         }

@@ -7,10 +7,12 @@
 //! - [`queue`]: the bounded queue in front of each sink: `when_full` policy, XID lane, spool.
 //! - [`spool`]: a sink's disk spool for outages and shutdown, replayed in order.
 //! - [`parquet`]: the Parquet sink (hive-partitioned files, atomic finalize), the default one.
+//! - [`blackhole`]: discards batches (optionally slowly), for measurements and tests.
 //!
 //! This crate knows nothing about BPF or where events come from; the agent fills the builders.
 
 pub mod batch;
+pub mod blackhole;
 pub mod parquet;
 pub mod queue;
 pub mod schema;
