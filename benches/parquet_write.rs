@@ -76,7 +76,9 @@ fn write_parquet(c: &mut Criterion) {
                     .iter()
                     .map(|o| match o {
                         FileOutcome::Finalized { rows, .. } => *rows,
-                        FileOutcome::Rejected { error, .. } => panic!("{error}"),
+                        FileOutcome::Rejected { error, .. } | FileOutcome::Failed { error, .. } => {
+                            panic!("{error}")
+                        }
                     })
                     .sum();
                 assert_eq!(rows as usize, ROWS_PER_BATCH * BATCHES);

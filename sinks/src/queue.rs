@@ -62,11 +62,11 @@ pub struct BufferConfig {
 }
 
 fn default_max_events() -> usize {
-    1 << 20
+    1 << 18
 }
 
 fn default_max_bytes() -> usize {
-    256 << 20
+    32 << 20
 }
 
 impl Default for BufferConfig {

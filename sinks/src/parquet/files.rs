@@ -1,19 +1,17 @@
 //! Open Parquet files, one per (kind, hour partition), with rotation and atomic finalize.
 //!
-//! A file is complete only after its footer is written, its data fsynced, it is renamed from
-//! the hidden temporary name to its final name and the directory entry is fsynced; only then
-//! are its rows counted as delivered. Row groups are closed when their buffered size reaches
-//! `row_group_bytes`.
-//!
-//! Until a file is final, the batches written into it are kept (they share the Arrow buffers
-//! the pipeline already allocated): if the disk fails at any point (create, write, flush,
-//! fsync, rename), the file is abandoned and every one of its batches is handed back for a
-//! retry, so a disk outage delays rows but loses none. The cost is the Arrow size of an open
-//! file's rows in memory, bounded by `max_file_rows` / `max_file_bytes`.
+//! A file is encoded in memory (row groups close at `row_group_bytes`, the file at
+//! `max_file_rows` / `max_file_bytes` / `max_file_age_secs`) and touches the disk only when it
+//! is complete: written under a hidden temporary name, fsynced, renamed to its final name, and
+//! its directory fsynced. Only then are its rows counted as delivered. If any of that fails,
+//! the encoded file is read back into record batches and handed back to be retried (and
+//! spooled while the disk fails), so a disk outage delays rows but loses none. Memory per open
+//! file is its compressed size, bounded by `max_file_bytes`.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,6 +19,7 @@ use std::time::{Duration, Instant};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
@@ -66,6 +65,15 @@ pub enum FileOutcome {
         /// Where it is.
         path: PathBuf,
     },
+    /// Could not be encoded: a bug, not an outage; `rows` are lost (counted as failed).
+    Failed {
+        /// Kind of the rows.
+        kind: EventKind,
+        /// Rows that were in it.
+        rows: u64,
+        /// Why.
+        error: FileError,
+    },
     /// Could not be written or completed; `batches` hold every row, to be retried.
     Rejected {
         /// Kind of the rows.
@@ -78,13 +86,12 @@ pub enum FileOutcome {
 }
 
 struct OpenFile {
-    writer: ArrowWriter<File>,
+    /// Encodes into memory; the disk is touched only at finalize.
+    writer: ArrowWriter<Vec<u8>>,
     temp_path: PathBuf,
     final_path: PathBuf,
     rows: u64,
     opened_at: Instant,
-    /// Everything written into the file, kept until it is final.
-    batches: Vec<RecordBatch>,
 }
 
 /// All files currently being written by one Parquet sink.
@@ -136,9 +143,9 @@ impl PartitionedFiles {
                     self.open.insert(key, file);
                 }
                 Err(error) => {
-                    outcomes.push(FileOutcome::Rejected {
+                    outcomes.push(FileOutcome::Failed {
                         kind,
-                        batches: vec![slice.clone()],
+                        rows: slice.num_rows() as u64,
                         error,
                     });
                     return;
@@ -156,14 +163,17 @@ impl PartitionedFiles {
             }
         });
         file.rows += slice.num_rows() as u64;
-        file.batches.push(slice.clone());
         if let Err(source) = written {
             if let Some(file) = self.open.remove(&key) {
                 let error = FileError::Parquet {
                     path: file.final_path.clone(),
                     source,
                 };
-                outcomes.push(abandon(kind, file, error));
+                outcomes.push(FileOutcome::Failed {
+                    kind,
+                    rows: file.rows,
+                    error,
+                });
             }
             return;
         }
@@ -208,32 +218,11 @@ impl PartitionedFiles {
 
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
         let paths = new_file_paths(&self.root, kind, partition, &self.host);
-        let dir = paths
-            .final_path
-            .parent()
-            .unwrap_or(&self.root)
-            .to_path_buf();
-        fs::create_dir_all(&dir).map_err(|source| FileError::Io {
-            action: "creating directory",
-            path: dir.clone(),
-            source,
-        })?;
-        // Readable by the owner's group (the analysts), not by everyone.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o640)
-            .open(&paths.temp_path)
-            .map_err(|source| FileError::Io {
-                action: "creating",
-                path: paths.temp_path.clone(),
-                source,
-            })?;
         let properties = self.properties.get(&kind).cloned();
         let writer =
-            ArrowWriter::try_new(file, schema_for(kind), properties).map_err(|source| {
+            ArrowWriter::try_new(Vec::new(), schema_for(kind), properties).map_err(|source| {
                 FileError::Parquet {
-                    path: paths.temp_path.clone(),
+                    path: paths.final_path.clone(),
                     source,
                 }
             })?;
@@ -243,7 +232,6 @@ impl PartitionedFiles {
             final_path: paths.final_path,
             rows: 0,
             opened_at: Instant::now(),
-            batches: Vec::new(),
         })
     }
 }
@@ -267,33 +255,50 @@ fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterPrope
 }
 
 fn finalize(kind: EventKind, file: OpenFile) -> FileOutcome {
-    let rows = file.rows;
-    match complete(file.writer, &file.temp_path, &file.final_path) {
+    let OpenFile {
+        mut writer,
+        temp_path,
+        final_path,
+        rows,
+        ..
+    } = file;
+    if let Err(source) = writer.finish() {
+        return FileOutcome::Failed {
+            kind,
+            rows,
+            error: FileError::Parquet {
+                path: final_path,
+                source,
+            },
+        };
+    }
+    let bytes = std::mem::take(writer.inner_mut());
+    drop(writer);
+    match persist(&bytes, &temp_path, &final_path) {
         Ok(()) => FileOutcome::Finalized {
             kind,
             rows,
-            path: file.final_path,
+            path: final_path,
         },
         Err(error) => {
-            let _ = fs::remove_file(&file.temp_path);
-            FileOutcome::Rejected {
-                kind,
-                batches: file.batches,
-                error,
+            let _ = fs::remove_file(&temp_path);
+            match read_back(kind, bytes, &final_path) {
+                Ok(batches) => FileOutcome::Rejected {
+                    kind,
+                    batches,
+                    error,
+                },
+                Err(read_error) => {
+                    tracing::error!(%read_error, "cannot read back an encoded file; its rows are lost");
+                    FileOutcome::Failed { kind, rows, error }
+                }
             }
         }
     }
 }
 
-fn complete(
-    mut writer: ArrowWriter<File>,
-    temp: &Path,
-    final_path: &Path,
-) -> Result<(), FileError> {
-    writer.finish().map_err(|source| FileError::Parquet {
-        path: temp.to_path_buf(),
-        source,
-    })?;
+/// Writes a complete file: temporary name, fsync, rename, directory fsync.
+fn persist(bytes: &[u8], temp: &Path, final_path: &Path) -> Result<(), FileError> {
     let io_err = |action, path: &Path| {
         let path = path.to_path_buf();
         move |source| FileError::Io {
@@ -302,29 +307,47 @@ fn complete(
             source,
         }
     };
-    writer
-        .inner_mut()
-        .sync_all()
-        .map_err(io_err("fsync", temp))?;
-    drop(writer);
+    let dir = final_path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io_err("creating directory", dir))?;
+    // Readable by the owner's group (the analysts), not by everyone.
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(temp)
+        .map_err(io_err("creating", temp))?;
+    file.write_all(bytes).map_err(io_err("writing", temp))?;
+    file.sync_all().map_err(io_err("fsync", temp))?;
+    drop(file);
     fs::rename(temp, final_path).map_err(io_err("renaming into place", final_path))?;
     // The file is in place and complete; a failed directory fsync only weakens durability
     // across a power loss, so it is reported rather than undone.
-    if let Some(dir) = final_path.parent() {
-        if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
-            tracing::warn!(dir = %dir.display(), %err, "fsync of the directory failed");
-        }
+    if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
+        tracing::warn!(dir = %dir.display(), %err, "fsync of the directory failed");
     }
     Ok(())
 }
 
-fn abandon(kind: EventKind, file: OpenFile, error: FileError) -> FileOutcome {
-    let _ = fs::remove_file(&file.temp_path);
-    FileOutcome::Rejected {
-        kind,
-        batches: file.batches,
-        error,
-    }
+/// The record batches of an encoded file, to retry them after a failed write.
+fn read_back(kind: EventKind, bytes: Vec<u8>, path: &Path) -> Result<Vec<RecordBatch>, FileError> {
+    let parquet_err = |source| FileError::Parquet {
+        path: path.to_path_buf(),
+        source,
+    };
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+        .and_then(|builder| builder.with_batch_size(65_536).build())
+        .map_err(parquet_err)?;
+    let arrow_err = |e: arrow_schema::ArrowError| {
+        parquet_err(parquet::errors::ParquetError::ArrowError(e.to_string()))
+    };
+    // The schema with its metadata, as the pipeline's batches carry it.
+    reader
+        .map(|batch| {
+            batch
+                .and_then(|b| b.with_schema(schema_for(kind)))
+                .map_err(arrow_err)
+        })
+        .collect()
 }
 
 /// Contiguous runs of rows in the same hour, as zero-copy slices.

@@ -45,13 +45,14 @@ pub struct ParquetSinkConfig {
     /// Rows per row group at most.
     #[serde(default = "defaults::row_group_rows")]
     pub row_group_rows: usize,
-    /// A row group is closed once its buffered (encoded) size reaches this: bounds memory.
+    /// A row group is closed once its buffered (encoded) size reaches this.
     #[serde(default = "defaults::row_group_bytes")]
     pub row_group_bytes: usize,
     /// A file is finalized after this many rows.
     #[serde(default = "defaults::max_file_rows")]
     pub max_file_rows: u64,
-    /// A file is finalized once it reaches about this many bytes.
+    /// A file is finalized once it reaches about this many bytes; files are encoded in memory,
+    /// so this also bounds the memory of each open file.
     #[serde(default = "defaults::max_file_bytes")]
     pub max_file_bytes: usize,
     /// A file is finalized this many seconds after it was opened, so data shows up steadily.
@@ -67,13 +68,13 @@ mod defaults {
         128 * 1024
     }
     pub fn row_group_bytes() -> usize {
-        32 * 1024 * 1024
+        8 * 1024 * 1024
     }
     pub fn max_file_rows() -> u64 {
         5_000_000
     }
     pub fn max_file_bytes() -> usize {
-        256 * 1024 * 1024
+        32 * 1024 * 1024
     }
     pub fn max_file_age_secs() -> u64 {
         300
@@ -180,12 +181,24 @@ impl ParquetSink {
                     let outcomes = files.write(batch.kind, &batch.records);
                     self.account(&input, outcomes);
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // The queue is closed and empty: finish the open files. Rows of a file that
+                    // cannot be written go back to the queue, which retries them until its
+                    // shutdown deadline and then spools them; only then are we done.
+                    let outcomes = files.close_all();
+                    let rejected = outcomes
+                        .iter()
+                        .any(|o| matches!(o, FileOutcome::Rejected { .. }));
+                    self.account(&input, outcomes);
+                    if !rejected {
+                        break;
+                    }
+                    continue;
+                }
                 Err(_elapsed) => {}
             }
             self.account(&input, files.rotate_aged(Instant::now()));
         }
-        self.account(&input, files.close_all());
         tracing::info!(sink = %self.name, "parquet sink closed all files");
     }
 
@@ -198,6 +211,10 @@ impl ParquetSink {
                     input.stats.delivered.add(kind, rows);
                     input.batches.delivered();
                     tracing::debug!(sink = %self.name, %kind, rows, path = %path.display(), "parquet file finalized");
+                }
+                FileOutcome::Failed { kind, rows, error } => {
+                    input.stats.failed.add(kind, rows);
+                    tracing::error!(sink = %self.name, %kind, rows, %error, "parquet encoding failed; rows lost");
                 }
                 FileOutcome::Rejected {
                     kind,

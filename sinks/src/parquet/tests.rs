@@ -95,7 +95,9 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
         .iter()
         .map(|o| match o {
             FileOutcome::Finalized { rows, .. } => *rows,
-            FileOutcome::Rejected { error, .. } => panic!("{error}"),
+            FileOutcome::Rejected { error, .. } | FileOutcome::Failed { error, .. } => {
+                panic!("{error}")
+            }
         })
         .collect();
     assert_eq!(rows, vec![1, 2, 1]);
@@ -163,11 +165,17 @@ fn unwritable_root_hands_every_row_back_for_a_retry() {
     let blocker = dir.path().join("not-a-dir");
     std::fs::write(&blocker, b"x").unwrap();
     let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(&blocker), "h");
-    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[0, 1, 2]));
+    // Files are encoded in memory: the disk is only touched when the file is complete.
+    assert!(files
+        .write(EventKind::Cuda, &cuda_batch(&[0, 1, 2]))
+        .is_empty());
+    let outcomes = files.close_all();
     assert_eq!(outcomes.len(), 1);
     match &outcomes[0] {
         FileOutcome::Rejected { batches, error, .. } => {
+            // The encoded file was read back: the same rows, ready to retry.
             assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+            assert_eq!(batches[0], cuda_batch(&[0, 1, 2]));
             assert!(error.to_string().contains("creating directory"), "{error}");
         }
         other => panic!("expected failure, got {other:?}"),

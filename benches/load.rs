@@ -1,0 +1,225 @@
+//! End-to-end load harness: the stand-in libcuda workload -> real uprobes -> the release agent
+//! -> a sink. Reports sustained events/s, events lost in the kernel, agent CPU per event and
+//! the agent's peak RSS.
+//!
+//! `cargo bench --bench load` runs every scenario (root and a BPF-capable kernel required).
+//! Under `cargo test` (no `--bench` flag) it runs one small scenario as a smoke test.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Scenario {
+    name: &'static str,
+    threads: u32,
+    calls_per_thread: u32,
+    sink: &'static str,
+}
+
+struct Measured {
+    events: u64,
+    lost: u64,
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_kib: u64,
+}
+
+fn build_fixtures(out: &Path) {
+    let status = Command::new("make")
+        .args([
+            "-s",
+            "-C",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
+        ])
+        .arg(format!("OUT={}", out.display()))
+        .status()
+        .expect("make");
+    assert!(status.success(), "building the fixtures failed");
+}
+
+fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .map(|v| v.split_whitespace().next().unwrap_or("0").to_string())
+            })
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
+    let sink_config = match sink {
+        "parquet" => format!(
+            "type = \"parquet\"\npath = \"{}\"",
+            dir.join("lake").display()
+        ),
+        _ => "type = \"blackhole\"".to_string(),
+    };
+    let config = format!(
+        "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
+         [sources.xid]\ntracepoint = false\nkmsg = false\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nring_size_mib = 16\n\
+         [[sinks]]\n{sink_config}\n",
+        dir.join("state").display(),
+        libcuda.display()
+    );
+    let path = dir.join("load.toml");
+    std::fs::write(&path, config).expect("config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .arg("--summary-json")
+        .arg(dir.join("summary.json"))
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("capture started") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("agent started");
+    child
+}
+
+fn run(scenario: &Scenario, fixtures: &Path) -> Measured {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let libcuda = fixtures.join("libcuda.so.1");
+    let mut agent = start_agent(dir.path(), &libcuda, scenario.sink);
+    let pid = agent.id();
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    let status = Command::new(fixtures.join("cuda_workload"))
+        .args([
+            "threads",
+            &scenario.threads.to_string(),
+            &scenario.calls_per_thread.to_string(),
+        ])
+        .env("CUDA_LIB", &libcuda)
+        .stdout(Stdio::null())
+        .status()
+        .expect("workload");
+    assert!(status.success());
+    let seconds = started.elapsed().as_secs_f64();
+    // Let the agent catch up with the ring before measuring its CPU and memory.
+    std::thread::sleep(Duration::from_millis(500));
+    let cpu_seconds = cpu_seconds(pid) - cpu_before;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let mut peak_rss_kib = 0;
+    while agent.try_wait().expect("wait").is_none() {
+        peak_rss_kib = peak_rss_kib.max(proc_field(pid, "status", "VmHWM:"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).expect("summary"))
+            .expect("json");
+    let ring = summary["accounting"]["rings"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["ring"] == "cuda"))
+        .cloned()
+        .unwrap_or_default();
+    Measured {
+        events: ring["emitted"].as_u64().unwrap_or(0),
+        lost: ring["lost_in_kernel"].as_u64().unwrap_or(0),
+        seconds,
+        cpu_seconds,
+        peak_rss_kib,
+    }
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    build_fixtures(fixtures.path());
+    let scenarios: Vec<Scenario> = if full {
+        vec![
+            Scenario {
+                name: "1 thread, blackhole",
+                threads: 1,
+                calls_per_thread: 1_000_000,
+                sink: "blackhole",
+            },
+            Scenario {
+                name: "2 threads, blackhole",
+                threads: 2,
+                calls_per_thread: 1_000_000,
+                sink: "blackhole",
+            },
+            Scenario {
+                name: "1 thread, parquet",
+                threads: 1,
+                calls_per_thread: 1_000_000,
+                sink: "parquet",
+            },
+            Scenario {
+                name: "2 threads, parquet",
+                threads: 2,
+                calls_per_thread: 1_000_000,
+                sink: "parquet",
+            },
+        ]
+    } else {
+        vec![Scenario {
+            name: "smoke: 1 thread, parquet",
+            threads: 1,
+            calls_per_thread: 20_000,
+            sink: "parquet",
+        }]
+    };
+    println!("| scenario | events | lost in kernel | events/s (workload wall time) | agent CPU per event | agent peak RSS |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let mut results = Vec::new();
+    for scenario in &scenarios {
+        let m = run(scenario, fixtures.path());
+        assert_eq!(
+            m.events,
+            u64::from(scenario.threads) * u64::from(scenario.calls_per_thread) * 2
+        );
+        let rate = m.events as f64 / m.seconds;
+        let cpu_per_event_us = m.cpu_seconds * 1e6 / (m.events - m.lost).max(1) as f64;
+        println!(
+            "| {} | {} | {} | {:.0} | {:.3} µs | {:.1} MiB |",
+            scenario.name,
+            m.events,
+            m.lost,
+            rate,
+            cpu_per_event_us,
+            m.peak_rss_kib as f64 / 1024.0
+        );
+        results.push(serde_json::json!({
+            "scenario": scenario.name, "events": m.events, "lost_in_kernel": m.lost,
+            "events_per_second": rate, "agent_cpu_us_per_event": cpu_per_event_us,
+            "agent_peak_rss_kib": m.peak_rss_kib,
+        }));
+    }
+    let out: PathBuf = [env!("CARGO_MANIFEST_DIR"), "target", "load-harness.json"]
+        .iter()
+        .collect();
+    let _ = std::fs::write(
+        &out,
+        serde_json::to_vec_pretty(&results).unwrap_or_default(),
+    );
+}
