@@ -67,11 +67,15 @@ fn sigterm_mid_stream_leaves_complete_files_and_loses_nothing() {
 fn sigkill_never_leaves_a_partial_file_under_a_final_name() {
     let fixtures = Fixtures::build();
     let data = data_dir();
-    let config = fixtures
-        .cuda_config(data.path(), r#"["default"]"#)
-        .replace("type = \"parquet\"\n", "type = \"parquet\"\nmax_file_rows = 5000\n");
+    let config = fixtures.cuda_config(data.path(), r#"["default"]"#).replace(
+        "type = \"parquet\"\n",
+        "type = \"parquet\"\nmax_file_rows = 5000\n",
+    );
     let agent = Agent::start(&config, &[]);
-    let mut workload = fixtures.workload(&["launches", "0", "20000"]).spawn().expect("workload");
+    let mut workload = fixtures
+        .workload(&["launches", "0", "20000"])
+        .spawn()
+        .expect("workload");
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) on the pid of the agent this test started.
     unsafe { libc::kill(agent.pid() as i32, libc::SIGKILL) };
@@ -86,8 +90,15 @@ fn sigkill_never_leaves_a_partial_file_under_a_final_name() {
         .collect();
     assert!(!finals.is_empty(), "files were completed before the kill");
     // Every file under a final name is complete: read_table opens each one and reads it all.
-    let rows: usize = read_table(data.path(), "cuda").iter().map(|b| b.num_rows()).sum();
+    let rows: usize = read_table(data.path(), "cuda")
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
     // Only files finished by size exist (nothing closed them cleanly), each with at least
     // max_file_rows rows.
-    assert!(rows >= finals.len() * 5000, "{rows} rows in {} files", finals.len());
+    assert!(
+        rows >= finals.len() * 5000,
+        "{rows} rows in {} files",
+        finals.len()
+    );
 }
