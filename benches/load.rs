@@ -17,6 +17,13 @@ struct Scenario {
     sink: &'static str,
 }
 
+/// Settings of `config/examples/large-files.toml`, applied to the harness's config.
+const LARGE_FILES: (&str, &str, &str) = (
+    "ring_size_mib = 16\n[batch]\nmax_events = 65536\n",
+    "max_file_bytes = 67108864\nrow_group_bytes = 8388608\n[sinks.buffer]\nmax_bytes = 33554432\n",
+    "parquet-large-files",
+);
+
 struct Measured {
     events: u64,
     lost: u64,
@@ -64,17 +71,26 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
-    let sink_config = match sink {
-        "parquet" => format!(
-            "type = \"parquet\"\npath = \"{}\"",
-            dir.join("lake").display()
+    let lake = dir.join("lake");
+    let (cuda_extra, sink_config) = match sink {
+        "parquet" => (
+            String::new(),
+            format!("type = \"parquet\"\npath = \"{}\"", lake.display()),
         ),
-        _ => "type = \"blackhole\"".to_string(),
+        s if s == LARGE_FILES.2 => (
+            LARGE_FILES.0.to_string(),
+            format!(
+                "type = \"parquet\"\npath = \"{}\"\n{}",
+                lake.display(),
+                LARGE_FILES.1
+            ),
+        ),
+        _ => (String::new(), "type = \"blackhole\"".to_string()),
     };
     let config = format!(
         "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nring_size_mib = 16\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n{cuda_extra}\
          [[sinks]]\n{sink_config}\n",
         dir.join("state").display(),
         libcuda.display()
@@ -179,6 +195,18 @@ fn main() {
                 threads: 2,
                 calls_per_thread: 1_000_000,
                 sink: "parquet",
+            },
+            Scenario {
+                name: "1 thread, parquet, large-files profile",
+                threads: 1,
+                calls_per_thread: 1_000_000,
+                sink: LARGE_FILES.2,
+            },
+            Scenario {
+                name: "2 threads, parquet, large-files profile",
+                threads: 2,
+                calls_per_thread: 1_000_000,
+                sink: LARGE_FILES.2,
             },
         ]
     } else {

@@ -250,10 +250,10 @@ mod defaults {
         100
     }
     pub fn ring_size_mib() -> u32 {
-        16
+        8
     }
     pub fn max_events() -> usize {
-        65_536
+        8_192
     }
     pub fn max_bytes() -> usize {
         16 * 1024 * 1024

@@ -62,19 +62,19 @@ pub struct ParquetSinkConfig {
 
 mod defaults {
     pub fn zstd_level() -> i32 {
-        3
+        1
     }
     pub fn row_group_rows() -> usize {
         128 * 1024
     }
     pub fn row_group_bytes() -> usize {
-        8 * 1024 * 1024
+        1024 * 1024
     }
     pub fn max_file_rows() -> u64 {
         5_000_000
     }
     pub fn max_file_bytes() -> usize {
-        32 * 1024 * 1024
+        4 * 1024 * 1024
     }
     pub fn max_file_age_secs() -> u64 {
         300

@@ -62,11 +62,11 @@ pub struct BufferConfig {
 }
 
 fn default_max_events() -> usize {
-    1 << 18
+    1 << 16
 }
 
 fn default_max_bytes() -> usize {
-    32 << 20
+    2 << 20
 }
 
 impl Default for BufferConfig {
