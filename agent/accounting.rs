@@ -122,10 +122,6 @@ pub struct SinkSnapshot {
     pub delivered: u64,
     /// Dropped before the destination, all reasons.
     pub dropped: u64,
-    /// Dropped by the queue's `drop_*` policy.
-    pub dropped_buffer_full: u64,
-    /// Dropped because the sink had stopped.
-    pub dropped_sink_stopped: u64,
     /// Dropped for each reason, by reason name.
     pub dropped_by_reason: std::collections::BTreeMap<&'static str, u64>,
     /// Written to the spool (since start, including what a previous run left).
@@ -242,8 +238,6 @@ impl Accounting {
                         received: stats.received.get(kind),
                         delivered: stats.delivered.get(kind),
                         dropped: stats.dropped_total(kind),
-                        dropped_buffer_full: stats.dropped(DropReason::BufferFull, kind),
-                        dropped_sink_stopped: stats.dropped(DropReason::SinkStopped, kind),
                         filtered: stats.filtered.get(kind),
                         dropped_by_reason: DropReason::ALL
                             .iter()

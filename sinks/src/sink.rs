@@ -5,7 +5,7 @@
 //! before it returns. The queue counts what the sink was offered (received) and what the
 //! policy dropped; the sink counts what it delivered (acknowledged: for Parquet, fsynced and
 //! renamed into place) and what failed, so the agent can prove
-//! `received = delivered + dropped + failed + in_flight` for every sink.
+//! `received = delivered + dropped + failed + spooled_pending + in_flight` for every sink.
 
 use std::future::Future;
 use std::pin::Pin;
