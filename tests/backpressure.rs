@@ -122,3 +122,50 @@ fn block_moves_the_loss_to_the_kernel_ring_and_xids_still_arrive() {
     );
     assert_eq!(u(&stopped.outcome["accounting"]["kmsg"]["xids"]), 5);
 }
+
+#[test]
+fn a_slow_dropping_sink_does_not_slow_the_others() {
+    let fixtures = Fixtures::build();
+    let data = common::agent::data_dir();
+    let config = config(&fixtures, 16, false, "drop_newest").replace(
+        "[[sinks]]\ntype = \"blackhole\"",
+        &format!(
+            "[[sinks]]\nname = \"lake\"\ntype = \"parquet\"\npath = \"{}\"\n\n[[sinks]]\nname = \"slow\"\ntype = \"blackhole\"",
+            data.path().display()
+        ),
+    );
+    let agent = Agent::start(&config, &[]);
+    fixtures.run_workload(&["threads", "2", "20000"], &[]);
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let sinks = stopped.outcome["accounting"]["sinks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let sink = |name: &str| {
+        sinks
+            .iter()
+            .find(|s| s["sink"] == name && s["kind"] == "cuda")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(u(&stopped.ring("cuda")["lost_in_kernel"]), 0);
+    let (lake, slow) = (sink("lake"), sink("slow"));
+    assert_eq!(
+        (u(&lake["received"]), u(&lake["delivered"])),
+        (80_000, 80_000),
+        "{}",
+        stopped.outcome
+    );
+    assert!(
+        u(&slow["dropped_by_reason"]["buffer_full"]) > 0,
+        "{}",
+        stopped.outcome
+    );
+    assert_eq!(u(&slow["delivered"]) + u(&slow["dropped"]), 80_000);
+    let rows: usize = common::lake::read_table(data.path(), "cuda")
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(rows, 80_000);
+}
