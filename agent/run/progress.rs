@@ -97,14 +97,18 @@ fn log_progress(previous: &(Instant, Snapshot), now: &(Instant, Snapshot)) {
     };
     let lost: u64 = now.1.rings.iter().map(|r| r.lost_in_kernel).sum();
     let delivered: u64 = now.1.sinks.iter().map(|s| s.delivered).sum();
-    let failed: u64 = now.1.sinks.iter().map(|s| s.failed + s.dropped).sum();
+    let dropped: u64 = now.1.sinks.iter().map(|s| s.dropped).sum();
+    let failed: u64 = now.1.sinks.iter().map(|s| s.failed).sum();
+    let spooled: u64 = now.1.sinks.iter().map(|s| s.spooled_pending).sum();
     tracing::info!(
         cuda_per_sec = format!("{:.0}", rate("cuda")),
         xid_tracepoint_per_sec = format!("{:.1}", rate("xid")),
         kmsg_xids = now.1.kmsg.xids,
         lost_in_kernel = lost,
         written = delivered,
+        dropped,
         failed,
+        spooled,
         "progress"
     );
 }
