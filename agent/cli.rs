@@ -27,6 +27,20 @@ pub enum CliCommand {
     Run(RunArgs),
     /// Check a configuration file without running anything; lists every problem with its line.
     Validate(ValidateArgs),
+    /// Check, by trying, which probes can work on this host, and for each that cannot, why and
+    /// what to do. Exit status 0 when every configured source can run.
+    Doctor(DoctorArgs),
+}
+
+/// `gpuship doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Configuration whose sources are checked (default: the embedded default).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Print the checks as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `gpuship run`.

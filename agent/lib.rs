@@ -9,7 +9,8 @@
 //! - [`fanout`]: batches to every sink's bounded queue.
 //! - [`accounting`]: counters that prove every event was delivered or counted as lost;
 //!   [`metrics`] serves them to Prometheus.
-//! - [`run`]: wires it all together for `gpuship run`; [`config`] and [`cli`] are the edges.
+//! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
+//!   [`config`] and [`cli`] are the edges.
 
 pub mod accounting;
 pub mod batcher;
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod consumer;
 pub mod decode;
+pub mod doctor;
 pub mod enrich;
 pub mod fanout;
 pub mod metrics;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gpuship::cli::{Cli, CliCommand, RunArgs};
+use gpuship::cli::{Cli, CliCommand, DoctorArgs, RunArgs};
 use gpuship::config::Config;
 use gpuship::run::{run, RunOptions, Target};
 use tracing_subscriber::EnvFilter;
@@ -23,6 +23,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         CliCommand::Validate(args) => validate(&args.config),
         CliCommand::Run(args) => run_command(args),
+        CliCommand::Doctor(args) => doctor(args),
     };
     match result {
         Ok(code) => code,
@@ -41,6 +42,27 @@ fn validate(path: &Path) -> anyhow::Result<ExitCode> {
         config.sinks.len().max(1)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default(),
+    };
+    let checks = gpuship::doctor::run_checks(&config);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checks).context("encoding the checks")?
+        );
+    } else {
+        print!("{}", gpuship::doctor::render(&checks));
+    }
+    Ok(if gpuship::doctor::all_required_ok(&checks) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
