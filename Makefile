@@ -6,7 +6,10 @@
 # when missing.
 
 SHELL := /bin/bash
-CARGO ?= cargo
+# cargo from PATH, else rustup's default place for root or for the user who ran sudo.
+SUDO_HOME := $(if $(SUDO_USER),$(shell getent passwd $(SUDO_USER) | cut -d: -f6))
+CARGO ?= $(firstword $(shell command -v cargo) $(wildcard $(HOME)/.cargo/bin/cargo) \
+	$(if $(SUDO_HOME),$(wildcard $(SUDO_HOME)/.cargo/bin/cargo)) cargo)
 APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev bpftool \
 	autoconf automake autopoint gettext flex bison gawk make python3 python3-venv
 TESTENV := target/testenv
@@ -22,6 +25,7 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust >= 1.88 with rustup"; exit 1; }
+	@$(CARGO) --version
 
 build: deps
 	$(CARGO) build --release --locked
