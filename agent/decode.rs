@@ -164,16 +164,6 @@ impl Decoder {
             message_truncated: event.flags & gpuship_xid_flag::GPUSHIP_XID_MSG_TRUNCATED.0 != 0,
         })
     }
-
-    /// Clock offsets in use.
-    pub fn clocks(&self) -> &Clocks {
-        &self.clocks
-    }
-
-    /// GPU directory in use.
-    pub fn gpus(&self) -> &GpuDirectory {
-        &self.gpus
-    }
 }
 
 /// Raw bytes of a skeleton struct, for tests and benchmarks that build records by hand.

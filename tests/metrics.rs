@@ -3,49 +3,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use common::agent::{data_dir, Agent};
+use common::metrics::{get, http, scrape};
 use common::Fixtures;
-
-fn http(address: &str, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).expect("connect to metrics");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
-}
-
-/// `name{labels}` -> value.
-fn scrape(address: &str) -> BTreeMap<String, u64> {
-    let (status, body) = http(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert_eq!(status, 200);
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').expect("sample line");
-            (
-                series.to_string(),
-                value.parse().unwrap_or_else(|_| panic!("bad value in {l}")),
-            )
-        })
-        .collect()
-}
-
-fn get(samples: &BTreeMap<String, u64>, series: &str) -> u64 {
-    *samples
-        .get(series)
-        .unwrap_or_else(|| panic!("no series {series}"))
-}
 
 #[test]
 fn scrapes_during_a_run_satisfy_the_identities() {

@@ -4,24 +4,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::agent::{data_dir, Agent};
 use common::lake::read_table;
+use common::metrics::{get, scrape};
 use common::Fixtures;
 
 fn metric(address: &str, series: &str) -> u64 {
-    let mut stream = TcpStream::connect(address).expect("metrics");
-    stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{body}"))
+    get(&scrape(address), series)
 }
 
 fn rows(root: &std::path::Path) -> usize {

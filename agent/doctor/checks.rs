@@ -46,12 +46,7 @@ pub fn run_checks(config: &Config) -> Vec<Check> {
 }
 
 fn capabilities(required: bool) -> Check {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
+    let caps = crate::run::effective_capabilities().unwrap_or(0);
     if crate::run::can_trace(caps) {
         Check::pass(
             "capabilities",
@@ -68,18 +63,24 @@ fn capabilities(required: bool) -> Check {
     }
 }
 
+/// A check that passes when `path` exists.
+fn presence(probe: &str, required: bool, path: &Path, missing: &str, fix: &str) -> Check {
+    if path.exists() {
+        Check::pass(probe, required, format!("{} present", path.display()))
+    } else {
+        Check::fail(probe, required, missing, fix)
+    }
+}
+
 fn btf(required: bool) -> Check {
     let path = Path::new("/sys/kernel/btf/vmlinux");
-    if path.exists() {
-        Check::pass("kernel_btf", required, "/sys/kernel/btf/vmlinux present")
-    } else {
-        Check::fail(
-            "kernel_btf",
-            required,
-            "no /sys/kernel/btf/vmlinux",
-            "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
-        )
-    }
+    presence(
+        "kernel_btf",
+        required,
+        path,
+        "no /sys/kernel/btf/vmlinux",
+        "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+    )
 }
 
 fn xid_tracepoint_check(config: &Config, tracefs_root: Option<&Path>) -> Check {
@@ -214,30 +215,27 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
 }
 
 fn kprobes(tracefs_root: Option<&Path>) -> Check {
-    let present = tracefs_root.is_some_and(|root| root.join("kprobe_events").exists());
-    if present {
-        Check::pass("kprobes", false, "kprobe_events present")
-    } else {
-        Check::fail(
-            "kprobes",
-            false,
-            "kernel built without CONFIG_KPROBES (no kprobe_events in tracefs)",
-            "none needed for XIDs and CUDA calls; driver function hooks need fentry with the nvidia module's BTF instead",
-        )
-    }
+    let events = tracefs_root.map_or_else(
+        || Path::new("/sys/kernel/tracing").join("kprobe_events"),
+        |r| r.join("kprobe_events"),
+    );
+    presence(
+        "kprobes",
+        false,
+        &events,
+        "kernel built without CONFIG_KPROBES (no kprobe_events in tracefs)",
+        "none needed for XIDs and CUDA calls; driver function hooks need fentry with the nvidia module's BTF instead",
+    )
 }
 
 fn nvidia_btf() -> Check {
-    if Path::new("/sys/kernel/btf/nvidia").exists() {
-        Check::pass("nvidia_module_btf", false, "/sys/kernel/btf/nvidia present")
-    } else {
-        Check::fail(
-            "nvidia_module_btf",
-            false,
-            "no /sys/kernel/btf/nvidia (module not loaded or built without BTF)",
-            "load the NVIDIA driver; only driver function hooks need it",
-        )
-    }
+    presence(
+        "nvidia_module_btf",
+        false,
+        Path::new("/sys/kernel/btf/nvidia"),
+        "no /sys/kernel/btf/nvidia (module not loaded or built without BTF)",
+        "load the NVIDIA driver; only driver function hooks need it",
+    )
 }
 
 fn lockdown(required: bool) -> Check {

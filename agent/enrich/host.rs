@@ -22,14 +22,23 @@ pub fn host_identity(host_override: Option<&str>) -> HostIdentity {
 }
 
 fn node_name() -> String {
+    uname().map_or_else(|| "unknown-host".to_string(), |uts| c_field(&uts.nodename))
+}
+
+/// The running kernel's release (`uname -r`), e.g. `6.18.44-fc-v769`.
+pub fn kernel_release() -> Option<String> {
+    uname().map(|uts| c_field(&uts.release))
+}
+
+fn uname() -> Option<libc::utsname> {
     // SAFETY: utsname is plain data; zeroed is a valid value and uname only writes into it.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `uts` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return "unknown-host".to_string();
-    }
-    let bytes: Vec<u8> = uts
-        .nodename
+    (unsafe { libc::uname(&mut uts) } == 0).then_some(uts)
+}
+
+fn c_field(chars: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = chars
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)

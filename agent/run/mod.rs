@@ -26,7 +26,7 @@ use crate::sources::cuda::probes::{trace_process, ProcessFilter};
 use crate::sources::{kmsg, tracefs};
 use crate::summary::RunSummary;
 
-pub use privileges::can_trace;
+pub use privileges::{can_trace, effective_capabilities};
 pub use sinks::{build_sink, sink_names};
 
 /// What to trace.

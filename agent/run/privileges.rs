@@ -8,7 +8,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// The effective capability set of this process, from /proc/self/status.
-fn effective_capabilities() -> Option<u64> {
+pub fn effective_capabilities() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let hex = status
         .lines()

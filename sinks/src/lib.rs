@@ -19,6 +19,9 @@ pub mod schema;
 pub mod sink;
 pub mod spool;
 
+#[cfg(test)]
+mod test_support;
+
 pub use batch::{EventBatch, EventKind};
 pub use queue::{
     queue, queue_with, BufferConfig, QueueOptions, QueueReceiver, QueueSender, WhenFull,

@@ -1,44 +1,7 @@
 //! Tests of the disk spool: order, restart, corruption, limits.
 
 use super::*;
-use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
-
-fn cuda(rows: usize, tag: u32) -> EventBatch {
-    let mut builder = CudaBatchBuilder::new(
-        HostIdentity {
-            host: "h".into(),
-            boot_id: "b".into(),
-        },
-        rows,
-    );
-    for i in 0..rows {
-        builder.append(&CudaRow {
-            time_ns: i as i64,
-            pid: 1,
-            tid: 1,
-            comm: "c",
-            function: "cuLaunchKernel",
-            duration_ns: 5,
-            result: tag,
-            result_name: "x",
-            bytes: Some(i as u64),
-            device_ptr: None,
-            stream: None,
-            launch: None,
-        });
-    }
-    EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
-}
-
-fn tag(batch: &EventBatch) -> u32 {
-    use arrow_array::cast::AsArray;
-    batch
-        .records
-        .column_by_name("result")
-        .unwrap()
-        .as_primitive::<arrow_array::types::UInt32Type>()
-        .value(0)
-}
+use crate::test_support::{cuda_batch as cuda, result_tag as tag};
 
 fn drain(spool: &mut Spool) -> Vec<u32> {
     let mut tags = Vec::new();

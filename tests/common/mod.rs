@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod lake;
+pub mod metrics;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

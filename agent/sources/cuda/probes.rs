@@ -142,19 +142,7 @@ pub fn load<'obj>(
 
 /// uprobe_multi links exist since Linux 6.6.
 fn uprobe_multi_supported() -> bool {
-    // SAFETY: utsname is plain data; zeroed is valid and uname only writes into it.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `uts` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return false;
-    }
-    let release: String = uts
-        .release
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8 as char)
-        .collect();
-    kernel_at_least(&release, 6, 6)
+    crate::enrich::kernel_release().is_some_and(|release| kernel_at_least(&release, 6, 6))
 }
 
 fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {

@@ -4,66 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::*;
-use crate::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource};
-
-fn identity() -> HostIdentity {
-    HostIdentity {
-        host: "h".into(),
-        boot_id: "b".into(),
-    }
-}
-
-fn cuda(rows: usize, tag: u32) -> EventBatch {
-    let mut builder = CudaBatchBuilder::new(identity(), rows);
-    for _ in 0..rows {
-        builder.append(&CudaRow {
-            time_ns: 0,
-            pid: 1,
-            tid: 1,
-            comm: "c",
-            function: "cuInit",
-            duration_ns: 1,
-            result: tag,
-            result_name: "x",
-            bytes: None,
-            device_ptr: None,
-            stream: None,
-            launch: None,
-        });
-    }
-    EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
-}
-
-fn xid() -> EventBatch {
-    let record = XidRecord {
-        time_ns: 0,
-        code: 79,
-        pci_bus_id: "0000:3b:00.0".into(),
-        gpu: None,
-        message: "m".into(),
-        source: XidSource::Kmsg,
-        pid: None,
-        comm: None,
-        reporter_pid: None,
-        reporter_comm: None,
-        kmsg_seq: None,
-        message_truncated: false,
-    };
-    EventBatch::new(
-        EventKind::Xid,
-        xid_batch_of(&identity(), &[record]).unwrap(),
-    )
-}
-
-fn tag(batch: &EventBatch) -> u32 {
-    use arrow_array::cast::AsArray;
-    batch
-        .records
-        .column_by_name("result")
-        .unwrap()
-        .as_primitive::<arrow_array::types::UInt32Type>()
-        .value(0)
-}
+use crate::test_support::{cuda_batch as cuda, result_tag as tag, xid_batch as xid};
 
 fn config(max_events: usize, when_full: WhenFull) -> BufferConfig {
     BufferConfig {

@@ -1,0 +1,69 @@
+//! Batches for the crate's unit tests.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt32Type;
+
+use crate::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource};
+use crate::{EventBatch, EventKind};
+
+pub(crate) fn identity() -> HostIdentity {
+    HostIdentity {
+        host: "h".into(),
+        boot_id: "b".into(),
+    }
+}
+
+/// `rows` CUDA calls whose result code is `tag` (to tell batches apart) and whose time and
+/// byte count are the row index (to check round trips).
+pub(crate) fn cuda_batch(rows: usize, tag: u32) -> EventBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), rows);
+    for i in 0..rows {
+        builder.append(&CudaRow {
+            time_ns: i as i64,
+            pid: 1,
+            tid: 1,
+            comm: "c",
+            function: "cuLaunchKernel",
+            duration_ns: 5,
+            result: tag,
+            result_name: "x",
+            bytes: Some(i as u64),
+            device_ptr: None,
+            stream: None,
+            launch: None,
+        });
+    }
+    EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
+}
+
+/// The tag of a batch made by [`cuda_batch`].
+pub(crate) fn result_tag(batch: &EventBatch) -> u32 {
+    batch
+        .records
+        .column_by_name("result")
+        .unwrap()
+        .as_primitive::<UInt32Type>()
+        .value(0)
+}
+
+/// One XID 79 row.
+pub(crate) fn xid_batch() -> EventBatch {
+    let record = XidRecord {
+        time_ns: 0,
+        code: 79,
+        pci_bus_id: "0000:3b:00.0".into(),
+        gpu: None,
+        message: "m".into(),
+        source: XidSource::Kmsg,
+        pid: None,
+        comm: None,
+        reporter_pid: None,
+        reporter_comm: None,
+        kmsg_seq: None,
+        message_truncated: false,
+    };
+    EventBatch::new(
+        EventKind::Xid,
+        xid_batch_of(&identity(), &[record]).unwrap(),
+    )
+}
