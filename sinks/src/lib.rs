@@ -7,17 +7,27 @@
 //! - [`queue`]: the bounded queue in front of each sink: `when_full` policy, XID lane, spool.
 //! - [`spool`]: a sink's disk spool for outages and shutdown, replayed in order.
 //! - [`parquet`]: the Parquet sink (hive-partitioned files, atomic finalize), the default one.
+//! - [`encode`]: events as JSON objects or Arrow IPC streams, for message sinks.
+//! - [`otlp`]: events as OpenTelemetry log records (OTLP sink, Kafka `otlp_proto`).
+//! - [`kafka`]: the Kafka sink (acknowledged delivery through an idempotent producer).
+//! - [`secret`]: passwords and tokens read from the environment or a file, never logged.
+//! - [`template`]: `gpuship.{kind}`-style name templates (topics, message keys).
 //! - [`blackhole`]: discards batches (optionally slowly), for measurements and tests.
 //!
 //! This crate knows nothing about BPF or where events come from; the agent fills the builders.
 
 pub mod batch;
 pub mod blackhole;
+pub mod encode;
+pub mod kafka;
+pub mod otlp;
 pub mod parquet;
 pub mod queue;
 pub mod schema;
+pub mod secret;
 pub mod sink;
 pub mod spool;
+pub mod template;
 
 #[cfg(test)]
 mod test_support;

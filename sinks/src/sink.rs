@@ -7,10 +7,11 @@
 //! renamed into place) and what failed, so the agent can prove
 //! `received = delivered + dropped + failed + spooled_pending + in_flight` for every sink.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -142,6 +143,11 @@ pub struct SinkStats {
     pub queued_bytes: AtomicU64,
     /// Events lost to a destination error (e.g. a Parquet file that could not be written).
     pub failed: KindCounters,
+    /// Set while the destination fails (from a rejected batch until the next delivery).
+    unhealthy: AtomicBool,
+    /// Events whose delivery attempt ended in an error, by error label (a retried event
+    /// counts once per failed attempt).
+    errors: Mutex<BTreeMap<String, u64>>,
 }
 
 impl SinkStats {
@@ -163,6 +169,36 @@ impl SinkStats {
     /// Events of `kind` now in the spool.
     pub fn spool_pending(&self, kind: EventKind) -> u64 {
         self.spool_pending[KindCounters::slot(kind)].load(Ordering::Relaxed)
+    }
+
+    /// Records whether the destination is failing now.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.unhealthy.store(!healthy, Ordering::Relaxed);
+    }
+
+    /// False while the destination fails.
+    pub fn healthy(&self) -> bool {
+        !self.unhealthy.load(Ordering::Relaxed)
+    }
+
+    /// Counts `events` whose delivery attempt failed with `error` (a short stable label such
+    /// as `msg_timed_out` or `grpc_unavailable`).
+    pub fn count_error(&self, error: &str, events: u64) {
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        match errors.get_mut(error) {
+            Some(count) => *count += events,
+            None => {
+                errors.insert(error.to_string(), events);
+            }
+        }
+    }
+
+    /// Failed-attempt counts by error label.
+    pub fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Events of `kind` dropped for any reason.
@@ -221,5 +257,20 @@ mod tests {
         assert_eq!(stats.in_flight(EventKind::Cuda), 1);
         assert_eq!(stats.in_flight(EventKind::Xid), 2);
         assert_eq!(stats.received.total(), 12);
+    }
+
+    #[test]
+    fn errors_and_health_are_recorded() {
+        let stats = SinkStats::default();
+        assert!(stats.healthy());
+        stats.set_healthy(false);
+        assert!(!stats.healthy());
+        stats.count_error("msg_timed_out", 3);
+        stats.count_error("msg_timed_out", 2);
+        stats.count_error("grpc_unavailable", 1);
+        let errors = stats.errors();
+        assert_eq!(errors.get("msg_timed_out"), Some(&5));
+        assert_eq!(errors.get("grpc_unavailable"), Some(&1));
+        assert_eq!(errors.len(), 2);
     }
 }

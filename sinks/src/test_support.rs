@@ -48,12 +48,17 @@ pub(crate) fn result_tag(batch: &EventBatch) -> u32 {
 
 /// One XID 79 row.
 pub(crate) fn xid_batch() -> EventBatch {
-    let record = XidRecord {
-        time_ns: 0,
-        code: 79,
-        pci_bus_id: "0000:3b:00.0".into(),
+    xid_batch_with(&[xid_record(79, "0000:3b:00.0", "m")])
+}
+
+/// An XID row from the kernel log with the given code, bus id and message.
+pub(crate) fn xid_record(code: u32, pci_bus_id: &str, message: &str) -> XidRecord {
+    XidRecord {
+        time_ns: 1_700_000_000_123_456_789,
+        code,
+        pci_bus_id: pci_bus_id.into(),
         gpu: None,
-        message: "m".into(),
+        message: message.into(),
         source: XidSource::Kmsg,
         pid: None,
         comm: None,
@@ -61,9 +66,10 @@ pub(crate) fn xid_batch() -> EventBatch {
         reporter_comm: None,
         kmsg_seq: None,
         message_truncated: false,
-    };
-    EventBatch::new(
-        EventKind::Xid,
-        xid_batch_of(&identity(), &[record]).unwrap(),
-    )
+    }
+}
+
+/// A batch of XID rows.
+pub(crate) fn xid_batch_with(records: &[XidRecord]) -> EventBatch {
+    EventBatch::new(EventKind::Xid, xid_batch_of(&identity(), records).unwrap())
 }

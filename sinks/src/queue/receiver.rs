@@ -109,6 +109,7 @@ impl QueueReceiver {
             tracing::warn!(sink = %shared.name, "sink failing: retrying with backoff, spooling what does not fit in memory");
         }
         state.sink_healthy = false;
+        shared.stats.set_healthy(false);
         state.retry_at = Some(Instant::now() + state.backoff);
         state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
         let bytes = batch.records.get_array_memory_size();
@@ -127,6 +128,17 @@ impl QueueReceiver {
         shared.room.notify_all();
     }
 
+    /// When the queue stops waiting for the sink: the shutdown timeout after the queue closed.
+    /// Sinks that wait for acknowledgements (Kafka, OTLP) give up on what is still in flight
+    /// then and reject it, so it is spooled. None while the agent runs.
+    pub fn shutdown_deadline(&self) -> Option<Instant> {
+        let shared = &*self.shared;
+        shared
+            .lock()
+            .closed_at
+            .map(|closed| closed + shared.shutdown_timeout)
+    }
+
     /// The sink delivered a batch: it is healthy again.
     pub fn delivered(&self) {
         let mut state = self.shared.lock();
@@ -134,6 +146,7 @@ impl QueueReceiver {
             tracing::info!(sink = %self.shared.name, "sink recovered");
         }
         state.sink_healthy = true;
+        self.shared.stats.set_healthy(true);
         state.backoff = BACKOFF_FIRST;
         state.retry_at = None;
     }

@@ -1,0 +1,236 @@
+//! Delivery reports: the producer context that librdkafka calls for every message, the batch
+//! each message belongs to, and what an error means for the rows it carried.
+//!
+//! A batch is settled once every one of its messages has a report: its rows are delivered,
+//! retried (errors a later attempt can fix: timeouts, unreachable brokers, a producer that hit a
+//! fatal error) or failed for good (a message the broker will never take, e.g. too large).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use tokio::sync::{mpsc, Notify};
+
+use super::messages::MessageRows;
+use crate::EventKind;
+
+/// A batch whose messages are with the producer.
+#[derive(Debug)]
+pub struct InFlightBatch {
+    /// Kind of the rows.
+    pub kind: EventKind,
+    /// The rows, kept to rebuild what must be retried.
+    pub records: RecordBatch,
+    /// Messages without a report yet.
+    outstanding: AtomicUsize,
+    /// Rows of failed messages and why.
+    failures: Mutex<Vec<(MessageRows, RDKafkaErrorCode)>>,
+}
+
+impl InFlightBatch {
+    /// A batch about to be sent as `messages` messages.
+    pub fn new(kind: EventKind, records: RecordBatch, messages: usize) -> Self {
+        Self {
+            kind,
+            records,
+            outstanding: AtomicUsize::new(messages),
+            failures: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The failed messages' rows and errors (once settled).
+    pub fn take_failures(&self) -> Vec<(MessageRows, RDKafkaErrorCode)> {
+        std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The opaque each message carries to its report.
+#[derive(Debug)]
+pub struct Delivery {
+    /// Its batch.
+    pub batch: Arc<InFlightBatch>,
+    /// Its rows.
+    pub rows: MessageRows,
+}
+
+/// What to do with rows whose message failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// A later attempt can succeed: back to the queue (retried with backoff, spooled when
+    /// memory is full or at shutdown).
+    Retry,
+    /// The broker will never accept this message: counted as failed.
+    Fail,
+}
+
+/// Sorts a delivery error.
+pub fn disposition(code: RDKafkaErrorCode) -> Disposition {
+    use RDKafkaErrorCode::*;
+    match code {
+        MessageSizeTooLarge
+        | MessageBatchTooLarge
+        | InvalidMessageSize
+        | InvalidMessage
+        | InvalidRecord
+        | UnsupportedCompressionType => Disposition::Fail,
+        _ => Disposition::Retry,
+    }
+}
+
+/// A stable snake_case label for an error code (`MessageTimedOut` -> `message_timed_out`).
+pub fn error_label(code: RDKafkaErrorCode) -> String {
+    let name = format!("{code:?}");
+    let mut label = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                label.push('_');
+            }
+            label.push(c.to_ascii_lowercase());
+        } else {
+            label.push(c);
+        }
+    }
+    label
+}
+
+/// The producer's context: settles messages and relays librdkafka's logs and errors.
+pub struct DeliveryContext {
+    sink: String,
+    settled: mpsc::UnboundedSender<Arc<InFlightBatch>>,
+    /// Woken by every report: a producer queue that was full has room again.
+    pub room: Notify,
+    /// Set when librdkafka reports a fatal error: the producer must be replaced.
+    pub fatal: AtomicBool,
+}
+
+impl DeliveryContext {
+    /// A context that sends settled batches to `settled`.
+    pub fn new(sink: &str, settled: mpsc::UnboundedSender<Arc<InFlightBatch>>) -> Self {
+        Self {
+            sink: sink.to_string(),
+            settled,
+            room: Notify::new(),
+            fatal: AtomicBool::new(false),
+        }
+    }
+
+    /// Records the outcome of one message (also used for messages that never reached the
+    /// producer, e.g. at the shutdown deadline).
+    pub fn settle(&self, delivery: Delivery, error: Option<RDKafkaErrorCode>) {
+        if let Some(code) = error {
+            delivery
+                .batch
+                .failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((delivery.rows, code));
+        }
+        if delivery.batch.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _ = self.settled.send(delivery.batch);
+        }
+        self.room.notify_one();
+    }
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(sink = %self.sink, facility = fac, "librdkafka: {log_message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.fatal.store(true, Ordering::Release);
+            tracing::error!(sink = %self.sink, %error, reason, "kafka producer hit a fatal error; it will be replaced");
+        } else {
+            tracing::warn!(sink = %self.sink, %error, reason, "kafka client error");
+        }
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Self::DeliveryOpaque) {
+        let error = match result {
+            Ok(_) => None,
+            Err((err, _)) => Some(err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)),
+        };
+        self.settle(*delivery, error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_dispositions() {
+        assert_eq!(
+            error_label(RDKafkaErrorCode::MessageTimedOut),
+            "message_timed_out"
+        );
+        assert_eq!(
+            error_label(RDKafkaErrorCode::MessageSizeTooLarge),
+            "message_size_too_large"
+        );
+        assert_eq!(
+            disposition(RDKafkaErrorCode::MessageTimedOut),
+            Disposition::Retry
+        );
+        assert_eq!(
+            disposition(RDKafkaErrorCode::NotLeaderForPartition),
+            Disposition::Retry
+        );
+        assert_eq!(disposition(RDKafkaErrorCode::Fatal), Disposition::Retry);
+        assert_eq!(
+            disposition(RDKafkaErrorCode::MessageSizeTooLarge),
+            Disposition::Fail
+        );
+    }
+
+    #[test]
+    fn a_batch_settles_once_after_its_last_report() {
+        let (sender, mut settled) = mpsc::unbounded_channel();
+        let context = DeliveryContext::new("k", sender);
+        let batch = Arc::new(InFlightBatch::new(
+            EventKind::Cuda,
+            crate::test_support::cuda_batch(3, 0).records,
+            3,
+        ));
+        for row in 0..3 {
+            let error = (row == 1).then_some(RDKafkaErrorCode::MessageTimedOut);
+            context.settle(
+                Delivery {
+                    batch: batch.clone(),
+                    rows: MessageRows::One(row),
+                },
+                error,
+            );
+            assert_eq!(settled.try_recv().is_ok(), row == 2);
+        }
+        let failures = batch.take_failures();
+        assert_eq!(failures.len(), 1);
+        assert!(matches!(failures[0].0, MessageRows::One(1)));
+    }
+}

@@ -1,0 +1,363 @@
+//! The Kafka sink: events as messages on a topic per kind, through an idempotent librdkafka
+//! producer with `acks=all`.
+//!
+//! An event counts as delivered only when the broker acknowledged its message (the delivery
+//! report). Sending never waits for a report: messages go to the producer's queue, and the
+//! reports settle whole batches as they come back ([`delivery`]). Rows of messages that failed
+//! in a way a later attempt can fix go back to the sink's queue, which retries them with backoff
+//! and spools what does not fit (and, at the shutdown deadline, everything still in flight);
+//! rows the broker will never take are counted as failed. Every failure is counted by error in
+//! `/metrics`.
+
+pub mod config;
+pub mod delivery;
+pub mod messages;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
+use rdkafka::ClientConfig;
+use tokio::sync::mpsc;
+
+pub use config::{KafkaCompression, KafkaSinkConfig};
+use delivery::{disposition, error_label, Delivery, DeliveryContext, Disposition, InFlightBatch};
+use messages::{Message, MessageEncoder};
+
+use crate::otlp::OtlpMapping;
+use crate::schema::{HostIdentity, SCHEMA_VERSION};
+use crate::sink::{Sink, SinkError, SinkInput, SinkRun};
+use crate::{EventBatch, EventKind};
+
+type KafkaProducer = ThreadedProducer<DeliveryContext>;
+
+/// The running Kafka sink.
+pub struct KafkaSink {
+    name: String,
+    config: KafkaSinkConfig,
+    identity: HostIdentity,
+    host_id: Option<String>,
+}
+
+impl KafkaSink {
+    /// Builds the sink; `host_id` (the machine id) goes into the `otlp_proto` resource.
+    pub fn new(
+        name: impl Into<String>,
+        config: KafkaSinkConfig,
+        identity: HostIdentity,
+        host_id: Option<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            config,
+            identity,
+            host_id,
+        }
+    }
+}
+
+impl Sink for KafkaSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn run(self: Box<Self>, input: SinkInput) -> SinkRun {
+        Box::pin(async move {
+            let mut worker = Worker::start(*self)?;
+            worker.run(input).await;
+            Ok(())
+        })
+    }
+}
+
+/// Per-kind constants: topic and headers.
+struct KindRoute {
+    topic: String,
+    headers: OwnedHeaders,
+}
+
+struct Worker {
+    name: String,
+    client_config: ClientConfig,
+    routes: [KindRoute; 2],
+    encoder: MessageEncoder,
+    producer: Arc<KafkaProducer>,
+    /// Producers replaced after a fatal error, kept until their last report.
+    retired: Vec<Arc<KafkaProducer>>,
+    settled_tx: mpsc::UnboundedSender<Arc<InFlightBatch>>,
+    settled: mpsc::UnboundedReceiver<Arc<InFlightBatch>>,
+    /// Rows in batches not yet settled.
+    in_flight_rows: usize,
+    max_in_flight_rows: usize,
+    purged_at_deadline: bool,
+}
+
+fn route(kind: EventKind) -> usize {
+    match kind {
+        EventKind::Xid => 0,
+        EventKind::Cuda => 1,
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Worker {
+    fn start(sink: KafkaSink) -> Result<Self, SinkError> {
+        let start_error = |reason: String| SinkError::Start {
+            sink: sink.name.clone(),
+            reason,
+        };
+        let config = &sink.config;
+        let client_config = config
+            .client_config()
+            .map_err(|e| start_error(e.to_string()))?;
+        let topic = config.topic_template().map_err(start_error)?;
+        let key = config.key_template().map_err(start_error)?;
+        let routes = EventKind::ALL.map(|kind| KindRoute {
+            topic: topic.render(|name| match name {
+                "kind" => kind.to_string(),
+                _ => sink.identity.host.to_string(),
+            }),
+            headers: OwnedHeaders::new_with_capacity(4)
+                .insert(Header {
+                    key: "kind",
+                    value: Some(kind.as_str()),
+                })
+                .insert(Header {
+                    key: "schema_version",
+                    value: Some(SCHEMA_VERSION),
+                })
+                .insert(Header {
+                    key: "host",
+                    value: Some(&*sink.identity.host),
+                })
+                .insert(Header {
+                    key: "encoding",
+                    value: Some(config.encoding.as_str()),
+                }),
+        });
+        let encoder = MessageEncoder::new(
+            config.encoding,
+            key,
+            config.batch.max_rows_per_message,
+            config.batch.max_message_bytes,
+            OtlpMapping::new(
+                &sink.identity,
+                sink.host_id.as_deref(),
+                &config.resource_attributes,
+            ),
+        );
+        let (settled_tx, settled) = mpsc::unbounded_channel();
+        let producer = new_producer(&sink.name, &client_config, settled_tx.clone())
+            .map_err(|e| start_error(format!("cannot create the producer: {e}")))?;
+        tracing::info!(sink = %sink.name, brokers = %config.brokers, xid_topic = %routes[0].topic, cuda_topic = %routes[1].topic, encoding = config.encoding.as_str(), "kafka sink started");
+        Ok(Self {
+            name: sink.name,
+            max_in_flight_rows: config.max_in_flight_messages as usize,
+            client_config,
+            routes,
+            encoder,
+            producer,
+            retired: Vec::new(),
+            settled_tx,
+            settled,
+            in_flight_rows: 0,
+            purged_at_deadline: false,
+        })
+    }
+
+    async fn run(&mut self, mut input: SinkInput) {
+        let mut input_closed = false;
+        loop {
+            self.replace_producer_after_fatal_error();
+            let take_more = !input_closed && self.in_flight_rows < self.max_in_flight_rows;
+            tokio::select! {
+                biased;
+                Some(batch) = self.settled.recv() => {
+                    if self.settle(batch, &input) {
+                        // Rows went back to the queue: take them again (also while draining).
+                        input_closed = false;
+                    }
+                }
+                next = input.batches.recv(), if take_more => match next {
+                    Some(batch) => self.send(batch, &input).await,
+                    None => input_closed = true,
+                },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            if input_closed && self.in_flight_rows == 0 {
+                break;
+            }
+            self.purge_at_deadline(&input);
+        }
+        tracing::info!(sink = %self.name, "kafka sink finished: every message acknowledged or handed back");
+    }
+
+    /// Encodes `batch` and hands its messages to the producer, waiting only while the
+    /// producer's queue is full.
+    async fn send(&mut self, batch: EventBatch, input: &SinkInput) {
+        let kind = batch.kind;
+        let messages = match self.encoder.encode(kind, &batch.records, now_ns()) {
+            Ok(messages) => messages,
+            Err(err) => {
+                let rows = batch.len() as u64;
+                input.stats.failed.add(kind, rows);
+                input.stats.count_error("encode", rows);
+                tracing::error!(sink = %self.name, %kind, rows, %err, "cannot encode batch; rows lost");
+                return;
+            }
+        };
+        if messages.is_empty() {
+            return;
+        }
+        self.in_flight_rows += batch.len();
+        let in_flight = Arc::new(InFlightBatch::new(kind, batch.records, messages.len()));
+        let route = &self.routes[route(kind)];
+        for Message {
+            key,
+            payload,
+            timestamp_ms,
+            rows,
+        } in messages
+        {
+            let delivery = Box::new(Delivery {
+                batch: in_flight.clone(),
+                rows,
+            });
+            let mut record = BaseRecord::with_opaque_to(&route.topic, delivery)
+                .key(key.as_bytes())
+                .payload(payload.as_slice())
+                .headers(route.headers.clone())
+                .timestamp(timestamp_ms);
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        if deadline_passed(input) {
+                            self.producer
+                                .context()
+                                .settle(*record.delivery_opaque, Some(RDKafkaErrorCode::QueueFull));
+                            break;
+                        }
+                        let room = self.producer.context().room.notified();
+                        let _ = tokio::time::timeout(Duration::from_millis(10), room).await;
+                    }
+                    Err((err, back)) => {
+                        let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+                        self.producer
+                            .context()
+                            .settle(*back.delivery_opaque, Some(code));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accounts a batch whose every message has a report. True when rows went back to the
+    /// queue.
+    fn settle(&mut self, batch: Arc<InFlightBatch>, input: &SinkInput) -> bool {
+        let rows = batch.records.num_rows();
+        self.in_flight_rows -= rows;
+        let kind = batch.kind;
+        let stats = &input.stats;
+        let failures = batch.take_failures();
+        if failures.is_empty() {
+            stats.delivered.add(kind, rows as u64);
+            input.batches.delivered();
+            return false;
+        }
+        let mut retry = Vec::new();
+        let mut failed = 0usize;
+        for (message_rows, code) in &failures {
+            stats.count_error(&error_label(*code), message_rows.len() as u64);
+            match disposition(*code) {
+                Disposition::Retry => message_rows.extend_into(&mut retry),
+                Disposition::Fail => {
+                    failed += message_rows.len();
+                    tracing::error!(sink = %self.name, %kind, rows = message_rows.len(), error = ?code, "kafka rejected the message for good; rows lost");
+                }
+            }
+        }
+        let delivered = rows - retry.len() - failed;
+        stats.delivered.add(kind, delivered as u64);
+        stats.failed.add(kind, failed as u64);
+        if retry.is_empty() {
+            if delivered > 0 {
+                input.batches.delivered();
+            }
+            return false;
+        }
+        retry.sort_unstable();
+        tracing::warn!(sink = %self.name, %kind, rows = retry.len(), first_error = ?failures[0].1, "kafka delivery failed; rows will be retried");
+        let indices = arrow_array::UInt32Array::from(retry);
+        match arrow_select::take::take_record_batch(&batch.records, &indices) {
+            Ok(records) => input.batches.reject(EventBatch::new(kind, records)),
+            Err(err) => {
+                let rows = indices.len() as u64;
+                stats.failed.add(kind, rows);
+                tracing::error!(sink = %self.name, %kind, rows, %err, "cannot rebuild failed rows; rows lost");
+            }
+        }
+        true
+    }
+
+    /// At the shutdown deadline, what the producer still holds is purged: its reports come
+    /// back as failures and the rows are spooled by the queue.
+    fn purge_at_deadline(&mut self, input: &SinkInput) {
+        if self.purged_at_deadline || self.in_flight_rows == 0 || !deadline_passed(input) {
+            return;
+        }
+        self.purged_at_deadline = true;
+        tracing::warn!(sink = %self.name, rows = self.in_flight_rows, "shutdown deadline: purging unacknowledged kafka messages to the spool");
+        for producer in std::iter::once(&self.producer).chain(&self.retired) {
+            producer.purge(PurgeConfig::default().queue().inflight());
+        }
+    }
+
+    fn replace_producer_after_fatal_error(&mut self) {
+        self.retired.retain(|p| p.in_flight_count() > 0);
+        if !self.producer.context().fatal.load(Ordering::Acquire) {
+            return;
+        }
+        match new_producer(&self.name, &self.client_config, self.settled_tx.clone()) {
+            Ok(producer) => {
+                let old = std::mem::replace(&mut self.producer, producer);
+                old.purge(PurgeConfig::default().queue().inflight());
+                self.retired.push(old);
+                tracing::warn!(sink = %self.name, "kafka producer replaced after a fatal error");
+            }
+            Err(err) => {
+                tracing::error!(sink = %self.name, %err, "cannot replace the kafka producer; retrying");
+            }
+        }
+    }
+}
+
+fn deadline_passed(input: &SinkInput) -> bool {
+    input
+        .batches
+        .shutdown_deadline()
+        .is_some_and(|deadline| Instant::now() >= deadline)
+}
+
+fn new_producer(
+    sink: &str,
+    config: &ClientConfig,
+    settled: mpsc::UnboundedSender<Arc<InFlightBatch>>,
+) -> Result<Arc<KafkaProducer>, KafkaError> {
+    let context = DeliveryContext::new(sink, settled);
+    Ok(Arc::new(config.create_with_context(context)?))
+}
+
+#[cfg(test)]
+mod tests;

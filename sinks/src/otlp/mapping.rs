@@ -1,0 +1,333 @@
+//! GPU events as OpenTelemetry log records: the one mapping the OTLP sink and the Kafka
+//! `otlp_proto` encoding share (documented in docs/otlp.md).
+//!
+//! One log record per event: `EventName` (`gpu.xid`, `cuda.call`), `Timestamp` (when it
+//! happened), `ObservedTimestamp` (when the agent encoded it), a severity, a one-sentence body
+//! and the event's columns as attributes. Semantic-convention names are used where they exist
+//! (`process.pid`, `thread.id`, `process.executable.name`, `hw.id`, `hw.model`, `error.type`);
+//! gpuship's own fields live under `gpu.*` (device and XID) and `cuda.*` (driver API calls).
+
+use std::collections::BTreeMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_semantic_conventions::attribute as semconv;
+
+use crate::schema::HostIdentity;
+use crate::EventKind;
+
+/// OTLP severity numbers used (from the log data model).
+pub mod severity {
+    /// DEBUG.
+    pub const DEBUG: i32 = 5;
+    /// ERROR.
+    pub const ERROR: i32 = 17;
+}
+
+/// Event name of each kind.
+pub fn event_name(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Xid => "gpu.xid",
+        EventKind::Cuda => "cuda.call",
+    }
+}
+
+/// Column -> attribute name, per kind. Columns not listed here (`time`, `time_ns`, `host`,
+/// `boot_id`) go into the timestamp and the resource instead.
+fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        EventKind::Xid => &[
+            ("code", "gpu.xid.code"),
+            ("pci_bus_id", "gpu.pci_bus_id"),
+            ("gpu_uuid", semconv::HW_ID),
+            ("gpu_model", semconv::HW_MODEL),
+            ("gpu_index", "gpu.index"),
+            ("message", "gpu.xid.message"),
+            ("source", "gpu.xid.source"),
+            ("pid", semconv::PROCESS_PID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("reporter_pid", "gpu.xid.reporter.pid"),
+            ("reporter_comm", "gpu.xid.reporter.name"),
+            ("kmsg_seq", "gpu.xid.kmsg_seq"),
+            ("message_truncated", "gpu.xid.message_truncated"),
+        ],
+        EventKind::Cuda => &[
+            ("pid", semconv::PROCESS_PID),
+            ("tid", semconv::THREAD_ID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("function", "cuda.function"),
+            ("duration_ns", "cuda.duration_ns"),
+            ("result", "cuda.result"),
+            ("result_name", "cuda.result_name"),
+            ("bytes", "cuda.bytes"),
+            ("device_ptr", "cuda.device_ptr"),
+            ("stream", "cuda.stream"),
+            ("grid_x", "cuda.grid.x"),
+            ("grid_y", "cuda.grid.y"),
+            ("grid_z", "cuda.grid.z"),
+            ("block_x", "cuda.block.x"),
+            ("block_y", "cuda.block.y"),
+            ("block_z", "cuda.block.z"),
+            ("shared_mem_bytes", "cuda.shared_mem_bytes"),
+        ],
+    }
+}
+
+/// Builds OTLP requests for one agent: the resource is fixed, records come per batch.
+#[derive(Debug, Clone)]
+pub struct OtlpMapping {
+    resource: Resource,
+    scope: InstrumentationScope,
+}
+
+impl OtlpMapping {
+    /// The resource: `service.name=gpuship`, `service.version`, `host.name`, `host.id` (the
+    /// machine id, when known), `host.boot.id`, then `extra` (user-configured; these win).
+    pub fn new(
+        identity: &HostIdentity,
+        host_id: Option<&str>,
+        extra: &BTreeMap<String, String>,
+    ) -> Self {
+        let mut attributes: BTreeMap<String, String> = BTreeMap::new();
+        attributes.insert(semconv::SERVICE_NAME.into(), "gpuship".into());
+        attributes.insert(
+            semconv::SERVICE_VERSION.into(),
+            env!("CARGO_PKG_VERSION").into(),
+        );
+        attributes.insert(semconv::HOST_NAME.into(), identity.host.to_string());
+        if let Some(id) = host_id {
+            attributes.insert(semconv::HOST_ID.into(), id.to_string());
+        }
+        attributes.insert("host.boot.id".into(), identity.boot_id.to_string());
+        for (key, value) in extra {
+            attributes.insert(key.clone(), value.clone());
+        }
+        Self {
+            resource: Resource {
+                attributes: attributes
+                    .into_iter()
+                    .map(|(key, value)| string_attribute(key, value))
+                    .collect(),
+                ..Default::default()
+            },
+            scope: InstrumentationScope {
+                name: "gpuship".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Appends one log record per row of `batch` to `out`; `observed_ns` is when the agent
+    /// encodes them. `rows` picks rows (all when None).
+    pub fn append_records(
+        &self,
+        kind: EventKind,
+        batch: &RecordBatch,
+        observed_ns: u64,
+        rows: Option<&[u32]>,
+        out: &mut Vec<LogRecord>,
+    ) {
+        let columns = BatchColumns::new(kind, batch);
+        let mut push = |row: usize| out.push(columns.record(row, observed_ns));
+        match rows {
+            Some(rows) => rows.iter().for_each(|&row| push(row as usize)),
+            None => (0..batch.num_rows()).for_each(push),
+        }
+    }
+
+    /// Wraps records into one export request under this agent's resource.
+    pub fn request(&self, log_records: Vec<LogRecord>) -> ExportLogsServiceRequest {
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(self.resource.clone()),
+                scope_logs: vec![ScopeLogs {
+                    scope: Some(self.scope.clone()),
+                    log_records,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+
+    /// The request for all rows of one batch.
+    pub fn batch_request(
+        &self,
+        kind: EventKind,
+        batch: &RecordBatch,
+        observed_ns: u64,
+    ) -> ExportLogsServiceRequest {
+        let mut records = Vec::with_capacity(batch.num_rows());
+        self.append_records(kind, batch, observed_ns, None, &mut records);
+        self.request(records)
+    }
+}
+
+fn string_attribute(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The columns of one batch, downcast once.
+struct BatchColumns<'a> {
+    kind: EventKind,
+    time_ns: &'a arrow_array::Int64Array,
+    attributes: Vec<(&'static str, &'a ArrayRef)>,
+    /// Columns the body and severity are made from.
+    code: Option<&'a arrow_array::UInt32Array>,
+    result: Option<&'a arrow_array::UInt32Array>,
+    text: BTreeMap<&'static str, &'a arrow_array::StringArray>,
+    duration: Option<&'a arrow_array::UInt64Array>,
+}
+
+impl<'a> BatchColumns<'a> {
+    fn new(kind: EventKind, batch: &'a RecordBatch) -> Self {
+        let time_ns = batch
+            .column_by_name("time_ns")
+            .expect("every schema has time_ns")
+            .as_primitive::<Int64Type>();
+        let attributes = attribute_names(kind)
+            .iter()
+            .filter_map(|&(column, name)| batch.column_by_name(column).map(|c| (name, c)))
+            .collect();
+        let text = ["pci_bus_id", "message", "function", "result_name"]
+            .into_iter()
+            .filter_map(|name| {
+                let column = batch.column_by_name(name)?;
+                Some((name, column.as_string_opt::<i32>()?))
+            })
+            .collect();
+        let u32_column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_primitive_opt::<UInt32Type>())
+        };
+        Self {
+            kind,
+            time_ns,
+            attributes,
+            code: u32_column("code"),
+            result: u32_column("result"),
+            text,
+            duration: batch
+                .column_by_name("duration_ns")
+                .and_then(|c| c.as_primitive_opt::<UInt64Type>()),
+        }
+    }
+
+    fn text(&self, name: &str, row: usize) -> &'a str {
+        self.text
+            .get(name)
+            .filter(|c| c.is_valid(row))
+            .map(|c| c.value(row))
+            .unwrap_or("")
+    }
+
+    fn record(&self, row: usize, observed_ns: u64) -> LogRecord {
+        let mut attributes: Vec<KeyValue> = self
+            .attributes
+            .iter()
+            .filter_map(|&(name, column)| {
+                attribute_value(column, row).map(|value| KeyValue {
+                    key: name.to_string(),
+                    value: Some(AnyValue { value: Some(value) }),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let (severity, body) = match self.kind {
+            EventKind::Xid => {
+                let code = self.code.map(|c| c.value(row)).unwrap_or(0);
+                (
+                    severity::ERROR,
+                    format!(
+                        "XID {code} on GPU {}: {}",
+                        self.text("pci_bus_id", row),
+                        self.text("message", row)
+                    ),
+                )
+            }
+            EventKind::Cuda => {
+                let result = self.result.map(|c| c.value(row)).unwrap_or(0);
+                let result_name = self.text("result_name", row);
+                if result != 0 {
+                    attributes.push(string_attribute(semconv::ERROR_TYPE, result_name));
+                }
+                let duration = self.duration.map(|c| c.value(row)).unwrap_or(0);
+                (
+                    if result == 0 {
+                        severity::DEBUG
+                    } else {
+                        severity::ERROR
+                    },
+                    format!(
+                        "{} returned {result_name} after {}",
+                        self.text("function", row),
+                        human_duration(duration)
+                    ),
+                )
+            }
+        };
+        LogRecord {
+            time_unix_nano: self.time_ns.value(row).max(0) as u64,
+            observed_time_unix_nano: observed_ns,
+            severity_number: severity,
+            severity_text: if severity == severity::ERROR {
+                "ERROR"
+            } else {
+                "DEBUG"
+            }
+            .into(),
+            body: Some(AnyValue {
+                value: Some(Value::StringValue(body)),
+            }),
+            attributes,
+            event_name: event_name(self.kind).into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// An attribute value for one cell; None for nulls.
+fn attribute_value(column: &ArrayRef, row: usize) -> Option<Value> {
+    if column.is_null(row) {
+        return None;
+    }
+    Some(match column.data_type() {
+        DataType::Utf8 => Value::StringValue(column.as_string::<i32>().value(row).to_string()),
+        DataType::Boolean => Value::BoolValue(column.as_boolean().value(row)),
+        DataType::Int32 => Value::IntValue(column.as_primitive::<Int32Type>().value(row).into()),
+        DataType::Int64 => Value::IntValue(column.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt32 => Value::IntValue(column.as_primitive::<UInt32Type>().value(row).into()),
+        // OTLP integers are signed 64-bit; device pointers and sizes fit (user space < 2^63).
+        DataType::UInt64 => Value::IntValue(column.as_primitive::<UInt64Type>().value(row) as i64),
+        _ => return None,
+    })
+}
+
+/// `850 ns`, `12.5 µs`, `3.2 ms`, `1.50 s`.
+fn human_duration(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+#[path = "mapping_tests.rs"]
+mod tests;

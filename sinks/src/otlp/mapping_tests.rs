@@ -1,0 +1,194 @@
+use super::*;
+use crate::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
+use crate::test_support::{identity, xid_batch_with, xid_record};
+
+fn attributes(record: &LogRecord) -> BTreeMap<&str, &Value> {
+    record
+        .attributes
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.as_str(),
+                kv.value.as_ref().unwrap().value.as_ref().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn string(value: &str) -> Value {
+    Value::StringValue(value.into())
+}
+
+fn body(record: &LogRecord) -> &str {
+    match record.body.as_ref().unwrap().value.as_ref().unwrap() {
+        Value::StringValue(text) => text,
+        other => panic!("body is {other:?}"),
+    }
+}
+
+#[test]
+fn resource_has_service_host_and_user_attributes() {
+    let extra = BTreeMap::from([
+        ("k8s.node.name".to_string(), "node-7".to_string()),
+        ("service.name".to_string(), "gpu-agent".to_string()),
+    ]);
+    let mapping = OtlpMapping::new(&identity(), Some("machine-1"), &extra);
+    let request = mapping.request(Vec::new());
+    let resource = request.resource_logs[0].resource.as_ref().unwrap();
+    let attributes: BTreeMap<&str, &Value> = resource
+        .attributes
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.as_str(),
+                kv.value.as_ref().unwrap().value.as_ref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(attributes["service.name"], &string("gpu-agent"));
+    assert_eq!(
+        attributes["service.version"],
+        &string(env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(attributes["host.name"], &string("h"));
+    assert_eq!(attributes["host.id"], &string("machine-1"));
+    assert_eq!(attributes["host.boot.id"], &string("b"));
+    assert_eq!(attributes["k8s.node.name"], &string("node-7"));
+    assert_eq!(attributes.len(), 6);
+    let scope = request.resource_logs[0].scope_logs[0]
+        .scope
+        .as_ref()
+        .unwrap();
+    assert_eq!(scope.name, "gpuship");
+}
+
+#[test]
+fn xid_rows_become_error_records_with_gpu_attributes() {
+    let mut record = xid_record(79, "0000:3b:00.0", "GPU has fallen off the bus.");
+    record.pid = Some(4242);
+    record.comm = Some("python3".into());
+    let batch = xid_batch_with(&[record, xid_record(31, "0000:86:00.0", "MMU Fault")]);
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
+    let request = mapping.batch_request(EventKind::Xid, &batch.records, 42);
+    let records = &request.resource_logs[0].scope_logs[0].log_records;
+    assert_eq!(records.len(), 2);
+    let first = &records[0];
+    assert_eq!(first.event_name, "gpu.xid");
+    assert_eq!(first.time_unix_nano, 1_700_000_000_123_456_789);
+    assert_eq!(first.observed_time_unix_nano, 42);
+    assert_eq!(first.severity_number, severity::ERROR);
+    assert_eq!(first.severity_text, "ERROR");
+    assert_eq!(
+        body(first),
+        "XID 79 on GPU 0000:3b:00.0: GPU has fallen off the bus."
+    );
+    let attributes = attributes(first);
+    assert_eq!(attributes["gpu.xid.code"], &Value::IntValue(79));
+    assert_eq!(attributes["gpu.pci_bus_id"], &string("0000:3b:00.0"));
+    assert_eq!(
+        attributes["gpu.xid.message"],
+        &string("GPU has fallen off the bus.")
+    );
+    assert_eq!(attributes["gpu.xid.source"], &string("kmsg"));
+    assert_eq!(attributes["process.pid"], &Value::IntValue(4242));
+    assert_eq!(attributes["process.executable.name"], &string("python3"));
+    assert_eq!(
+        attributes["gpu.xid.message_truncated"],
+        &Value::BoolValue(false)
+    );
+    // Nulls (no GPU identity, no reporter, no kmsg sequence) are left out.
+    assert!(!attributes.contains_key("hw.id"));
+    assert!(!attributes.contains_key("gpu.xid.reporter.pid"));
+    assert_eq!(attributes.len(), 7);
+    assert_eq!(body(&records[1]), "XID 31 on GPU 0000:86:00.0: MMU Fault");
+}
+
+fn cuda_rows() -> arrow_array::RecordBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), 2);
+    let base = CudaRow {
+        time_ns: 5_000,
+        pid: 77,
+        tid: 78,
+        comm: "train",
+        function: "cuLaunchKernel",
+        duration_ns: 12_500,
+        result: 0,
+        result_name: "CUDA_SUCCESS",
+        bytes: None,
+        device_ptr: None,
+        stream: Some(0xabc),
+        launch: Some(LaunchDims {
+            grid: [64, 2, 1],
+            block: [256, 1, 1],
+            shared_mem_bytes: 1024,
+        }),
+    };
+    builder.append(&base);
+    builder.append(&CudaRow {
+        function: "cuMemAlloc_v2",
+        duration_ns: 3_200_000,
+        result: 2,
+        result_name: "CUDA_ERROR_OUT_OF_MEMORY",
+        bytes: Some(1 << 30),
+        stream: None,
+        launch: None,
+        ..base
+    });
+    builder.finish().unwrap()
+}
+
+#[test]
+fn cuda_calls_map_severity_from_their_result() {
+    let batch = cuda_rows();
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
+    let request = mapping.batch_request(EventKind::Cuda, &batch, 9);
+    let records = &request.resource_logs[0].scope_logs[0].log_records;
+    let launch = &records[0];
+    assert_eq!(launch.event_name, "cuda.call");
+    assert_eq!(launch.severity_number, severity::DEBUG);
+    assert_eq!(
+        body(launch),
+        "cuLaunchKernel returned CUDA_SUCCESS after 12.5 µs"
+    );
+    let attributes = attributes(launch);
+    assert_eq!(attributes["process.pid"], &Value::IntValue(77));
+    assert_eq!(attributes["thread.id"], &Value::IntValue(78));
+    assert_eq!(attributes["cuda.function"], &string("cuLaunchKernel"));
+    assert_eq!(attributes["cuda.result"], &Value::IntValue(0));
+    assert_eq!(attributes["cuda.stream"], &Value::IntValue(0xabc));
+    assert_eq!(attributes["cuda.grid.x"], &Value::IntValue(64));
+    assert_eq!(attributes["cuda.block.x"], &Value::IntValue(256));
+    assert_eq!(attributes["cuda.shared_mem_bytes"], &Value::IntValue(1024));
+    assert!(!attributes.contains_key("error.type"));
+    let alloc = &records[1];
+    assert_eq!(alloc.severity_number, severity::ERROR);
+    assert_eq!(
+        body(alloc),
+        "cuMemAlloc_v2 returned CUDA_ERROR_OUT_OF_MEMORY after 3.2 ms"
+    );
+    let attributes = super::tests::attributes(alloc);
+    assert_eq!(
+        attributes["error.type"],
+        &string("CUDA_ERROR_OUT_OF_MEMORY")
+    );
+    assert_eq!(attributes["cuda.bytes"], &Value::IntValue(1 << 30));
+    assert!(!attributes.contains_key("cuda.grid.x"));
+}
+
+#[test]
+fn selected_rows_only() {
+    let batch = cuda_rows();
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
+    let mut records = Vec::new();
+    mapping.append_records(EventKind::Cuda, &batch, 0, Some(&[1]), &mut records);
+    assert_eq!(records.len(), 1);
+    assert_eq!(body(&records[0]).split(' ').next(), Some("cuMemAlloc_v2"));
+}
+
+#[test]
+fn durations_read_well() {
+    assert_eq!(human_duration(850), "850 ns");
+    assert_eq!(human_duration(12_500), "12.5 µs");
+    assert_eq!(human_duration(3_200_000), "3.2 ms");
+    assert_eq!(human_duration(1_500_000_000), "1.50 s");
+}
