@@ -75,6 +75,20 @@ pub struct Snapshot {
     pub kmsg: KmsgSnapshot,
     /// Per sink and kind.
     pub sinks: Vec<SinkSnapshot>,
+    /// Per sink: whether its destination works now, and its failed attempts by error.
+    pub sink_health: Vec<SinkHealth>,
+}
+
+/// A sink's destination state.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SinkHealth {
+    /// Sink name.
+    pub sink: String,
+    /// False from a failed delivery until the next success.
+    pub healthy: bool,
+    /// Events whose delivery attempt failed, by error label (a retried event counts once per
+    /// attempt).
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
 
 /// One ring's counters.
@@ -250,6 +264,15 @@ impl Accounting {
                         in_flight: stats.in_flight(kind),
                         queued_events: stats.queued_events.load(Ordering::Relaxed),
                     })
+                })
+                .collect(),
+            sink_health: self
+                .sinks
+                .iter()
+                .map(|(name, stats)| SinkHealth {
+                    sink: name.clone(),
+                    healthy: stats.healthy(),
+                    errors: stats.errors(),
                 })
                 .collect(),
         }

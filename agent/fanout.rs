@@ -159,6 +159,7 @@ mod tests {
         fanout.add("all", all_tx, all_stats.clone(), &SinkOptions::default());
         let failed_or_slow = SinkOptions {
             cuda_filter: Some(CudaFilter {
+                all: false,
                 failed: true,
                 slower_than_ns: Some(1_000_000),
             }),

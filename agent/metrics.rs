@@ -266,6 +266,37 @@ pub fn render(snapshot: &Snapshot) -> String {
             );
         }
     }
+    let name = "gpuship_sink_healthy";
+    family(
+        &mut out,
+        name,
+        "gauge",
+        "1 while the sink's destination works, 0 from a failed delivery until the next success.",
+    );
+    for sink in &snapshot.sink_health {
+        let _ = writeln!(
+            out,
+            "{name}{{component_id=\"{}\",component_kind=\"sink\"}} {}",
+            sink.sink,
+            u8::from(sink.healthy)
+        );
+    }
+    let name = "gpuship_sink_delivery_errors_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Events whose delivery attempt failed, by error (retried events count once per attempt).",
+    );
+    for sink in &snapshot.sink_health {
+        for (error, count) in &sink.errors {
+            let _ = writeln!(
+                out,
+                "{name}{{component_id=\"{}\",component_kind=\"sink\",error=\"{error}\"}} {count}",
+                sink.sink
+            );
+        }
+    }
     family(
         &mut out,
         "gpuship_build_info",
@@ -292,6 +323,8 @@ mod tests {
         stats.received.add(EventKind::Cuda, 10);
         stats.delivered.add(EventKind::Cuda, 6);
         stats.drop_events(DropReason::BufferFull, EventKind::Cuda, 3);
+        stats.set_healthy(false);
+        stats.count_error("message_timed_out", 4);
         accounting.sinks.push(("lake".into(), stats));
         accounting.cuda_ring.submitted.store(12, Ordering::Relaxed);
         accounting
@@ -307,6 +340,9 @@ mod tests {
             "gpuship_component_discarded_events_total{component_id=\"lake\",component_kind=\"sink\",kind=\"cuda\",reason=\"buffer_full\",intentional=\"true\"} 3",
             "gpuship_component_in_flight_events{component_id=\"lake\",component_kind=\"sink\",kind=\"cuda\"} 1",
             "# TYPE gpuship_buffer_events gauge",
+            "gpuship_sink_healthy{component_id=\"lake\",component_kind=\"sink\"} 0",
+            "gpuship_sink_delivery_errors_total{component_id=\"lake\",component_kind=\"sink\",error=\"message_timed_out\"} 4",
+            "gpuship_component_discarded_events_total{component_id=\"lake\",component_kind=\"sink\",kind=\"cuda\",reason=\"rejected\",intentional=\"false\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

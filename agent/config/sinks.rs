@@ -2,6 +2,9 @@
 //! (its name, which events it takes, and its queue).
 
 use gpuship_sinks::blackhole::BlackholeSinkConfig;
+use gpuship_sinks::jsonl::JsonlSinkConfig;
+use gpuship_sinks::kafka::KafkaSinkConfig;
+use gpuship_sinks::otlp::OtlpSinkConfig;
 use gpuship_sinks::parquet::ParquetSinkConfig;
 use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
 use serde::Deserialize;
@@ -56,10 +59,14 @@ impl Default for SinkOptions {
 }
 
 /// CUDA rows a sink keeps: those that failed, or took at least `slower_than_ns`, or both
-/// (a row passes when it meets any condition set).
+/// (a row passes when it meets any condition set); `all = true` keeps every call (the way to
+/// lift the OTLP sink's default of failed calls only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CudaFilter {
+    /// Keep every call (the other conditions are then moot).
+    #[serde(default)]
+    pub all: bool,
     /// Keep calls whose CUresult is not CUDA_SUCCESS.
     #[serde(default)]
     pub failed: bool,
@@ -72,8 +79,17 @@ impl CudaFilter {
     /// Whether a call passes.
     #[inline]
     pub fn keeps(&self, result: u32, duration_ns: u64) -> bool {
-        (self.failed && result != 0) || self.slower_than_ns.is_some_and(|t| duration_ns >= t)
+        self.all
+            || (self.failed && result != 0)
+            || self.slower_than_ns.is_some_and(|t| duration_ns >= t)
     }
+
+    /// Failed calls only: the OTLP sink's default.
+    pub const FAILED_ONLY: CudaFilter = CudaFilter {
+        all: false,
+        failed: true,
+        slower_than_ns: None,
+    };
 }
 
 /// The destination of one `[[sinks]]` entry; `type` selects it.
@@ -82,6 +98,12 @@ impl CudaFilter {
 pub enum SinkConfig {
     /// Parquet files.
     Parquet(ParquetSinkConfig),
+    /// Kafka topics (boxed: the largest config by far).
+    Kafka(Box<KafkaSinkConfig>),
+    /// JSON lines on stdout or in rotated files.
+    Jsonl(JsonlSinkConfig),
+    /// OpenTelemetry log records to a collector.
+    Otlp(OtlpSinkConfig),
     /// Discards batches (optionally after a delay): measurements and tests.
     Blackhole(BlackholeSinkConfig),
 }
@@ -91,7 +113,21 @@ impl SinkConfig {
     pub fn type_name(&self) -> &'static str {
         match self {
             SinkConfig::Parquet(_) => "parquet",
+            SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Jsonl(_) => "jsonl",
+            SinkConfig::Otlp(_) => "otlp",
             SinkConfig::Blackhole(_) => "blackhole",
+        }
+    }
+}
+
+impl SinkConfig {
+    /// The CUDA selection a sink of this type has when its entry sets none: OTLP, the costliest
+    /// sink per event, takes failed calls only; the others take every call.
+    pub fn default_cuda_filter(&self) -> Option<CudaFilter> {
+        match self {
+            SinkConfig::Otlp(_) => Some(CudaFilter::FAILED_ONLY),
+            _ => None,
         }
     }
 }
@@ -105,19 +141,27 @@ impl SinkEntry {
                 options.insert(key.to_string(), value);
             }
         }
-        let options = SinkOptions::deserialize(toml::Value::Table(options))
+        let filter_set = options.contains_key("cuda_filter");
+        let mut options = SinkOptions::deserialize(toml::Value::Table(options))
             .map_err(|e| e.message().to_string())?;
         let sink = SinkConfig::deserialize(toml::Value::Table(table))
             .map_err(|e| e.message().to_string())?;
+        if !filter_set {
+            options.cuda_filter = sink.default_cuda_filter();
+        }
+        if options.cuda_filter.is_some_and(|f| f.all) {
+            options.cuda_filter = None;
+        }
         Ok(SinkEntry { options, sink })
     }
 
     /// A sink with default options.
     pub fn new(sink: SinkConfig) -> Self {
-        Self {
-            options: SinkOptions::default(),
-            sink,
-        }
+        let options = SinkOptions {
+            cuda_filter: sink.default_cuda_filter(),
+            ..SinkOptions::default()
+        };
+        Self { options, sink }
     }
 }
 
@@ -163,6 +207,7 @@ mod tests {
     #[test]
     fn filter_keeps_failed_or_slow_calls() {
         let filter = CudaFilter {
+            all: false,
             failed: true,
             slower_than_ns: Some(1_000),
         };
@@ -170,9 +215,24 @@ mod tests {
         assert!(filter.keeps(0, 1_000));
         assert!(!filter.keeps(0, 999));
         let none = CudaFilter {
+            all: false,
             failed: false,
             slower_than_ns: None,
         };
         assert!(!none.keeps(700, u64::MAX));
+        assert!(CudaFilter { all: true, ..none }.keeps(0, 0));
+    }
+
+    #[test]
+    fn otlp_takes_failed_cuda_calls_unless_told_otherwise() {
+        let entry = parse("type = \"otlp\"\nendpoint = \"http://c:4317\"\n").unwrap();
+        assert_eq!(entry.options.cuda_filter, Some(CudaFilter::FAILED_ONLY));
+        assert_eq!(entry.options.kinds, EventKind::ALL.to_vec());
+        let all =
+            parse("type = \"otlp\"\nendpoint = \"http://c:4317\"\ncuda_filter = { all = true }\n")
+                .unwrap();
+        assert_eq!(all.options.cuda_filter, None);
+        let parquet = parse("type = \"parquet\"\npath = \"/d\"\n").unwrap();
+        assert_eq!(parquet.options.cuda_filter, None);
     }
 }

@@ -261,7 +261,7 @@ impl Config {
                 );
             }
             if let Some(filter) = &options.cuda_filter {
-                if !filter.failed && filter.slower_than_ns.is_none() {
+                if !filter.all && !filter.failed && filter.slower_than_ns.is_none() {
                     report.add_sink(
                         index,
                         "cuda_filter",
@@ -281,6 +281,21 @@ impl Config {
             }
             match &entry.sink {
                 SinkConfig::Blackhole(_) => {}
+                SinkConfig::Jsonl(jsonl) => {
+                    for (key, message) in jsonl.problems() {
+                        report.add_sink(index, key, message);
+                    }
+                }
+                SinkConfig::Otlp(otlp) => {
+                    for (key, message) in otlp.problems() {
+                        report.add_sink(index, &key, message);
+                    }
+                }
+                SinkConfig::Kafka(kafka) => {
+                    for (key, message) in kafka.problems() {
+                        report.add_sink(index, &key, message);
+                    }
+                }
                 SinkConfig::Parquet(parquet) => {
                     for (key, message) in parquet.problems() {
                         report.add_sink(index, key, message);

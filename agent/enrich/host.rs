@@ -21,6 +21,13 @@ pub fn host_identity(host_override: Option<&str>) -> HostIdentity {
     }
 }
 
+/// The machine id (`/etc/machine-id`, the OpenTelemetry `host.id`), when the system has one.
+pub fn machine_id() -> Option<String> {
+    let id = std::fs::read_to_string("/etc/machine-id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_string())
+}
+
 fn node_name() -> String {
     uname().map_or_else(|| "unknown-host".to_string(), |uts| c_field(&uts.nodename))
 }

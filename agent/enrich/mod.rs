@@ -8,4 +8,4 @@ mod host;
 
 pub use clock::Clocks;
 pub use gpus::GpuDirectory;
-pub use host::{host_identity, kernel_release};
+pub use host::{host_identity, kernel_release, machine_id};

@@ -19,7 +19,7 @@ use crate::accounting::{Accounting, Snapshot};
 use crate::capture::CaptureContext;
 use crate::config::Config;
 use crate::consumer::{self, ConsumerSettings, SourceStatus};
-use crate::enrich::{host_identity, Clocks, GpuDirectory};
+use crate::enrich::{host_identity, machine_id, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::metrics::{self, Health};
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
@@ -69,6 +69,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let config = &options.config;
     privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
     let identity = host_identity(config.agent.host_name.as_deref());
+    let host_id = machine_id();
     let clocks = Clocks::measure();
     let gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -86,7 +87,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let mut accounting = Accounting::default();
     let mut sink_tasks = Vec::new();
     for (name, entry) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
-        let sink = build_sink(&name, &entry.sink, &identity);
+        let sink = build_sink(&name, &entry.sink, &identity, host_id.as_deref());
         let stats = Arc::new(SinkStats::default());
         let spool = open_spool(&config.agent.state_dir, &name, &entry.options.spool);
         let options = QueueOptions {

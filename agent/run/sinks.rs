@@ -1,6 +1,9 @@
 //! Builds running sinks from their config: the one place a new sink type is registered.
 
 use gpuship_sinks::blackhole::BlackholeSink;
+use gpuship_sinks::jsonl::JsonlSink;
+use gpuship_sinks::kafka::KafkaSink;
+use gpuship_sinks::otlp::OtlpSink;
 use gpuship_sinks::parquet::ParquetSink;
 use gpuship_sinks::schema::HostIdentity;
 use gpuship_sinks::Sink;
@@ -31,9 +34,28 @@ pub fn sink_names(entries: &[SinkEntry]) -> Vec<String> {
         .collect()
 }
 
-/// The running sink for one `[[sinks]]` entry.
-pub fn build_sink(name: &str, config: &SinkConfig, identity: &HostIdentity) -> Box<dyn Sink> {
+/// The running sink for one `[[sinks]]` entry; `host_id` is the machine id, for sinks that
+/// describe the host (OTLP resources).
+pub fn build_sink(
+    name: &str,
+    config: &SinkConfig,
+    identity: &HostIdentity,
+    host_id: Option<&str>,
+) -> Box<dyn Sink> {
     match config {
+        SinkConfig::Jsonl(jsonl) => Box::new(JsonlSink::new(name, jsonl.clone())),
+        SinkConfig::Otlp(otlp) => Box::new(OtlpSink::new(
+            name,
+            otlp.clone(),
+            identity.clone(),
+            host_id.map(str::to_string),
+        )),
+        SinkConfig::Kafka(kafka) => Box::new(KafkaSink::new(
+            name,
+            (**kafka).clone(),
+            identity.clone(),
+            host_id.map(str::to_string),
+        )),
         SinkConfig::Blackhole(blackhole) => Box::new(BlackholeSink::new(name, blackhole.clone())),
         SinkConfig::Parquet(parquet) => {
             Box::new(ParquetSink::new(name, parquet.clone(), &*identity.host))

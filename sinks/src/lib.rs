@@ -9,6 +9,7 @@
 //! - [`parquet`]: the Parquet sink (hive-partitioned files, atomic finalize), the default one.
 //! - [`encode`]: events as JSON objects or Arrow IPC streams, for message sinks.
 //! - [`otlp`]: events as OpenTelemetry log records (OTLP sink, Kafka `otlp_proto`).
+//! - [`jsonl`]: JSON lines on stdout or in size-rotated files, for jq.
 //! - [`kafka`]: the Kafka sink (acknowledged delivery through an idempotent producer).
 //! - [`secret`]: passwords and tokens read from the environment or a file, never logged.
 //! - [`template`]: `gpuship.{kind}`-style name templates (topics, message keys).
@@ -19,6 +20,7 @@
 pub mod batch;
 pub mod blackhole;
 pub mod encode;
+pub mod jsonl;
 pub mod kafka;
 pub mod otlp;
 pub mod parquet;

@@ -83,17 +83,20 @@ pub enum DropReason {
     ShutdownTimeout,
     /// The sink had stopped (its task ended), so nothing could be handed to it.
     SinkStopped,
+    /// The destination took the request but refused these events (OTLP partial success).
+    Rejected,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::BufferFull,
         DropReason::SpoolFull,
         DropReason::SpoolFailed,
         DropReason::SpoolCorrupt,
         DropReason::ShutdownTimeout,
         DropReason::SinkStopped,
+        DropReason::Rejected,
     ];
 
     /// Label value in metrics and logs.
@@ -105,6 +108,7 @@ impl DropReason {
             DropReason::SpoolCorrupt => "spool_corrupt",
             DropReason::ShutdownTimeout => "shutdown_timeout",
             DropReason::SinkStopped => "sink_stopped",
+            DropReason::Rejected => "rejected",
         }
     }
 
@@ -126,7 +130,7 @@ pub struct SinkStats {
     /// Events the destination acknowledged.
     pub delivered: KindCounters,
     /// Events dropped before the destination, by [`DropReason`].
-    dropped: [KindCounters; 6],
+    dropped: [KindCounters; 7],
     /// Events written to the spool.
     pub spooled: KindCounters,
     /// Events read back from the spool and handed to the sink.

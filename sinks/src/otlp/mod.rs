@@ -1,6 +1,11 @@
-//! OpenTelemetry logs: the event mapping shared by the OTLP sink and the Kafka `otlp_proto`
-//! encoding.
+//! OpenTelemetry logs: the OTLP sink (gRPC or HTTP to a collector) and the event mapping it
+//! shares with the Kafka `otlp_proto` encoding.
 
+pub mod config;
 pub mod mapping;
+pub mod sink;
+pub mod transport;
 
+pub use config::{OtlpProtocol, OtlpSinkConfig};
 pub use mapping::{event_name, OtlpMapping};
+pub use sink::OtlpSink;

@@ -1,0 +1,299 @@
+//! `[[sinks]] type = "otlp"`: endpoint, transport, headers (secrets allowed), TLS, compression,
+//! request sizing and the resource attributes users add.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::secret::{Secret, SecretError, SecretSource};
+
+/// Transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (default, port 4317).
+    #[default]
+    #[serde(rename = "grpc")]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (port 4318, path `/v1/logs`).
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+/// Request compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpCompression {
+    /// gzip (default).
+    #[default]
+    Gzip,
+    /// None.
+    None,
+}
+
+/// A header value: plain text, or a secret from the environment or a file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderValue {
+    /// `{ env = "NAME" }` or `{ file = "/path" }`.
+    Secret(SecretSource),
+    /// Text written in the config (not for tokens).
+    Plain(String),
+}
+
+impl HeaderValue {
+    fn resolve(&self) -> Result<Secret, SecretError> {
+        match self {
+            HeaderValue::Secret(source) => source.resolve(),
+            HeaderValue::Plain(text) => Ok(Secret::from(text.clone())),
+        }
+    }
+}
+
+/// `[sinks.tls]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpTls {
+    /// CA bundle (PEM) to verify the collector with (default: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM), for mutual TLS.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// Client key (PEM), for mutual TLS.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+/// `[[sinks]] type = "otlp"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpSinkConfig {
+    /// Collector URL: `http://host:4317` (gRPC) or `http://host:4318` (HTTP; `/v1/logs` is
+    /// appended when the URL has no path). `https://` uses TLS.
+    pub endpoint: String,
+    /// `grpc` or `http/protobuf`.
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// Request headers (e.g. `authorization = { env = "OTLP_TOKEN" }`); values are never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderValue>,
+    /// Request compression.
+    #[serde(default)]
+    pub compression: OtlpCompression,
+    /// Seconds an export may take before it fails (and is retried).
+    #[serde(default = "defaults::timeout_secs")]
+    pub timeout_secs: u64,
+    /// Export requests in flight at once.
+    #[serde(default = "defaults::concurrency")]
+    pub concurrency: usize,
+    /// Log records per export request at most.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: usize,
+    /// TLS settings for `https://` endpoints.
+    #[serde(default)]
+    pub tls: Option<OtlpTls>,
+    /// Resource attributes added to (or replacing) gpuship's own; a value `${env:NAME}` is read
+    /// from the environment at start (e.g. a Kubernetes node name).
+    #[serde(default)]
+    pub resource_attributes: BTreeMap<String, String>,
+}
+
+mod defaults {
+    pub fn timeout_secs() -> u64 {
+        10
+    }
+    pub fn concurrency() -> usize {
+        4
+    }
+    pub fn batch_size() -> usize {
+        1000
+    }
+}
+
+impl OtlpSinkConfig {
+    /// A config with every default and the given endpoint.
+    pub fn with_endpoint(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            protocol: OtlpProtocol::default(),
+            headers: BTreeMap::new(),
+            compression: OtlpCompression::default(),
+            timeout_secs: defaults::timeout_secs(),
+            concurrency: defaults::concurrency(),
+            batch_size: defaults::batch_size(),
+            tls: None,
+            resource_attributes: BTreeMap::new(),
+        }
+    }
+
+    /// Every problem with the values, as `(key, message)` pairs; empty when valid.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut problem = |key: &str, message: String| problems.push((key.to_string(), message));
+        match self.endpoint.parse::<http::Uri>() {
+            Ok(uri)
+                if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {}
+            Ok(_) => problem(
+                "endpoint",
+                format!(
+                    "{:?} must be an http:// or https:// URL with a host",
+                    self.endpoint
+                ),
+            ),
+            Err(err) => problem("endpoint", format!("{:?}: {err}", self.endpoint)),
+        }
+        for (key, value) in [
+            ("timeout_secs", self.timeout_secs as usize),
+            ("concurrency", self.concurrency),
+            ("batch_size", self.batch_size),
+        ] {
+            if value == 0 {
+                problem(key, "must be greater than 0".into());
+            }
+        }
+        for (name, value) in &self.headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problem(
+                    &format!("headers.{name}"),
+                    "is not a valid header name".into(),
+                );
+            }
+            if let HeaderValue::Secret(source) = value {
+                if let Some(err) = source.problem() {
+                    problem(&format!("headers.{name}"), err);
+                }
+            }
+        }
+        for (key, value) in &self.resource_attributes {
+            if let Err(err) = expand_env(value) {
+                problem(&format!("resource_attributes.{key}"), err);
+            }
+        }
+        problems
+    }
+
+    /// Header names and their values, read now.
+    pub fn resolved_headers(&self) -> Result<Vec<(String, Secret)>, String> {
+        self.headers
+            .iter()
+            .map(|(name, value)| {
+                value
+                    .resolve()
+                    .map(|secret| (name.to_ascii_lowercase(), secret))
+                    .map_err(|err| format!("header {name}: {err}"))
+            })
+            .collect()
+    }
+
+    /// Resource attributes with `${env:NAME}` values read now.
+    pub fn resolved_resource_attributes(&self) -> Result<BTreeMap<String, String>, String> {
+        self.resource_attributes
+            .iter()
+            .map(|(key, value)| {
+                expand_env(value)
+                    .map(|value| (key.clone(), value))
+                    .map_err(|err| format!("resource attribute {key}: {err}"))
+            })
+            .collect()
+    }
+
+    /// The URL requests go to (the HTTP transport adds `/v1/logs` to a bare host).
+    pub fn request_url(&self) -> String {
+        match self.protocol {
+            OtlpProtocol::Grpc => self.endpoint.clone(),
+            OtlpProtocol::HttpProtobuf => {
+                let trimmed = self.endpoint.trim_end_matches('/');
+                let has_path = trimmed
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| rest.contains('/'));
+                if has_path {
+                    self.endpoint.clone()
+                } else {
+                    format!("{trimmed}/v1/logs")
+                }
+            }
+        }
+    }
+}
+
+/// `${env:NAME}` -> the variable's value; anything else is taken as written.
+fn expand_env(value: &str) -> Result<String, String> {
+    match value
+        .strip_prefix("${env:")
+        .and_then(|rest| rest.strip_suffix('}'))
+    {
+        Some(name) => {
+            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))
+        }
+        None => Ok(value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_urls() {
+        let config: OtlpSinkConfig =
+            toml::from_str("endpoint = \"http://127.0.0.1:4317\"").unwrap();
+        assert_eq!(
+            config,
+            OtlpSinkConfig::with_endpoint("http://127.0.0.1:4317")
+        );
+        assert!(config.problems().is_empty());
+        assert_eq!(config.request_url(), "http://127.0.0.1:4317");
+        let http: OtlpSinkConfig =
+            toml::from_str("endpoint = \"http://c:4318\"\nprotocol = \"http/protobuf\"").unwrap();
+        assert_eq!(http.request_url(), "http://c:4318/v1/logs");
+        let custom: OtlpSinkConfig =
+            toml::from_str("endpoint = \"https://c/otlp/v1/logs\"\nprotocol = \"http/protobuf\"")
+                .unwrap();
+        assert_eq!(custom.request_url(), "https://c/otlp/v1/logs");
+    }
+
+    #[test]
+    fn problems_name_their_keys() {
+        let config: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"ftp://x\"\nbatch_size = 0\n[headers]\n\"bad name\" = \"v\"\n\
+             token = { env = \"A\", file = \"/b\" }\n[resource_attributes]\n\"k8s.node.name\" = \"${env:GPUSHIP_TEST_UNSET_NODE}\"\n",
+        )
+        .unwrap();
+        let keys: Vec<String> = config.problems().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "endpoint",
+                "batch_size",
+                "headers.bad name",
+                "headers.token",
+                "resource_attributes.k8s.node.name"
+            ]
+        );
+        let err =
+            toml::from_str::<OtlpSinkConfig>("endpoint = \"http://c\"\nprotocol = \"thrift\"")
+                .unwrap_err();
+        assert!(err.message().contains("http/protobuf"), "{err}");
+    }
+
+    #[test]
+    fn headers_and_resource_attributes_resolve_from_the_environment() {
+        std::env::set_var("GPUSHIP_TEST_OTLP_TOKEN", "Bearer abc");
+        std::env::set_var("GPUSHIP_TEST_NODE", "node-9");
+        let config: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"http://c:4317\"\n[headers]\nAuthorization = { env = \"GPUSHIP_TEST_OTLP_TOKEN\" }\n\
+             x-scope-orgid = \"tenant-1\"\n[resource_attributes]\n\"k8s.node.name\" = \"${env:GPUSHIP_TEST_NODE}\"\n",
+        )
+        .unwrap();
+        let headers = config.resolved_headers().unwrap();
+        assert_eq!(headers[0].0, "authorization");
+        assert_eq!(headers[0].1.expose(), "Bearer abc");
+        assert_eq!(headers[1].1.expose(), "tenant-1");
+        assert!(!format!("{config:?} {headers:?}").contains("Bearer abc"));
+        assert_eq!(
+            config.resolved_resource_attributes().unwrap()["k8s.node.name"],
+            "node-9"
+        );
+    }
+}
