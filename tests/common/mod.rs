@@ -7,8 +7,10 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod kafka;
 pub mod lake;
 pub mod metrics;
+pub mod peers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -25,6 +25,8 @@ pub struct InFlightBatch {
     pub kind: EventKind,
     /// The rows, kept to rebuild what must be retried.
     pub records: RecordBatch,
+    /// Messages it was sent as.
+    messages: usize,
     /// Messages without a report yet.
     outstanding: AtomicUsize,
     /// Rows of failed messages and why.
@@ -37,9 +39,15 @@ impl InFlightBatch {
         Self {
             kind,
             records,
+            messages,
             outstanding: AtomicUsize::new(messages),
             failures: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Number of messages the batch was sent as.
+    pub fn messages(&self) -> usize {
+        self.messages
     }
 
     /// The failed messages' rows and errors (once settled).

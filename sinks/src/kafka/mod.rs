@@ -93,6 +93,11 @@ struct Worker {
     in_flight_rows: usize,
     max_in_flight_rows: usize,
     purged_at_deadline: bool,
+    /// When a message was last acknowledged (or the producer was made).
+    last_success: Instant,
+    /// When the producer was last replaced.
+    last_replaced: Instant,
+    delivery_timeout: Duration,
 }
 
 fn route(kind: EventKind) -> usize {
@@ -171,6 +176,9 @@ impl Worker {
             settled,
             in_flight_rows: 0,
             purged_at_deadline: false,
+            last_success: Instant::now(),
+            last_replaced: Instant::now(),
+            delivery_timeout: Duration::from_secs(config.delivery_timeout_secs),
         })
     }
 
@@ -271,6 +279,9 @@ impl Worker {
         let kind = batch.kind;
         let stats = &input.stats;
         let failures = batch.take_failures();
+        if failures.len() < batch.messages() {
+            self.last_success = Instant::now();
+        }
         if failures.is_empty() {
             stats.delivered.add(kind, rows as u64);
             input.batches.delivered();
@@ -296,6 +307,12 @@ impl Worker {
                 input.batches.delivered();
             }
             return false;
+        }
+        if failures
+            .iter()
+            .any(|(_, code)| *code == RDKafkaErrorCode::MessageTimedOut)
+        {
+            self.replace_stuck_producer();
         }
         retry.sort_unstable();
         tracing::warn!(sink = %self.name, %kind, rows = retry.len(), first_error = ?failures[0].1, "kafka delivery failed; rows will be retried");
@@ -326,15 +343,30 @@ impl Worker {
 
     fn replace_producer_after_fatal_error(&mut self) {
         self.retired.retain(|p| p.in_flight_count() > 0);
-        if !self.producer.context().fatal.load(Ordering::Acquire) {
-            return;
+        if self.producer.context().fatal.load(Ordering::Acquire) {
+            self.replace_producer("a fatal error");
         }
+    }
+
+    /// Messages have only timed out for two delivery timeouts: the producer may be stuck on
+    /// state the broker lost (a restarted broker that forgot the producer's idempotence id
+    /// never accepts its sequence again). A fresh producer costs nothing during a plain
+    /// outage and gets delivery going again after such a restart.
+    fn replace_stuck_producer(&mut self) {
+        let stuck_for = 2 * self.delivery_timeout;
+        if self.last_success.elapsed() >= stuck_for && self.last_replaced.elapsed() >= stuck_for {
+            self.replace_producer("messages timing out for two delivery timeouts");
+        }
+    }
+
+    fn replace_producer(&mut self, why: &str) {
         match new_producer(&self.name, &self.client_config, self.settled_tx.clone()) {
             Ok(producer) => {
                 let old = std::mem::replace(&mut self.producer, producer);
                 old.purge(PurgeConfig::default().queue().inflight());
                 self.retired.push(old);
-                tracing::warn!(sink = %self.name, "kafka producer replaced after a fatal error");
+                self.last_replaced = Instant::now();
+                tracing::warn!(sink = %self.name, reason = why, "kafka producer replaced");
             }
             Err(err) => {
                 tracing::error!(sink = %self.name, %err, "cannot replace the kafka producer; retrying");
