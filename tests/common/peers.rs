@@ -173,8 +173,6 @@ impl Rotel {
             .arg("detailed")
             .env("NO_COLOR", "1");
         let peer = Peer::spawn(command, "rotel", grpc_port);
-        let mut child = peer.child.as_ref().map(|c| c.id());
-        let _ = child.take();
         wait_for_port_only(http_port);
         Rotel {
             peer,
@@ -190,4 +188,111 @@ fn wait_for_port_only(port: u16) {
         assert!(Instant::now() < deadline, "nothing listens on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// One log record as rotel's debug exporter printed it.
+#[derive(Debug, Clone, Default)]
+pub struct PrintedRecord {
+    /// Resource attributes, `key -> Type(value)` as printed (e.g. `Str(gpuship)`).
+    pub resource: std::collections::BTreeMap<String, String>,
+    /// `EventName`.
+    pub event_name: String,
+    /// `Timestamp` in nanoseconds.
+    pub time_unix_nano: u64,
+    /// `ObservedTimestamp` in nanoseconds.
+    pub observed_unix_nano: u64,
+    /// `SeverityText`.
+    pub severity_text: String,
+    /// The number inside `SeverityNumber: ...(17)`.
+    pub severity_number: i32,
+    /// `Body` as printed, e.g. `Str(XID 79 ...)`.
+    pub body: String,
+    /// Attributes as printed.
+    pub attributes: std::collections::BTreeMap<String, String>,
+}
+
+impl Rotel {
+    /// Every log record printed so far, in order.
+    pub fn records(&self) -> Vec<PrintedRecord> {
+        parse_records(&self.peer.output())
+    }
+
+    /// Waits until at least `count` records were printed, then returns them all.
+    pub fn wait_for_records(&self, count: usize, timeout: Duration) -> Vec<PrintedRecord> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let records = self.records();
+            if records.len() >= count || Instant::now() > deadline {
+                return records;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Parses rotel's `--debug-log logs --debug-log-verbosity detailed` output.
+pub fn parse_records(text: &str) -> Vec<PrintedRecord> {
+    #[derive(PartialEq)]
+    enum Section {
+        Other,
+        Resource,
+        Attributes,
+    }
+    let mut records = Vec::new();
+    let mut resource = std::collections::BTreeMap::new();
+    let mut current: Option<PrintedRecord> = None;
+    let mut section = Section::Other;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if line.starts_with("ResourceLog #") {
+            records.extend(current.take());
+            resource = std::collections::BTreeMap::new();
+            section = Section::Other;
+        } else if trimmed == "Resource attributes:" {
+            section = Section::Resource;
+        } else if line.starts_with("LogRecord #") {
+            records.extend(current.take());
+            current = Some(PrintedRecord {
+                resource: resource.clone(),
+                ..Default::default()
+            });
+            section = Section::Other;
+        } else if trimmed == "Attributes:" {
+            section = Section::Attributes;
+        } else if let Some(pair) = trimmed.strip_prefix("-> ") {
+            let (key, value) = pair.split_once(": ").unwrap_or((pair, ""));
+            match section {
+                Section::Resource => {
+                    resource.insert(key.to_string(), value.to_string());
+                }
+                Section::Attributes => {
+                    if let Some(record) = current.as_mut() {
+                        record.attributes.insert(key.to_string(), value.to_string());
+                    }
+                }
+                Section::Other => {}
+            }
+        } else if let Some(record) = current.as_mut() {
+            section = Section::Other;
+            let field = |name: &str| trimmed.strip_prefix(name).map(str::trim);
+            if let Some(v) = field("ObservedTimestamp:") {
+                record.observed_unix_nano = v.parse().unwrap_or(0);
+            } else if let Some(v) = field("Timestamp:") {
+                record.time_unix_nano = v.parse().unwrap_or(0);
+            } else if let Some(v) = field("SeverityText:") {
+                record.severity_text = v.to_string();
+            } else if let Some(v) = field("SeverityNumber:") {
+                record.severity_number = v
+                    .rsplit_once('(')
+                    .and_then(|(_, n)| n.trim_end_matches(')').parse().ok())
+                    .unwrap_or(-1);
+            } else if let Some(v) = field("EventName:") {
+                record.event_name = v.to_string();
+            } else if let Some(v) = field("Body:") {
+                record.body = v.to_string();
+            }
+        }
+    }
+    records.extend(current);
+    records
 }
