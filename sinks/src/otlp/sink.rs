@@ -216,3 +216,7 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sink_tests.rs"]
+mod tests;
