@@ -43,6 +43,53 @@ fn validate_accepts_the_default_and_every_example() {
 }
 
 #[test]
+fn validate_explains_kafka_and_otlp_mistakes() {
+    let (_dir, path) = write_config(
+        "[[sinks]]\ntype = \"kafka\"\nbrokers = \"b:9092\"\ntopic = \"gpu.{gpu}\"\n\
+         [sinks.librdkafka_options]\nacks = \"1\"\n\n\
+         [[sinks]]\ntype = \"otlp\"\nendpoint = \"localhost:4317\"\nbatch_size = 0\n",
+    );
+    let (code, _, stderr) = gpuship(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{stderr}");
+    for expected in [
+        "sinks[0].topic",
+        "unknown placeholder {gpu}; known: kind, host",
+        "sinks[0].librdkafka_options.\"acks\"",
+        "conflicts with gpuship's own setting: acknowledged delivery (always acks=all)",
+        "sinks[1].endpoint",
+        "must be an http:// or https:// URL with a host",
+        "sinks[1].batch_size",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in\n{stderr}"
+        );
+    }
+
+    let (_dir, path) = write_config(
+        "[[sinks]]\ntype = \"kafka\"\nbrokers = \"b:9092\"\ncompression = \"brotli\"\n",
+    );
+    let (code, _, stderr) = gpuship(&["validate", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("unknown variant `brotli`") && stderr.contains("zstd"),
+        "{stderr}"
+    );
+
+    let (_dir, path) = write_config(
+        "[[sinks]]\ntype = \"kafka\"\nbrokers = \"b:9092\"\n[sinks.sasl]\nmechanism = \"PLAIN\"\n\
+         username = \"u\"\npassword = \"hunter2\"\n",
+    );
+    let (code, _, stderr) = gpuship(&["validate", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("secrets are not written in the config"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
 fn validate_names_an_unknown_key_and_its_line() {
     let (_dir, path) = write_config("[sources.cuda]\nlibraries = [\"auto\"]\nring_size = 8\n");
     let (code, _, stderr) = gpuship(&["validate", "--config", &path]);

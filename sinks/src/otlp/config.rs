@@ -165,9 +165,14 @@ impl OtlpSinkConfig {
                 }
             }
         }
+        // Environment values are read at start (the file may be checked elsewhere); only their
+        // form is checked here.
         for (key, value) in &self.resource_attributes {
-            if let Err(err) = expand_env(value) {
-                problem(&format!("resource_attributes.{key}"), err);
+            if value.starts_with("${") && env_name(value).is_none_or(str::is_empty) {
+                problem(
+                    &format!("resource_attributes.{key}"),
+                    format!("{value:?}: write an environment value as ${{env:NAME}}"),
+                );
             }
         }
         problems
@@ -217,12 +222,15 @@ impl OtlpSinkConfig {
     }
 }
 
-/// `${env:NAME}` -> the variable's value; anything else is taken as written.
-fn expand_env(value: &str) -> Result<String, String> {
-    match value
+fn env_name(value: &str) -> Option<&str> {
+    value
         .strip_prefix("${env:")
         .and_then(|rest| rest.strip_suffix('}'))
-    {
+}
+
+/// `${env:NAME}` -> the variable's value; anything else is taken as written.
+fn expand_env(value: &str) -> Result<String, String> {
+    match env_name(value) {
         Some(name) => {
             std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))
         }
@@ -257,7 +265,8 @@ mod tests {
     fn problems_name_their_keys() {
         let config: OtlpSinkConfig = toml::from_str(
             "endpoint = \"ftp://x\"\nbatch_size = 0\n[headers]\n\"bad name\" = \"v\"\n\
-             token = { env = \"A\", file = \"/b\" }\n[resource_attributes]\n\"k8s.node.name\" = \"${env:GPUSHIP_TEST_UNSET_NODE}\"\n",
+             token = { env = \"A\", file = \"/b\" }\n[resource_attributes]\n\"k8s.node.name\" = \"${env:}\"\n\
+             \"k8s.pod.name\" = \"${env:GPUSHIP_TEST_UNSET_POD}\"\n",
         )
         .unwrap();
         let keys: Vec<String> = config.problems().into_iter().map(|(k, _)| k).collect();

@@ -1,0 +1,69 @@
+//! Passwords and tokens come from the environment or a file and never appear in the agent's
+//! log, its summary or `/metrics`, even while the destination refuses or fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::agent::Agent;
+use common::metrics::http;
+use common::peers::{Rotel, Tansu};
+use common::Fixtures;
+
+const KAFKA_SECRET: &str = "kafka-pw-8f1d2c9a77";
+const OTLP_SECRET: &str = "Bearer otlp-token-51c0ffee";
+
+#[test]
+fn secrets_never_reach_logs_summary_or_metrics() {
+    std::env::set_var("GPUSHIP_TEST_KAFKA_SECRET", KAFKA_SECRET);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{OTLP_SECRET}\n")).unwrap();
+    let tansu = Tansu::start(0);
+    let rotel = Rotel::start(0, 0);
+    let fixtures = Fixtures::build();
+    let config = format!(
+        "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 3\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
+         [batch]\ntimeout_ms = 100\n\n\
+         [[sinks]]\ntype = \"kafka\"\nbrokers = \"{}\"\ndelivery_timeout_secs = 2\n\
+         [sinks.sasl]\nmechanism = \"PLAIN\"\nusername = \"gpuship\"\npassword = {{ env = \"GPUSHIP_TEST_KAFKA_SECRET\" }}\n\n\
+         [[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:{}\"\ncuda_filter = {{ all = true }}\n\
+         [sinks.headers]\nauthorization = {{ file = \"{}\" }}\n",
+        fixtures.libcuda.display(),
+        tansu.brokers(),
+        rotel.grpc_port,
+        token_file.display()
+    );
+    let agent = Agent::start(&config, &[]);
+    let address = agent.metrics_address();
+    fixtures.run_workload(&["sequence", "1"], &[]);
+    // The broker does not speak SASL: the Kafka sink fails and logs why, while the collector
+    // takes every call with the token attached.
+    agent.wait_for_log("kafka delivery failed", Duration::from_secs(30));
+    let (_, metrics) = http(&address, "GET /metrics HTTP/1.0\r\n\r\n");
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let otlp = stopped.outcome["accounting"]["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sink"] == "otlp" && s["kind"] == "cuda")
+        .unwrap()
+        .clone();
+    assert_eq!(otlp["delivered"], 28, "{otlp}");
+    for (what, text) in [
+        ("log", stopped.log.as_str()),
+        ("summary", &stopped.outcome.to_string()),
+        ("metrics", metrics.as_str()),
+    ] {
+        assert!(
+            !text.contains(KAFKA_SECRET),
+            "the Kafka password is in the {what}"
+        );
+        assert!(
+            !text.contains("otlp-token-51c0ffee"),
+            "the OTLP token is in the {what}"
+        );
+    }
+}
