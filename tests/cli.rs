@@ -122,11 +122,18 @@ fn validate_lists_every_bad_value() {
 
 #[test]
 fn run_refuses_a_bad_config_before_touching_anything() {
+    let (_dir, path) = write_config("[[sinks]]\ntype = \"smoke_signals\"\n");
+    let (code, _, stderr) = gpuship(&["run", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("line 1: sinks[0]") && stderr.contains("smoke_signals"),
+        "{stderr}"
+    );
     let (_dir, path) = write_config("[[sinks]]\ntype = \"kafka\"\n");
     let (code, _, stderr) = gpuship(&["run", "--config", &path]);
     assert_eq!(code, 1);
     assert!(
-        stderr.contains("line 1: sinks[0]") && stderr.contains("kafka"),
+        stderr.contains("line 1: sinks[0]: missing field `brokers`"),
         "{stderr}"
     );
 }
