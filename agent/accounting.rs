@@ -58,6 +58,10 @@ pub struct Accounting {
     pub cuda_ring: RingCounters,
     /// The kernel log.
     pub kmsg: KmsgCounters,
+    /// XIDs the tracepoint reported that the kernel log did not, while both ran.
+    pub xid_unpaired_tracepoint: AtomicU64,
+    /// XIDs the kernel log reported that the tracepoint did not, while both ran.
+    pub xid_unpaired_kmsg: AtomicU64,
     /// Batches of each kind handed to the fan-out, in events.
     pub batched: gpuship_sinks::sink::KindCounters,
     /// Each sink's name and counters.
@@ -115,8 +119,12 @@ pub struct RingSnapshot {
 /// Kernel-log counters.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct KmsgSnapshot {
-    /// XID rows.
+    /// XID lines read.
     pub xids: u64,
+    /// XIDs reported by the tracepoint only while both sources ran.
+    pub unpaired_tracepoint: u64,
+    /// XIDs reported by the kernel log only while both sources ran.
+    pub unpaired_kmsg: u64,
     /// Unparseable XID lines.
     pub parse_errors: u64,
     /// Overwritten-record gaps.
@@ -239,6 +247,8 @@ impl Accounting {
             ],
             kmsg: KmsgSnapshot {
                 xids: load(&self.kmsg.xids),
+                unpaired_tracepoint: load(&self.xid_unpaired_tracepoint),
+                unpaired_kmsg: load(&self.xid_unpaired_kmsg),
                 parse_errors: load(&self.kmsg.parse_errors),
                 lost_gaps: load(&self.kmsg.lost_gaps),
             },

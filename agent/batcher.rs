@@ -34,10 +34,20 @@ impl CudaBatcher {
     /// Adds a row; returns a full batch when a size bound is reached.
     #[inline]
     pub fn push(&mut self, row: &CudaRow<'_>) -> Option<EventBatch> {
+        self.push_linked(row, None)
+    }
+
+    /// Adds a row that belongs to an XID incident.
+    #[inline]
+    pub fn push_linked(
+        &mut self,
+        row: &CudaRow<'_>,
+        incident_id: Option<&str>,
+    ) -> Option<EventBatch> {
         if self.oldest.is_none() {
             self.oldest = Some(Instant::now());
         }
-        self.builder.append(row);
+        self.builder.append_linked(row, incident_id);
         if self.builder.len() >= self.max_events || self.builder.estimated_bytes() >= self.max_bytes
         {
             return self.flush();

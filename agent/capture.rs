@@ -10,6 +10,7 @@ use crate::accounting::Accounting;
 use crate::enrich::{Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::summary::RunSummary;
+use crate::xid::XidStage;
 
 /// Shared state of the capture threads; each thread gets a clone.
 #[derive(Clone)]
@@ -28,4 +29,6 @@ pub struct CaptureContext {
     pub stop: Arc<AtomicBool>,
     /// The run summary threads add to.
     pub summary: Arc<Mutex<RunSummary>>,
+    /// Where both XID sources report (reconciliation, catalog, incidents, attribution).
+    pub xid: Arc<XidStage>,
 }

@@ -7,6 +7,7 @@
 //! record, so that what the kernel emitted and what the agent received can be compared exactly.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -14,15 +15,13 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gpuship_sinks::schema::XidRecord;
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 
-use crate::accounting::{Accounting, Ring};
-use crate::batcher::{xid_batch, CudaBatcher};
+use crate::accounting::Ring;
+use crate::batcher::CudaBatcher;
 use crate::capture::CaptureContext;
 use crate::config::{BatchConfig, CudaSourceConfig, XidSourceConfig};
 use crate::decode::{c_chars, cuda_event, Decoder};
-use crate::fanout::FanOut;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::xid_tracepoint;
@@ -83,9 +82,12 @@ pub fn spawn(
 struct State {
     decoder: Decoder,
     cuda: CudaBatcher,
-    xids: Vec<XidRecord>,
     summary: RunSummary,
     calls: CallTally,
+    /// Processes seen making calls since the last hand-on: pid -> latest call time.
+    active: HashMap<i32, i64>,
+    /// The pid and time last written to `active` (most rows repeat them).
+    last_active: (i32, i64),
 }
 
 fn run(
@@ -188,21 +190,22 @@ fn run(
     let state = RefCell::new(State {
         decoder: Decoder::new(context.clocks, functions, context.gpus.clone()),
         cuda: CudaBatcher::new(context.identity.clone(), &settings.batch),
-        xids: Vec::new(),
         summary: RunSummary::default(),
         calls: CallTally::default(),
+        active: HashMap::new(),
+        last_active: (0, 0),
     });
     let accounting = &context.accounting;
     let mut builder = RingBufferBuilder::new();
     if let Some(xid) = &xid {
         builder.add(&xid.skel.maps.xid_ring, |raw: &[u8]| {
-            on_xid_record(raw, &state, accounting);
+            on_xid_record(raw, &state, context);
             0
         })?;
     }
     if let Some(cuda) = &cuda {
         builder.add(&cuda.skel.maps.cuda_ring, |raw: &[u8]| {
-            on_cuda_record(raw, &state, accounting, &context.fanout);
+            on_cuda_record(raw, &state, context);
             0
         })?;
     }
@@ -261,15 +264,13 @@ fn run(
     Ok(())
 }
 
-fn on_xid_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting) {
+fn on_xid_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
+    let accounting = &context.accounting;
     accounting.xid_ring.received.fetch_add(1, Ordering::Relaxed);
-    let mut state = state.borrow_mut();
-    match state.decoder.xid_record(raw) {
-        Ok(record) => {
-            tracing::warn!(code = record.code, pci_bus_id = %record.pci_bus_id, message = %record.message, "XID from tracepoint");
-            state.summary.record_xid(record.code, "tracepoint");
-            state.xids.push(record);
-        }
+    let decoded = state.borrow().decoder.xid_record(raw);
+    match decoded {
+        // Reconciled, annotated, logged and sent by the XID stage.
+        Ok(record) => context.xid.report(record),
         Err(err) => {
             accounting
                 .xid_ring
@@ -280,8 +281,12 @@ fn on_xid_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting) {
     }
 }
 
+/// How stale a process's latest-call time may get before it is refreshed.
+const ACTIVITY_RESOLUTION_NS: i64 = 100_000_000;
+
 #[inline]
-fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, fanout: &FanOut) {
+fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
+    let accounting = &context.accounting;
     accounting
         .cuda_ring
         .received
@@ -292,12 +297,22 @@ fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, f
         let comm = c_chars(&event.comm);
         let row = state.decoder.cuda_row(&event, &comm)?;
         state.calls.record(event.function_id, &row);
+        let (last_pid, last_time) = state.last_active;
+        if row.pid != last_pid || row.time_ns - last_time > ACTIVITY_RESOLUTION_NS {
+            state.active.insert(row.pid, row.time_ns);
+            state.last_active = (row.pid, row.time_ns);
+        }
+        // A failed call of a process an XID incident affected carries the incident.
+        if row.result != 0 {
+            let incident = context.xid.links.incident_for(row.pid, row.time_ns);
+            return Ok(state.cuda.push_linked(&row, incident.as_deref()));
+        }
         Ok(state.cuda.push(&row))
     });
     match decoded {
         Ok(Some(batch)) => {
             accounting.batched.add(batch.kind, batch.len() as u64);
-            fanout.send_blocking(batch);
+            context.fanout.send_blocking(batch);
         }
         Ok(None) => {}
         Err(err) => {
@@ -310,20 +325,22 @@ fn on_cuda_record(raw: &[u8], state: &RefCell<State>, accounting: &Accounting, f
     }
 }
 
-/// Sends waiting XIDs, and CUDA rows that are due (or all of them when `all`).
+/// Sends CUDA rows that are due (or all of them when `all`), and tells the XID stage which
+/// processes made calls.
 fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
-    let (xids, cuda) = {
+    let cuda = {
         let mut state = state.borrow_mut();
-        let xids = xid_batch(&context.identity, &state.xids);
-        state.xids.clear();
-        let cuda = if all {
+        if !state.active.is_empty() {
+            context.xid.activity.record(state.active.drain());
+            state.last_active = (0, 0);
+        }
+        if all {
             state.cuda.flush()
         } else {
             state.cuda.flush_if_due(Instant::now())
-        };
-        (xids, cuda)
+        }
     };
-    for batch in [xids, cuda].into_iter().flatten() {
+    if let Some(batch) = cuda {
         context
             .accounting
             .batched

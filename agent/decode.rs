@@ -148,12 +148,18 @@ impl Decoder {
         let msg_len = usize::from(event.msg_len).min(event.msg.len());
         let pci_bus_id = c_chars(&event.dev[..dev_len]).trim().to_lowercase();
         let gpu = self.gpus.lookup(&pci_bus_id);
+        let message = c_chars(&event.msg[..msg_len]).trim_end().to_string();
         Ok(XidRecord {
             time_ns: self.clocks.boot_to_unix_ns(event.boot_time_ns),
             code: event.error_code,
+            // The tracepoint's own print format.
+            raw_tracepoint: Some(format!(
+                "Xid (PCI:{pci_bus_id}): {}, {message}",
+                event.error_code
+            )),
             pci_bus_id,
             gpu,
-            message: c_chars(&event.msg[..msg_len]).trim_end().to_string(),
+            message,
             source: XidSource::Tracepoint,
             // The tracepoint fires in the driver's context, not the faulting process.
             pid: None,
@@ -162,6 +168,7 @@ impl Decoder {
             reporter_comm: Some(c_chars(&event.comm).into_owned()),
             kmsg_seq: None,
             message_truncated: event.flags & gpuship_xid_flag::GPUSHIP_XID_MSG_TRUNCATED.0 != 0,
+            ..XidRecord::new(XidSource::Tracepoint)
         })
     }
 }

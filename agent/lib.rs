@@ -27,3 +27,4 @@ pub mod metrics;
 pub mod run;
 pub mod sources;
 pub mod summary;
+pub mod xid;

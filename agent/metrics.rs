@@ -167,6 +167,16 @@ pub fn render(snapshot: &Snapshot) -> String {
             snapshot.kmsg.parse_errors,
         ),
         (
+            "gpuship_xid_unpaired_tracepoint_total",
+            "XIDs the tracepoint reported that the kernel log did not (both sources running).",
+            snapshot.kmsg.unpaired_tracepoint,
+        ),
+        (
+            "gpuship_xid_unpaired_kmsg_total",
+            "XIDs the kernel log reported that the tracepoint did not (both sources running).",
+            snapshot.kmsg.unpaired_kmsg,
+        ),
+        (
             "gpuship_kmsg_lost_gaps_total",
             "Gaps where the kernel overwrote log records before they were read.",
             snapshot.kmsg.lost_gaps,

@@ -114,6 +114,16 @@ pub struct XidSourceConfig {
     /// Where reading the kernel log starts.
     #[serde(default)]
     pub kmsg_start: KmsgStart,
+    /// How long a report from one source waits for the same XID from the other.
+    #[serde(default = "defaults::reconcile_window_ms")]
+    pub reconcile_window_ms: u64,
+    /// XIDs on one GPU closer than this belong to one incident.
+    #[serde(default = "defaults::incident_window_secs")]
+    pub incident_window_secs: u64,
+    /// CUDA activity this recent attributes an XID to a process; failed calls this long after
+    /// an XID are linked to its incident.
+    #[serde(default = "defaults::attribution_window_secs")]
+    pub attribution_window_secs: u64,
 }
 
 /// Field names of the XID tracepoint record (the driver's names by default).
@@ -193,6 +203,12 @@ pub struct EnrichConfig {
     /// Folder of per-GPU folders named by bus id, each with an `information` file.
     #[serde(default = "defaults::nvidia_proc_dir")]
     pub nvidia_proc_dir: PathBuf,
+    /// Where the GPUs' device files (`nvidia<minor>`) are.
+    #[serde(default = "defaults::dev_dir")]
+    pub dev_dir: PathBuf,
+    /// The proc filesystem (processes' open files and cgroups).
+    #[serde(default = "defaults::proc_dir")]
+    pub proc_dir: PathBuf,
 }
 
 mod defaults {
@@ -200,6 +216,21 @@ mod defaults {
 
     pub fn yes() -> bool {
         true
+    }
+    pub fn reconcile_window_ms() -> u64 {
+        1000
+    }
+    pub fn incident_window_secs() -> u64 {
+        10
+    }
+    pub fn attribution_window_secs() -> u64 {
+        10
+    }
+    pub fn dev_dir() -> PathBuf {
+        PathBuf::from("/dev")
+    }
+    pub fn proc_dir() -> PathBuf {
+        PathBuf::from("/proc")
     }
     pub fn stats_interval_secs() -> u64 {
         10

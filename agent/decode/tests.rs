@@ -157,7 +157,8 @@ fn xid_tracepoint_record_is_enriched_with_the_gpu() {
         Some(&GpuIdentity {
             uuid: "GPU-abc".into(),
             model: "NVIDIA H200".into(),
-            index: 0
+            index: 0,
+            minor: None,
         })
     );
     assert_eq!(record.reporter_comm.as_deref(), Some("irq/97-nvidia"));

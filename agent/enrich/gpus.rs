@@ -20,7 +20,7 @@ impl GpuDirectory {
             tracing::debug!(dir = %dir.display(), "no NVIDIA GPU information; GPU columns stay empty");
             return Self::default();
         };
-        let mut found: Vec<(String, String, String)> = Vec::new();
+        let mut found: Vec<(String, String, String, Option<u32>)> = Vec::new();
         for entry in entries.flatten() {
             let dir_name = entry.file_name().to_string_lossy().to_lowercase();
             let Ok(text) = std::fs::read_to_string(entry.path().join("information")) else {
@@ -38,20 +38,22 @@ impl GpuDirectory {
                 continue;
             };
             let model = field("Model:").unwrap_or_default();
-            found.push((bus_id, uuid, model));
+            let minor = field("Device Minor:").and_then(|m| m.parse::<u32>().ok());
+            found.push((bus_id, uuid, model, minor));
         }
         // nvidia-smi numbers GPUs in PCI bus order by default.
         found.sort();
         let by_bus_id = found
             .into_iter()
             .enumerate()
-            .map(|(index, (bus_id, uuid, model))| {
+            .map(|(index, (bus_id, uuid, model, minor))| {
                 (
                     bus_id,
                     Arc::new(GpuIdentity {
                         uuid,
                         model,
                         index: index as i32,
+                        minor,
                     }),
                 )
             })

@@ -25,6 +25,9 @@ use crate::metrics::{self, Health};
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
 use crate::sources::{kmsg, tracefs};
 use crate::summary::RunSummary;
+use crate::xid::attribution::Attributor;
+use crate::xid::stage::driver_version;
+use crate::xid::{XidStage, XidStageSettings};
 
 pub use privileges::{can_trace, effective_capabilities};
 pub use sinks::{build_sink, sink_names};
@@ -134,6 +137,24 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         Target::AllProcesses => ProcessFilter::All,
         Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
     };
+    let xid_settings = &config.sources.xid;
+    let xid_stage = Arc::new(XidStage::new(
+        identity.clone(),
+        XidStageSettings {
+            reconcile_window: Duration::from_millis(xid_settings.reconcile_window_ms),
+            incident_window: Duration::from_secs(xid_settings.incident_window_secs),
+            attribution_window: Duration::from_secs(xid_settings.attribution_window_secs),
+            driver_version: driver_version(&config.enrich.nvidia_proc_dir),
+        },
+        Attributor::new(
+            &config.enrich.proc_dir,
+            &config.enrich.dev_dir,
+            Duration::from_secs(xid_settings.attribution_window_secs).as_nanos() as i64,
+        ),
+        fanout.clone(),
+        accounting.clone(),
+        summary.clone(),
+    ));
     let capture = CaptureContext {
         identity: identity.clone(),
         clocks,
@@ -142,6 +163,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         accounting: accounting.clone(),
         stop: stop.clone(),
         summary: summary.clone(),
+        xid: xid_stage.clone(),
     };
     let (consumer_thread, ready) = consumer::spawn(
         ConsumerSettings {
@@ -176,6 +198,22 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     // The threads hold the only other clones: once they end, the sink queues close.
     drop(capture);
     let attached: Vec<&SourceStatus> = ready.sources.iter().filter(|s| s.attached).collect();
+    let tracepoint_runs = attached.iter().any(|s| s.source == "xid_tracepoint");
+    if tracepoint_runs && kmsg_thread.is_some() {
+        xid_stage.pair_sources();
+    }
+    let xid_ticker = {
+        let (stage, stop) = (xid_stage.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("gpuship-xid".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    stage.tick();
+                }
+            })
+            .context("starting the XID thread")?
+    };
     if attached.is_empty() && kmsg_thread.is_none() {
         stop.store(true, Ordering::Release);
         let reasons: Vec<String> = ready
@@ -228,6 +266,12 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             tracing::error!("kernel log thread panicked");
         }
     }
+    if xid_ticker.join().is_err() {
+        tracing::error!("XID thread panicked");
+    }
+    // Both sources are done: XIDs still waiting for a twin go out now.
+    xid_stage.finish();
+    drop(xid_stage);
     // Every producer is gone, so the sink queues are closed: sinks finish what they hold.
     for (name, task) in sink_tasks {
         match runtime.block_on(task) {

@@ -66,6 +66,7 @@ pub(crate) fn xid_record(code: u32, pci_bus_id: &str, message: &str) -> XidRecor
         reporter_comm: None,
         kmsg_seq: None,
         message_truncated: false,
+        ..XidRecord::new(XidSource::Kmsg)
     }
 }
 

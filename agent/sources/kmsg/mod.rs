@@ -10,11 +10,10 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuship_sinks::schema::{XidRecord, XidSource};
+use gpuship_sinks::schema::{XidAnnotations, XidDetails, XidRecord, XidSource};
 
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
-use crate::batcher::xid_batch;
 use crate::capture::CaptureContext;
 use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
@@ -42,6 +41,16 @@ pub fn xid_record(
         reporter_comm: None,
         kmsg_seq: Some(record.seq),
         message_truncated: false,
+        raw_kmsg: Some(record.message.trim_end().to_string()),
+        annotations: XidAnnotations {
+            details: XidDetails {
+                mig_gpu_instance: xid.mig_gpu_instance,
+                mig_compute_instance: xid.mig_compute_instance,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..XidRecord::new(XidSource::Kmsg)
     }
 }
 
@@ -115,18 +124,9 @@ fn handle_record(raw: &[u8], context: &CaptureContext) {
     match parse_xid(&record.message) {
         Ok(Some(xid)) => {
             let row = xid_record(&record, xid, &context.clocks, &context.gpus);
-            tracing::warn!(code = row.code, pci_bus_id = %row.pci_bus_id, pid = ?row.pid, comm = ?row.comm, message = %row.message, "XID from kernel log");
             context.accounting.kmsg.xids.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut summary) = context.summary.lock() {
-                summary.record_xid(row.code, "kmsg");
-            }
-            if let Some(batch) = xid_batch(&context.identity, std::slice::from_ref(&row)) {
-                context
-                    .accounting
-                    .batched
-                    .add(batch.kind, batch.len() as u64);
-                context.fanout.send_blocking(batch);
-            }
+            // Reconciled, annotated, logged and sent by the XID stage.
+            context.xid.report(row);
         }
         Ok(None) => {}
         Err(err) => {

@@ -129,6 +129,10 @@ pub struct KmsgXid {
     pub comm: Option<String>,
     /// Driver text after the code, without the `pid=`/`name=` fields.
     pub message: String,
+    /// MIG GPU instance (`GPU-I:01` after the bus id), on MIG-partitioned GPUs.
+    pub mig_gpu_instance: Option<u32>,
+    /// MIG compute instance (`GPU-CI:02`).
+    pub mig_compute_instance: Option<u32>,
 }
 
 /// A message that announces an XID but cannot be parsed; every variant
@@ -167,6 +171,18 @@ pub fn parse_xid(message: &str) -> Result<Option<KmsgXid>, XidLineError> {
     let Some((bus_raw, after_close)) = after_open.split_once(')') else {
         return Err(XidLineError::MissingCloseParen { line: line() });
     };
+    // `PCI:0000:3b:00 GPU-I:01 GPU-CI:02` on MIG-partitioned GPUs.
+    let mut bus_parts = bus_raw.split_whitespace();
+    let bus_raw = bus_parts.next().unwrap_or("");
+    let mut mig_gpu_instance = None;
+    let mut mig_compute_instance = None;
+    for part in bus_parts {
+        if let Some(gi) = part.strip_prefix("GPU-I:") {
+            mig_gpu_instance = gi.parse().ok();
+        } else if let Some(ci) = part.strip_prefix("GPU-CI:") {
+            mig_compute_instance = ci.parse().ok();
+        }
+    }
     let pci_bus_id = normalize_bus_id(bus_raw).map_err(|problem| match problem {
         BusIdProblem::Empty => XidLineError::EmptyBusId { line: line() },
         BusIdProblem::Invalid => XidLineError::InvalidBusId {
@@ -208,6 +224,8 @@ pub fn parse_xid(message: &str) -> Result<Option<KmsgXid>, XidLineError> {
         pid,
         comm,
         message: rest.trim_end().to_owned(),
+        mig_gpu_instance,
+        mig_compute_instance,
     }))
 }
 

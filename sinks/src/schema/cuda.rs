@@ -70,6 +70,8 @@ pub fn schema() -> Arc<Schema> {
         Field::new("block_y", DataType::UInt32, true),
         Field::new("block_z", DataType::UInt32, true),
         Field::new("shared_mem_bytes", DataType::UInt32, true),
+        // Schema version 2: the XID incident a failed call belongs to.
+        Field::new("incident_id", DataType::Utf8, true),
     ]);
     super::with_metadata(EventKind::Cuda, fields)
 }
@@ -93,6 +95,7 @@ pub struct CudaBatchBuilder {
     device_ptr: UInt64Builder,
     stream: UInt64Builder,
     dims: [UInt32Builder; 7],
+    incident_id: StringBuilder,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -114,6 +117,7 @@ impl CudaBatchBuilder {
             device_ptr: UInt64Builder::with_capacity(capacity),
             stream: UInt64Builder::with_capacity(capacity),
             dims: std::array::from_fn(|_| UInt32Builder::with_capacity(capacity)),
+            incident_id: StringBuilder::with_capacity(capacity, 0),
             estimated_bytes: 0,
         }
     }
@@ -121,6 +125,13 @@ impl CudaBatchBuilder {
     /// Appends one call.
     #[inline]
     pub fn append(&mut self, row: &CudaRow<'_>) {
+        self.append_linked(row, None);
+    }
+
+    /// Appends one call that belongs to an XID incident (a failed call of an affected process).
+    #[inline]
+    pub fn append_linked(&mut self, row: &CudaRow<'_>, incident_id: Option<&str>) {
+        self.incident_id.append_option(incident_id);
         self.common.append(row.time_ns);
         self.pid.append_value(row.pid);
         self.tid.append_value(row.tid);
@@ -196,6 +207,7 @@ impl CudaBatchBuilder {
                 .iter_mut()
                 .map(|b| Arc::new(b.finish()) as ArrayRef),
         );
+        columns.push(Arc::new(self.incident_id.finish()));
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }

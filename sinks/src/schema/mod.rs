@@ -14,12 +14,15 @@ use arrow_schema::Schema;
 
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
 pub use cuda::{CudaBatchBuilder, CudaRow, LaunchDims};
-pub use xid::{batch_of as xid_batch_of, GpuIdentity, XidBatchBuilder, XidRecord, XidSource};
+pub use xid::{
+    batch_of as xid_batch_of, GpuIdentity, XidAnnotations, XidBatchBuilder, XidDetails, XidRecord,
+    XidSource,
+};
 
 use crate::EventKind;
 
 /// Version of the column layout, stored in Parquet key-value metadata and Kafka headers.
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 /// Metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
 /// Metadata key holding the event kind (`xid`, `cuda`).

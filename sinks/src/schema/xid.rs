@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBuilder, Int32Builder, StringBuilder, UInt32Builder, UInt64Builder,
+use arrow_array::builder::{Int32Builder, ListBuilder};
+use arrow_array::{
+    ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
 };
-use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::common::{common_fields, CommonColumns, HostIdentity};
@@ -18,6 +18,8 @@ pub enum XidSource {
     Tracepoint,
     /// An `NVRM: Xid` line in the kernel log (/dev/kmsg).
     Kmsg,
+    /// Both, reconciled into one row.
+    Both,
 }
 
 impl XidSource {
@@ -26,6 +28,7 @@ impl XidSource {
         match self {
             XidSource::Tracepoint => "tracepoint",
             XidSource::Kmsg => "kmsg",
+            XidSource::Both => "both",
         }
     }
 }
@@ -39,6 +42,70 @@ pub struct GpuIdentity {
     pub model: String,
     /// Position in PCI bus order, which is nvidia-smi's default numbering.
     pub index: i32,
+    /// The device file's minor number (`/dev/nvidia<minor>`), when the driver says.
+    pub minor: Option<u32>,
+}
+
+/// Fields decoded from the driver's message text, for the XIDs whose text carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct XidDetails {
+    /// XID 31: the engine that faulted (`GRAPHICS GPC1 GPCCLIENT_T1_8`).
+    pub fault_engine: Option<String>,
+    /// XID 31: the faulting virtual address.
+    pub fault_address: Option<u64>,
+    /// XID 31: the fault type (`FAULT_PDE`).
+    pub fault_type: Option<String>,
+    /// XID 31: the access type (`ACCESS_TYPE_VIRT_WRITE`).
+    pub fault_access: Option<String>,
+    /// The GPU channel named in the message.
+    pub channel: Option<u32>,
+    /// ECC XIDs (48, 63, 64, 92, 94, 95, 140): where the error was (`framebuffer partition 6
+    /// subpartition 0`, a row or page address).
+    pub ecc_location: Option<String>,
+    /// XID 154: the recovery action the driver now asks for (`Reset Required`, `Node Reboot
+    /// Required`, `Drain P2P`, `Drain and Reset`).
+    pub recovery_action: Option<String>,
+    /// XIDs 119/120: the GSP function or RPC that failed.
+    pub gsp_function: Option<String>,
+    /// MIG GPU instance, when the message names one.
+    pub mig_gpu_instance: Option<u32>,
+    /// MIG compute instance, when the message names one.
+    pub mig_compute_instance: Option<u32>,
+    /// An earlier XID the driver says caused this one (`caused by previous Xid`).
+    pub caused_by_xid: Option<u32>,
+}
+
+/// What the agent adds to a report: the catalog entry, decoded fields, the incident and the
+/// processes it affected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct XidAnnotations {
+    /// Catalog short name.
+    pub name: Option<String>,
+    /// Catalog category (`hardware`, `memory`, `nvlink`, `driver`, `application`,
+    /// `informational`, `unknown`).
+    pub category: Option<String>,
+    /// `info`, `warning`, `error`, `fatal`.
+    pub severity: Option<String>,
+    /// Recommended immediate action (`none`, `restart_application`, `reset_gpu`, ...).
+    pub action: Option<String>,
+    /// Version of the catalog that said so.
+    pub catalog_version: Option<String>,
+    /// Decoded message fields.
+    pub details: XidDetails,
+    /// The incident (cascade of XIDs on one GPU) this XID belongs to.
+    pub incident_id: Option<String>,
+    /// True for the first XID of its incident: the root-cause candidate.
+    pub root_candidate: Option<bool>,
+    /// How `pid` was found: `driver_log`, `cuda_activity` or `none`.
+    pub attribution: Option<String>,
+    /// Processes the XID affected (the attributed one first).
+    pub affected_pids: Vec<i32>,
+    /// Container of the attributed process, from its cgroup.
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID of the attributed process, from its cgroup.
+    pub pod_uid: Option<String>,
+    /// NVIDIA driver version.
+    pub driver_version: Option<String>,
 }
 
 /// One XID report. XIDs are rare, so rows are owned values rather than borrowed ones.
@@ -68,47 +135,111 @@ pub struct XidRecord {
     pub kmsg_seq: Option<u64>,
     /// True when the message was cut to fit the capture buffer.
     pub message_truncated: bool,
+    /// The tracepoint's text, `Xid (PCI:<dev>): <code>, <msg>`, when it saw the XID.
+    pub raw_tracepoint: Option<String>,
+    /// The kernel-log line, `NVRM: Xid (...): ...`, when the log had it.
+    pub raw_kmsg: Option<String>,
+    /// What the agent added.
+    pub annotations: XidAnnotations,
+}
+
+impl XidRecord {
+    /// An empty report from `source`, for filling with struct-update syntax.
+    pub fn new(source: XidSource) -> Self {
+        Self {
+            time_ns: 0,
+            code: 0,
+            pci_bus_id: String::new(),
+            gpu: None,
+            message: String::new(),
+            source,
+            pid: None,
+            comm: None,
+            reporter_pid: None,
+            reporter_comm: None,
+            kmsg_seq: None,
+            message_truncated: false,
+            raw_tracepoint: None,
+            raw_kmsg: None,
+            annotations: XidAnnotations::default(),
+        }
+    }
 }
 
 /// The Arrow schema of the `xid` table.
 pub fn schema() -> Arc<Schema> {
     let mut fields = common_fields();
+    let text = |name: &str| Field::new(name, DataType::Utf8, true);
     fields.extend([
         Field::new("code", DataType::UInt32, false),
         Field::new("pci_bus_id", DataType::Utf8, false),
-        Field::new("gpu_uuid", DataType::Utf8, true),
-        Field::new("gpu_model", DataType::Utf8, true),
+        text("gpu_uuid"),
+        text("gpu_model"),
         Field::new("gpu_index", DataType::Int32, true),
         Field::new("message", DataType::Utf8, false),
         Field::new("source", DataType::Utf8, false),
         Field::new("pid", DataType::Int32, true),
-        Field::new("comm", DataType::Utf8, true),
+        text("comm"),
         Field::new("reporter_pid", DataType::Int32, true),
-        Field::new("reporter_comm", DataType::Utf8, true),
+        text("reporter_comm"),
         Field::new("kmsg_seq", DataType::UInt64, true),
         Field::new("message_truncated", DataType::Boolean, false),
+        // Schema version 2: everything below is nullable and new.
+        text("xid_name"),
+        text("category"),
+        text("severity"),
+        text("action"),
+        text("catalog_version"),
+        text("raw_tracepoint"),
+        text("raw_kmsg"),
+        text("incident_id"),
+        Field::new("root_candidate", DataType::Boolean, true),
+        text("attribution"),
+        Field::new(
+            "affected_pids",
+            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+            true,
+        ),
+        text("container_id"),
+        text("pod_uid"),
+        text("driver_version"),
+        text("fault_engine"),
+        Field::new("fault_address", DataType::UInt64, true),
+        text("fault_type"),
+        text("fault_access"),
+        Field::new("channel", DataType::UInt32, true),
+        text("ecc_location"),
+        text("recovery_action"),
+        text("gsp_function"),
+        Field::new("mig_gpu_instance", DataType::UInt32, true),
+        Field::new("mig_compute_instance", DataType::UInt32, true),
+        Field::new("caused_by_xid", DataType::UInt32, true),
     ]);
     super::with_metadata(EventKind::Xid, fields)
 }
 
-/// Accumulates [`XidRecord`]s into an `xid` [`RecordBatch`].
+/// Accumulates [`XidRecord`]s into an `xid` [`RecordBatch`]. XIDs are rare: rows are kept and
+/// turned into columns at [`finish`](Self::finish).
 #[derive(Debug)]
 pub struct XidBatchBuilder {
     schema: Arc<Schema>,
     common: CommonColumns,
-    code: UInt32Builder,
-    pci_bus_id: StringBuilder,
-    gpu_uuid: StringBuilder,
-    gpu_model: StringBuilder,
-    gpu_index: Int32Builder,
-    message: StringBuilder,
-    source: StringBuilder,
-    pid: Int32Builder,
-    comm: StringBuilder,
-    reporter_pid: Int32Builder,
-    reporter_comm: StringBuilder,
-    kmsg_seq: UInt64Builder,
-    message_truncated: BooleanBuilder,
+    rows: Vec<XidRecord>,
+}
+
+fn strings<'a>(
+    rows: &'a [XidRecord],
+    value: impl Fn(&'a XidRecord) -> Option<&'a str>,
+) -> ArrayRef {
+    Arc::new(StringArray::from_iter(rows.iter().map(value)))
+}
+
+fn u32s(rows: &[XidRecord], value: impl Fn(&XidRecord) -> Option<u32>) -> ArrayRef {
+    Arc::new(UInt32Array::from_iter(rows.iter().map(value)))
+}
+
+fn i32s(rows: &[XidRecord], value: impl Fn(&XidRecord) -> Option<i32>) -> ArrayRef {
+    Arc::new(Int32Array::from_iter(rows.iter().map(value)))
 }
 
 impl XidBatchBuilder {
@@ -117,75 +248,96 @@ impl XidBatchBuilder {
         Self {
             schema: schema(),
             common: CommonColumns::new(identity, 8),
-            code: UInt32Builder::new(),
-            pci_bus_id: StringBuilder::new(),
-            gpu_uuid: StringBuilder::new(),
-            gpu_model: StringBuilder::new(),
-            gpu_index: Int32Builder::new(),
-            message: StringBuilder::new(),
-            source: StringBuilder::new(),
-            pid: Int32Builder::new(),
-            comm: StringBuilder::new(),
-            reporter_pid: Int32Builder::new(),
-            reporter_comm: StringBuilder::new(),
-            kmsg_seq: UInt64Builder::new(),
-            message_truncated: BooleanBuilder::new(),
+            rows: Vec::new(),
         }
     }
 
     /// Appends one XID.
     pub fn append(&mut self, xid: &XidRecord) {
         self.common.append(xid.time_ns);
-        self.code.append_value(xid.code);
-        self.pci_bus_id.append_value(&xid.pci_bus_id);
-        self.gpu_uuid
-            .append_option(xid.gpu.as_ref().map(|g| g.uuid.as_str()));
-        self.gpu_model
-            .append_option(xid.gpu.as_ref().map(|g| g.model.as_str()));
-        self.gpu_index
-            .append_option(xid.gpu.as_ref().map(|g| g.index));
-        self.message.append_value(&xid.message);
-        self.source.append_value(xid.source.as_str());
-        self.pid.append_option(xid.pid);
-        self.comm.append_option(xid.comm.as_deref());
-        self.reporter_pid.append_option(xid.reporter_pid);
-        self.reporter_comm
-            .append_option(xid.reporter_comm.as_deref());
-        self.kmsg_seq.append_option(xid.kmsg_seq);
-        self.message_truncated.append_value(xid.message_truncated);
+        self.rows.push(xid.clone());
     }
 
     /// Rows appended since the last [`finish`](Self::finish).
     pub fn len(&self) -> usize {
-        self.common.len()
+        self.rows.len()
     }
 
     /// True when no row is waiting.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.rows.is_empty()
     }
 
     /// The rows appended so far as one batch; the builder starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
         let [time, time_ns, host, boot_id] = self.common.finish();
+        let rows = std::mem::take(&mut self.rows);
+        let rows = rows.as_slice();
+        let gpu = |r: &XidRecord| r.gpu.clone();
+        let mut affected = ListBuilder::new(Int32Builder::new());
+        for row in rows {
+            if row.annotations.affected_pids.is_empty() {
+                affected.append_null();
+            } else {
+                affected
+                    .values()
+                    .append_slice(&row.annotations.affected_pids);
+                affected.append(true);
+            }
+        }
         let columns: Vec<ArrayRef> = vec![
             time,
             time_ns,
             host,
             boot_id,
-            Arc::new(self.code.finish()),
-            Arc::new(self.pci_bus_id.finish()),
-            Arc::new(self.gpu_uuid.finish()),
-            Arc::new(self.gpu_model.finish()),
-            Arc::new(self.gpu_index.finish()),
-            Arc::new(self.message.finish()),
-            Arc::new(self.source.finish()),
-            Arc::new(self.pid.finish()),
-            Arc::new(self.comm.finish()),
-            Arc::new(self.reporter_pid.finish()),
-            Arc::new(self.reporter_comm.finish()),
-            Arc::new(self.kmsg_seq.finish()),
-            Arc::new(self.message_truncated.finish()),
+            u32s(rows, |r| Some(r.code)),
+            strings(rows, |r| Some(r.pci_bus_id.as_str())),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| gpu(r).map(|g| g.uuid.clone())),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| gpu(r).map(|g| g.model.clone())),
+            )),
+            i32s(rows, |r| r.gpu.as_ref().map(|g| g.index)),
+            strings(rows, |r| Some(r.message.as_str())),
+            strings(rows, |r| Some(r.source.as_str())),
+            i32s(rows, |r| r.pid),
+            strings(rows, |r| r.comm.as_deref()),
+            i32s(rows, |r| r.reporter_pid),
+            strings(rows, |r| r.reporter_comm.as_deref()),
+            Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.kmsg_seq))),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|r| Some(r.message_truncated)),
+            )),
+            strings(rows, |r| r.annotations.name.as_deref()),
+            strings(rows, |r| r.annotations.category.as_deref()),
+            strings(rows, |r| r.annotations.severity.as_deref()),
+            strings(rows, |r| r.annotations.action.as_deref()),
+            strings(rows, |r| r.annotations.catalog_version.as_deref()),
+            strings(rows, |r| r.raw_tracepoint.as_deref()),
+            strings(rows, |r| r.raw_kmsg.as_deref()),
+            strings(rows, |r| r.annotations.incident_id.as_deref()),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|r| r.annotations.root_candidate),
+            )),
+            strings(rows, |r| r.annotations.attribution.as_deref()),
+            Arc::new(affected.finish()),
+            strings(rows, |r| r.annotations.container_id.as_deref()),
+            strings(rows, |r| r.annotations.pod_uid.as_deref()),
+            strings(rows, |r| r.annotations.driver_version.as_deref()),
+            strings(rows, |r| r.annotations.details.fault_engine.as_deref()),
+            Arc::new(UInt64Array::from_iter(
+                rows.iter().map(|r| r.annotations.details.fault_address),
+            )),
+            strings(rows, |r| r.annotations.details.fault_type.as_deref()),
+            strings(rows, |r| r.annotations.details.fault_access.as_deref()),
+            u32s(rows, |r| r.annotations.details.channel),
+            strings(rows, |r| r.annotations.details.ecc_location.as_deref()),
+            strings(rows, |r| r.annotations.details.recovery_action.as_deref()),
+            strings(rows, |r| r.annotations.details.gsp_function.as_deref()),
+            u32s(rows, |r| r.annotations.details.mig_gpu_instance),
+            u32s(rows, |r| r.annotations.details.mig_compute_instance),
+            u32s(rows, |r| r.annotations.details.caused_by_xid),
         ];
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -217,6 +369,7 @@ mod tests {
             uuid: "GPU-1234".into(),
             model: "NVIDIA H100".into(),
             index: 0,
+            minor: Some(0),
         });
         let records = [
             XidRecord {
@@ -232,6 +385,7 @@ mod tests {
                 reporter_comm: None,
                 kmsg_seq: Some(42),
                 message_truncated: false,
+                ..XidRecord::new(XidSource::Kmsg)
             },
             XidRecord {
                 time_ns: 2_000,
@@ -246,6 +400,17 @@ mod tests {
                 reporter_comm: Some("irq/nvidia".into()),
                 kmsg_seq: None,
                 message_truncated: true,
+                annotations: XidAnnotations {
+                    incident_id: Some("inc-1".into()),
+                    root_candidate: Some(true),
+                    affected_pids: vec![468, 469],
+                    details: XidDetails {
+                        fault_address: Some(0x7f00_0000_0000),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ..XidRecord::new(XidSource::Tracepoint)
             },
         ];
         let batch = batch_of(&identity, &records).unwrap();
@@ -271,5 +436,30 @@ mod tests {
             .unwrap()
             .as_boolean()
             .value(1));
+        let incident = batch
+            .column_by_name("incident_id")
+            .unwrap()
+            .as_string::<i32>();
+        assert!(incident.is_null(0));
+        assert_eq!(incident.value(1), "inc-1");
+        let affected = batch
+            .column_by_name("affected_pids")
+            .unwrap()
+            .as_list::<i32>();
+        assert!(affected.is_null(0));
+        assert_eq!(
+            affected
+                .value(1)
+                .as_primitive::<Int32Type>()
+                .values()
+                .to_vec(),
+            [468, 469]
+        );
+        let address = batch
+            .column_by_name("fault_address")
+            .unwrap()
+            .as_primitive::<arrow_array::types::UInt64Type>();
+        assert_eq!(address.value(1), 0x7f00_0000_0000);
+        assert_eq!(batch.num_columns(), schema().fields().len());
     }
 }

@@ -1,0 +1,266 @@
+//! The XID stage between the sources and the fan-out: both sources report here; a report waits
+//! for its twin from the other source at most the reconcile window, then the record gets its
+//! catalog entry, decoded fields, driver version, incident and attribution, is logged, counted
+//! and sent to the sinks at once. Unpaired reports while both sources run are counted (a
+//! tracepoint that stopped firing, or a kernel log that dropped lines) and logged.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpuship_sinks::schema::{HostIdentity, XidRecord, XidSource};
+
+use super::attribution::{Attributor, CudaActivity};
+use super::catalog::{self, CATALOG_VERSION};
+use super::details;
+use super::incidents::{IncidentLinks, Incidents};
+use super::reconcile::Reconciler;
+use crate::accounting::Accounting;
+use crate::batcher::xid_batch;
+use crate::fanout::FanOut;
+use crate::summary::RunSummary;
+
+/// Settings of the stage.
+#[derive(Debug, Clone)]
+pub struct XidStageSettings {
+    /// How long a report waits for its twin.
+    pub reconcile_window: Duration,
+    /// Gap that ends an incident.
+    pub incident_window: Duration,
+    /// CUDA activity lookback, and how long failed calls link to an incident.
+    pub attribution_window: Duration,
+    /// The NVIDIA driver version, when known.
+    pub driver_version: Option<String>,
+}
+
+struct Inner {
+    reconciler: Reconciler,
+    incidents: Incidents,
+}
+
+/// Shared by the capture threads.
+pub struct XidStage {
+    inner: Mutex<Inner>,
+    identity: HostIdentity,
+    settings: XidStageSettings,
+    attributor: Attributor,
+    fanout: FanOut,
+    accounting: Arc<Accounting>,
+    summary: Arc<Mutex<RunSummary>>,
+    /// Processes with recent CUDA calls, fed by the consumer.
+    pub activity: Arc<CudaActivity>,
+    /// Incidents' affected processes, read by the consumer for failed calls.
+    pub links: Arc<IncidentLinks>,
+    finished: AtomicBool,
+}
+
+impl XidStage {
+    /// A stage sending to `fanout`.
+    pub fn new(
+        identity: HostIdentity,
+        settings: XidStageSettings,
+        attributor: Attributor,
+        fanout: FanOut,
+        accounting: Arc<Accounting>,
+        summary: Arc<Mutex<RunSummary>>,
+    ) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                reconciler: Reconciler::new(settings.reconcile_window, false),
+                incidents: Incidents::new(&identity.host, settings.incident_window),
+            }),
+            identity,
+            settings,
+            attributor,
+            fanout,
+            accounting,
+            summary,
+            activity: Arc::new(CudaActivity::default()),
+            links: Arc::new(IncidentLinks::default()),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Both sources run: reports wait for their twins from now on.
+    pub fn pair_sources(&self) {
+        let mut inner = self.lock();
+        inner.reconciler = Reconciler::new(self.settings.reconcile_window, true);
+        tracing::info!(
+            window_ms = self.settings.reconcile_window.as_millis() as u64,
+            "XIDs from the tracepoint and the kernel log are reconciled into one row"
+        );
+    }
+
+    /// A report from a source.
+    pub fn report(&self, record: XidRecord) {
+        let ready = {
+            let mut inner = self.lock();
+            let ready = inner.reconciler.offer(record, Instant::now());
+            self.annotate(&mut inner, ready.into_iter().collect())
+        };
+        self.emit(ready);
+    }
+
+    /// Sends reports whose twin did not come in time.
+    pub fn tick(&self) {
+        let ready = {
+            let mut inner = self.lock();
+            let expired = inner.reconciler.expired(Instant::now());
+            self.count_unpaired(&expired);
+            self.annotate(&mut inner, expired)
+        };
+        self.emit(ready);
+    }
+
+    /// Sends everything still waiting; called once the sources have stopped.
+    pub fn finish(&self) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ready = {
+            let mut inner = self.lock();
+            let left = inner.reconciler.drain();
+            self.annotate(&mut inner, left)
+        };
+        self.emit(ready);
+    }
+
+    fn count_unpaired(&self, expired: &[XidRecord]) {
+        for record in expired {
+            let counter = match record.source {
+                XidSource::Tracepoint => &self.accounting.xid_unpaired_tracepoint,
+                XidSource::Kmsg => &self.accounting.xid_unpaired_kmsg,
+                XidSource::Both => continue,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let missing = if record.source == XidSource::Kmsg {
+                "the tracepoint did not report it (tracepoint not firing, or its ring lost it)"
+            } else {
+                "the kernel log did not report it (log rate-limited or lines overwritten)"
+            };
+            tracing::warn!(code = record.code, pci_bus_id = %record.pci_bus_id, source = record.source.as_str(), "XID seen by one source only: {missing}");
+        }
+    }
+
+    fn annotate(&self, inner: &mut Inner, mut records: Vec<XidRecord>) -> Vec<XidRecord> {
+        for record in &mut records {
+            let info = catalog::lookup(record.code);
+            let annotations = &mut record.annotations;
+            annotations.name = Some(info.name);
+            annotations.category = Some(info.category.into());
+            annotations.severity = Some(info.severity.into());
+            annotations.action = Some(info.action.into());
+            annotations.catalog_version = Some(CATALOG_VERSION.into());
+            let mut decoded = details::decode(record.code, &record.message);
+            decoded.mig_gpu_instance = annotations
+                .details
+                .mig_gpu_instance
+                .or(decoded.mig_gpu_instance);
+            decoded.mig_compute_instance = annotations
+                .details
+                .mig_compute_instance
+                .or(decoded.mig_compute_instance);
+            annotations.details = decoded;
+            annotations.driver_version = self.settings.driver_version.clone();
+            self.attributor.attribute(record, &self.activity);
+            let incident = inner.incidents.assign(record);
+            let window = self.settings.attribution_window.as_nanos() as i64;
+            for &pid in &record.annotations.affected_pids {
+                self.links.link(
+                    pid,
+                    incident.clone(),
+                    record.time_ns - window,
+                    record.time_ns + window,
+                );
+            }
+            self.links.prune(record.time_ns - window);
+        }
+        records
+    }
+
+    fn emit(&self, records: Vec<XidRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        for record in &records {
+            let a = &record.annotations;
+            tracing::warn!(
+                code = record.code,
+                name = a.name.as_deref().unwrap_or(""),
+                severity = a.severity.as_deref().unwrap_or(""),
+                action = a.action.as_deref().unwrap_or(""),
+                pci_bus_id = %record.pci_bus_id,
+                gpu_uuid = record.gpu.as_ref().map(|g| g.uuid.as_str()).unwrap_or(""),
+                source = record.source.as_str(),
+                pid = ?record.pid,
+                comm = ?record.comm,
+                attribution = a.attribution.as_deref().unwrap_or(""),
+                incident_id = a.incident_id.as_deref().unwrap_or(""),
+                root_candidate = a.root_candidate.unwrap_or(false),
+                message = %record.message,
+                "XID"
+            );
+            if let Ok(mut summary) = self.summary.lock() {
+                summary.record_xid(record.code, record.source.as_str());
+            }
+        }
+        if let Some(batch) = xid_batch(&self.identity, &records) {
+            self.accounting.batched.add(batch.kind, batch.len() as u64);
+            self.fanout.send_blocking(batch);
+        }
+    }
+}
+
+/// The driver version from `/proc/driver/nvidia/version` (`NVRM version: ... 580.159.04 ...`),
+/// or from a GPU's `GPU Firmware:` line.
+pub fn driver_version(nvidia_proc_dir: &std::path::Path) -> Option<String> {
+    let version_file = nvidia_proc_dir.parent()?.join("version");
+    if let Ok(text) = std::fs::read_to_string(version_file) {
+        let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+        return line
+            .split_whitespace()
+            .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+            .map(str::to_string);
+    }
+    std::fs::read_dir(nvidia_proc_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .find_map(|gpu| {
+            let text = std::fs::read_to_string(gpu.path().join("information")).ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("GPU Firmware:"))
+                .map(|v| v.trim().to_string())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_version_from_the_version_file_or_a_gpu() {
+        let root = tempfile::tempdir().unwrap();
+        let gpus = root.path().join("gpus");
+        std::fs::create_dir_all(gpus.join("0000:00:06.0")).unwrap();
+        std::fs::write(
+            gpus.join("0000:00:06.0/information"),
+            "Model: \t H100\nGPU Firmware: \t 580.159.04\n",
+        )
+        .unwrap();
+        assert_eq!(driver_version(&gpus).as_deref(), Some("580.159.04"));
+        std::fs::write(
+            root.path().join("version"),
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16-I3-A03-5-1)  Thu Sep  4 00:00:00 UTC 2025\nGCC version:  gcc version 13.3.0\n",
+        )
+        .unwrap();
+        assert_eq!(driver_version(&gpus).as_deref(), Some("580.159.04"));
+        assert_eq!(
+            driver_version(std::path::Path::new("/nonexistent/gpus")),
+            None
+        );
+    }
+}
