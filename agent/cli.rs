@@ -1,4 +1,4 @@
-//! The command line: `gpuship run` and `gpuship validate`.
+//! The command line: `gpuship run`, `validate`, `doctor` and `xid`.
 
 use std::path::PathBuf;
 
@@ -30,6 +30,20 @@ pub enum CliCommand {
     /// Check, by trying, which probes can work on this host, and for each that cannot, why and
     /// what to do. Exit status 0 when every configured source can run.
     Doctor(DoctorArgs),
+    /// Explain an XID code from the built-in catalog (name, category, severity, recommended
+    /// action), or list the whole catalog.
+    Xid(XidArgs),
+}
+
+/// `gpuship xid`.
+#[derive(Debug, Args)]
+pub struct XidArgs {
+    /// The XID code.
+    #[arg(required_unless_present = "list", conflicts_with = "list")]
+    pub code: Option<u32>,
+    /// Print every code as a table.
+    #[arg(long)]
+    pub list: bool,
 }
 
 /// `gpuship doctor`.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gpuship::cli::{Cli, CliCommand, DoctorArgs, RunArgs};
+use gpuship::cli::{Cli, CliCommand, DoctorArgs, RunArgs, XidArgs};
 use gpuship::config::Config;
 use gpuship::run::{run, RunOptions, Target};
 use tracing_subscriber::EnvFilter;
@@ -24,12 +24,42 @@ fn main() -> ExitCode {
         CliCommand::Validate(args) => validate(&args.config),
         CliCommand::Run(args) => run_command(args),
         CliCommand::Doctor(args) => doctor(args),
+        CliCommand::Xid(args) => xid(args),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("gpuship: {err:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn xid(args: XidArgs) -> anyhow::Result<ExitCode> {
+    use gpuship::xid::catalog;
+    match args.code {
+        Some(code) => {
+            let info = catalog::lookup(code);
+            println!("{info}");
+            println!("  catalog:   {}", catalog::CATALOG_VERSION);
+            Ok(if info.category == "unknown" {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        None => {
+            println!(
+                "{:>4}  {:<13}  {:<8}  {:<24}  name",
+                "code", "category", "severity", "action"
+            );
+            for e in catalog::entries() {
+                println!(
+                    "{:>4}  {:<13}  {:<8}  {:<24}  {}",
+                    e.code, e.category, e.severity, e.action, e.name
+                );
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

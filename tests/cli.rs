@@ -90,6 +90,31 @@ fn validate_explains_kafka_and_otlp_mistakes() {
 }
 
 #[test]
+fn xid_explains_a_code_and_lists_the_catalog() {
+    let (code, stdout, _) = gpuship(&["xid", "79"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "XID 79: GPU fell off the PCIe bus");
+    assert_eq!(lines[1], "  category:  hardware");
+    assert_eq!(lines[2], "  severity:  fatal");
+    assert_eq!(lines[3], "  action:    reboot_node");
+    assert!(lines[4].starts_with("  meaning:   "), "{stdout}");
+    assert!(lines[5].starts_with("  catalog:   "), "{stdout}");
+
+    let (code, stdout, _) = gpuship(&["xid", "4000"]);
+    assert_eq!(code, 2, "an unknown code says so");
+    assert!(stdout.starts_with("XID 4000: Unknown XID"), "{stdout}");
+
+    let (code, stdout, _) = gpuship(&["xid", "--list"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.lines().count(), 186, "a header and codes 1 to 185");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("  48  memory") && l.contains("fatal") && l.contains("reset_gpu")),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn validate_names_an_unknown_key_and_its_line() {
     let (_dir, path) = write_config("[sources.cuda]\nlibraries = [\"auto\"]\nring_size = 8\n");
     let (code, _, stderr) = gpuship(&["validate", "--config", &path]);

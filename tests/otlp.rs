@@ -78,7 +78,7 @@ fn xids_and_failed_calls_reach_the_collector_over_grpc_and_http() {
     }
     let agent = Agent::start(&config, &[]);
     kmsg("<3>NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.");
-    kmsg("<4>NVRM: Xid (PCI:0000:86:00): 31, pid=468, name=trainer, MMU Fault: ENGINE GRAPHICS");
+    kmsg("<4>NVRM: Xid (PCI:0000:86:00): 31, pid=468, name=trainer, MMU Fault: ENGINE GRAPHICS faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE");
     let (pid, _) = fixtures.run_workload(
         &["sequence", "2"],
         &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")],
@@ -121,8 +121,22 @@ fn xids_and_failed_calls_reach_the_collector_over_grpc_and_http() {
             .iter()
             .find(|r| r.attributes["gpu.xid.code"] == "Int(79)")
             .expect("XID 79");
-        assert_eq!(fell_off.severity_number, 17);
-        assert_eq!(fell_off.severity_text, "ERROR");
+        // Severity from the XID catalog: 79 is fatal.
+        assert_eq!(fell_off.severity_number, 21);
+        assert_eq!(fell_off.severity_text, "FATAL");
+        assert_eq!(fell_off.attributes["gpu.xid.name"], "Str(GPU fell off the PCIe bus)");
+        assert_eq!(fell_off.attributes["gpu.xid.action"], "Str(reboot_node)");
+        assert_eq!(fell_off.attributes["gpu.xid.root_candidate"], "Bool(true)");
+        assert_eq!(
+            fell_off.attributes["gpu.xid.incident_id"],
+            format!("Str(node-o/0000:3b:00.0/{})", fell_off.time_unix_nano)
+        );
+        let fault = xids
+            .iter()
+            .find(|r| r.attributes["gpu.xid.code"] == "Int(31)")
+            .expect("XID 31");
+        assert_eq!(fault.severity_number, 17);
+        assert_eq!(fault.attributes["gpu.xid.fault.engine"], "Str(GRAPHICS)");
         assert_eq!(
             fell_off.body,
             "Str(XID 79 on GPU 0000:3b:00.0: GPU has fallen off the bus.)"

@@ -15,7 +15,9 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{
+    AnyValue, ArrayValue, InstrumentationScope, KeyValue,
+};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_semantic_conventions::attribute as semconv;
@@ -27,8 +29,36 @@ use crate::EventKind;
 pub mod severity {
     /// DEBUG.
     pub const DEBUG: i32 = 5;
+    /// INFO.
+    pub const INFO: i32 = 9;
+    /// WARN.
+    pub const WARN: i32 = 13;
     /// ERROR.
     pub const ERROR: i32 = 17;
+    /// FATAL.
+    pub const FATAL: i32 = 21;
+
+    /// The number for a catalog severity (`info`, `warning`, `error`, `fatal`); ERROR when
+    /// unknown.
+    pub fn from_catalog(severity: Option<&str>) -> i32 {
+        match severity {
+            Some("info") => INFO,
+            Some("warning") => WARN,
+            Some("fatal") => FATAL,
+            _ => ERROR,
+        }
+    }
+
+    /// The text of a severity number.
+    pub fn text(number: i32) -> &'static str {
+        match number {
+            INFO => "INFO",
+            WARN => "WARN",
+            ERROR => "ERROR",
+            FATAL => "FATAL",
+            _ => "DEBUG",
+        }
+    }
 }
 
 /// Event name of each kind.
@@ -57,6 +87,29 @@ fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
             ("reporter_comm", "gpu.xid.reporter.name"),
             ("kmsg_seq", "gpu.xid.kmsg_seq"),
             ("message_truncated", "gpu.xid.message_truncated"),
+            ("xid_name", "gpu.xid.name"),
+            ("category", "gpu.xid.category"),
+            ("severity", "gpu.xid.severity"),
+            ("action", "gpu.xid.action"),
+            ("catalog_version", "gpu.xid.catalog_version"),
+            ("incident_id", "gpu.xid.incident_id"),
+            ("root_candidate", "gpu.xid.root_candidate"),
+            ("attribution", "gpu.xid.attribution"),
+            ("affected_pids", "gpu.xid.affected_pids"),
+            ("container_id", semconv::CONTAINER_ID),
+            ("pod_uid", "k8s.pod.uid"),
+            ("driver_version", "gpu.driver.version"),
+            ("fault_engine", "gpu.xid.fault.engine"),
+            ("fault_address", "gpu.xid.fault.address"),
+            ("fault_type", "gpu.xid.fault.type"),
+            ("fault_access", "gpu.xid.fault.access"),
+            ("channel", "gpu.xid.channel"),
+            ("ecc_location", "gpu.xid.ecc.location"),
+            ("recovery_action", "gpu.xid.recovery_action"),
+            ("gsp_function", "gpu.xid.gsp.function"),
+            ("mig_gpu_instance", "gpu.mig.gpu_instance"),
+            ("mig_compute_instance", "gpu.mig.compute_instance"),
+            ("caused_by_xid", "gpu.xid.caused_by"),
         ],
         EventKind::Cuda => &[
             ("pid", semconv::PROCESS_PID),
@@ -76,6 +129,7 @@ fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
             ("block_y", "cuda.block.y"),
             ("block_z", "cuda.block.z"),
             ("shared_mem_bytes", "cuda.shared_mem_bytes"),
+            ("incident_id", "gpu.xid.incident_id"),
         ],
     }
 }
@@ -203,7 +257,7 @@ impl<'a> BatchColumns<'a> {
             .iter()
             .filter_map(|&(column, name)| batch.column_by_name(column).map(|c| (name, c)))
             .collect();
-        let text = ["pci_bus_id", "message", "function", "result_name"]
+        let text = ["pci_bus_id", "message", "function", "result_name", "severity"]
             .into_iter()
             .filter_map(|name| {
                 let column = batch.column_by_name(name)?;
@@ -251,8 +305,9 @@ impl<'a> BatchColumns<'a> {
         let (severity, body) = match self.kind {
             EventKind::Xid => {
                 let code = self.code.map(|c| c.value(row)).unwrap_or(0);
+                let catalog = Some(self.text("severity", row)).filter(|s| !s.is_empty());
                 (
-                    severity::ERROR,
+                    severity::from_catalog(catalog),
                     format!(
                         "XID {code} on GPU {}: {}",
                         self.text("pci_bus_id", row),
@@ -285,12 +340,7 @@ impl<'a> BatchColumns<'a> {
             time_unix_nano: self.time_ns.value(row).max(0) as u64,
             observed_time_unix_nano: observed_ns,
             severity_number: severity,
-            severity_text: if severity == severity::ERROR {
-                "ERROR"
-            } else {
-                "DEBUG"
-            }
-            .into(),
+            severity_text: severity::text(severity).into(),
             body: Some(AnyValue {
                 value: Some(Value::StringValue(body)),
             }),
@@ -314,6 +364,15 @@ fn attribute_value(column: &ArrayRef, row: usize) -> Option<Value> {
         DataType::UInt32 => Value::IntValue(column.as_primitive::<UInt32Type>().value(row).into()),
         // OTLP integers are signed 64-bit; device pointers and sizes fit (user space < 2^63).
         DataType::UInt64 => Value::IntValue(column.as_primitive::<UInt64Type>().value(row) as i64),
+        DataType::List(_) => {
+            let items = column.as_list::<i32>().value(row);
+            Value::ArrayValue(ArrayValue {
+                values: (0..items.len())
+                    .filter_map(|i| attribute_value(&items, i))
+                    .map(|value| AnyValue { value: Some(value) })
+                    .collect(),
+            })
+        }
         _ => return None,
     })
 }

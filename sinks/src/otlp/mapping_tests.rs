@@ -67,6 +67,9 @@ fn xid_rows_become_error_records_with_gpu_attributes() {
     let mut record = xid_record(79, "0000:3b:00.0", "GPU has fallen off the bus.");
     record.pid = Some(4242);
     record.comm = Some("python3".into());
+    record.annotations.severity = Some("fatal".into());
+    record.annotations.incident_id = Some("h/0000:3b:00.0/1".into());
+    record.annotations.affected_pids = vec![4242, 4243];
     let batch = xid_batch_with(&[record, xid_record(31, "0000:86:00.0", "MMU Fault")]);
     let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
     let request = mapping.batch_request(EventKind::Xid, &batch.records, 42);
@@ -76,8 +79,8 @@ fn xid_rows_become_error_records_with_gpu_attributes() {
     assert_eq!(first.event_name, "gpu.xid");
     assert_eq!(first.time_unix_nano, 1_700_000_000_123_456_789);
     assert_eq!(first.observed_time_unix_nano, 42);
-    assert_eq!(first.severity_number, severity::ERROR);
-    assert_eq!(first.severity_text, "ERROR");
+    assert_eq!(first.severity_number, severity::FATAL);
+    assert_eq!(first.severity_text, "FATAL");
     assert_eq!(
         body(first),
         "XID 79 on GPU 0000:3b:00.0: GPU has fallen off the bus."
@@ -99,7 +102,16 @@ fn xid_rows_become_error_records_with_gpu_attributes() {
     // Nulls (no GPU identity, no reporter, no kmsg sequence) are left out.
     assert!(!attributes.contains_key("hw.id"));
     assert!(!attributes.contains_key("gpu.xid.reporter.pid"));
-    assert_eq!(attributes.len(), 7);
+    assert_eq!(attributes["gpu.xid.severity"], &string("fatal"));
+    assert_eq!(attributes["gpu.xid.incident_id"], &string("h/0000:3b:00.0/1"));
+    let Value::ArrayValue(pids) = attributes["gpu.xid.affected_pids"] else {
+        panic!("affected pids are an array");
+    };
+    let pids: Vec<&Value> = pids.values.iter().map(|v| v.value.as_ref().unwrap()).collect();
+    assert_eq!(pids, [&Value::IntValue(4242), &Value::IntValue(4243)]);
+    assert_eq!(attributes.len(), 10);
+    // Without a catalog severity an XID is an ERROR.
+    assert_eq!(records[1].severity_number, severity::ERROR);
     assert_eq!(body(&records[1]), "XID 31 on GPU 0000:86:00.0: MMU Fault");
 }
 
