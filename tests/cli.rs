@@ -109,7 +109,9 @@ fn xid_explains_a_code_and_lists_the_catalog() {
     assert_eq!(code, 0);
     assert_eq!(stdout.lines().count(), 186, "a header and codes 1 to 185");
     assert!(
-        stdout.lines().any(|l| l.starts_with("  48  memory") && l.contains("fatal") && l.contains("reset_gpu")),
+        stdout.lines().any(|l| l.starts_with("  48  memory")
+            && l.contains("fatal")
+            && l.contains("reset_gpu")),
         "{stdout}"
     );
 }

@@ -124,7 +124,10 @@ fn xids_and_failed_calls_reach_the_collector_over_grpc_and_http() {
         // Severity from the XID catalog: 79 is fatal.
         assert_eq!(fell_off.severity_number, 21);
         assert_eq!(fell_off.severity_text, "FATAL");
-        assert_eq!(fell_off.attributes["gpu.xid.name"], "Str(GPU fell off the PCIe bus)");
+        assert_eq!(
+            fell_off.attributes["gpu.xid.name"],
+            "Str(GPU fell off the PCIe bus)"
+        );
         assert_eq!(fell_off.attributes["gpu.xid.action"], "Str(reboot_node)");
         assert_eq!(fell_off.attributes["gpu.xid.root_candidate"], "Bool(true)");
         assert_eq!(

@@ -257,13 +257,19 @@ impl<'a> BatchColumns<'a> {
             .iter()
             .filter_map(|&(column, name)| batch.column_by_name(column).map(|c| (name, c)))
             .collect();
-        let text = ["pci_bus_id", "message", "function", "result_name", "severity"]
-            .into_iter()
-            .filter_map(|name| {
-                let column = batch.column_by_name(name)?;
-                Some((name, column.as_string_opt::<i32>()?))
-            })
-            .collect();
+        let text = [
+            "pci_bus_id",
+            "message",
+            "function",
+            "result_name",
+            "severity",
+        ]
+        .into_iter()
+        .filter_map(|name| {
+            let column = batch.column_by_name(name)?;
+            Some((name, column.as_string_opt::<i32>()?))
+        })
+        .collect();
         let u32_column = |name: &str| {
             batch
                 .column_by_name(name)

@@ -103,11 +103,18 @@ fn xid_rows_become_error_records_with_gpu_attributes() {
     assert!(!attributes.contains_key("hw.id"));
     assert!(!attributes.contains_key("gpu.xid.reporter.pid"));
     assert_eq!(attributes["gpu.xid.severity"], &string("fatal"));
-    assert_eq!(attributes["gpu.xid.incident_id"], &string("h/0000:3b:00.0/1"));
+    assert_eq!(
+        attributes["gpu.xid.incident_id"],
+        &string("h/0000:3b:00.0/1")
+    );
     let Value::ArrayValue(pids) = attributes["gpu.xid.affected_pids"] else {
         panic!("affected pids are an array");
     };
-    let pids: Vec<&Value> = pids.values.iter().map(|v| v.value.as_ref().unwrap()).collect();
+    let pids: Vec<&Value> = pids
+        .values
+        .iter()
+        .map(|v| v.value.as_ref().unwrap())
+        .collect();
     assert_eq!(pids, [&Value::IntValue(4242), &Value::IntValue(4243)]);
     assert_eq!(attributes.len(), 10);
     // Without a catalog severity an XID is an ERROR.
