@@ -37,11 +37,14 @@ fn main() -> ExitCode {
 
 fn xid(args: XidArgs) -> anyhow::Result<ExitCode> {
     use gpuship::xid::catalog;
+    use std::io::Write;
+    // A reader that stops early (`gpuship xid --list | head`) is not an error.
+    let mut out = std::io::stdout().lock();
     match args.code {
         Some(code) => {
             let info = catalog::lookup(code);
-            println!("{info}");
-            println!("  catalog:   {}", catalog::CATALOG_VERSION);
+            let _ = writeln!(out, "{info}");
+            let _ = writeln!(out, "  catalog:   {}", catalog::CATALOG_VERSION);
             Ok(if info.category == "unknown" {
                 ExitCode::from(2)
             } else {
@@ -49,15 +52,20 @@ fn xid(args: XidArgs) -> anyhow::Result<ExitCode> {
             })
         }
         None => {
-            println!(
+            let _ = writeln!(
+                out,
                 "{:>4}  {:<13}  {:<8}  {:<24}  name",
                 "code", "category", "severity", "action"
             );
             for e in catalog::entries() {
-                println!(
+                let line = writeln!(
+                    out,
                     "{:>4}  {:<13}  {:<8}  {:<24}  {}",
                     e.code, e.category, e.severity, e.action, e.name
                 );
+                if line.is_err() {
+                    break;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
