@@ -153,6 +153,15 @@ fn real_lines_from_many_drivers_are_decoded_with_their_catalog_entries() {
         .find(|r| r[0] == "94" && r[1] == "0000:00:08.0")
         .unwrap();
     assert_eq!(&contained[2..4], ["NULL", "NULL"]);
+    assert_eq!(
+        (contained[10].as_str(), contained[11].as_str()),
+        ("None", "SM (0x1)")
+    );
+    let uncontained = find("95", "0000:01:00.0");
+    assert_eq!(
+        (uncontained[10].as_str(), uncontained[11].as_str()),
+        ("GPU Reset Required", "LTC TAG (0x2,0x1)")
+    );
     // "caused by previous Xid", a domain other than 0, recovery actions, GSP, ECC.
     assert_eq!(find("45", "0000:dc:00.0")[9], "149");
     assert!(rows.iter().any(|r| r[0] == "149" && r[1] == "0019:01:00.0"));

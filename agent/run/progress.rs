@@ -111,6 +111,16 @@ fn log_progress(previous: &(Instant, Snapshot), now: &(Instant, Snapshot)) {
         spooled,
         "progress"
     );
+    // XID reports the kernel ring dropped: loud, since NVML would not have them either.
+    let xid_lost = |s: &Snapshot| s.ring("xid").map_or(0, |r| r.lost_in_kernel);
+    let newly_lost = xid_lost(&now.1).saturating_sub(xid_lost(&previous.1));
+    if newly_lost > 0 {
+        tracing::error!(
+            lost = newly_lost,
+            total = xid_lost(&now.1),
+            "XID tracepoint reports lost in the kernel ring; the kernel log may still have them"
+        );
+    }
 }
 
 /// Logs the final accounting and prints the human summary to stderr.

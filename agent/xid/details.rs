@@ -17,7 +17,8 @@ pub fn decode(code: u32, message: &str) -> XidDetails {
     (details.mig_gpu_instance, details.mig_compute_instance) = mig(message);
     match code {
         31 => page_fault(message, &mut details),
-        48 | 63 | 64 | 92 | 94 | 95 | 140 => details.ecc_location = ecc_location(message),
+        94 | 95 => contained_error(message, &mut details),
+        48 | 63 | 64 | 92 | 140 => details.ecc_location = ecc_location(message),
         154 => {
             details.recovery_action = after(message, " to ")
                 .and_then(|rest| between(rest, "(", ")"))
@@ -93,6 +94,26 @@ fn page_fault(message: &str, details: &mut XidDetails) {
             .filter(|w| w.starts_with("ACCESS_TYPE"))
             .map(|w| w.trim_end_matches('.').to_string());
     }
+}
+
+/// XIDs 94/95: `Contained: SM (0x1). RST: No, D-RST: No` (the unit, and whether a GPU reset or
+/// a drain-and-reset is required).
+fn contained_error(message: &str, details: &mut XidDetails) {
+    let unit = after(message, "Uncontained: ").or_else(|| after(message, "Contained: "));
+    if let Some(unit) = unit {
+        let end = unit
+            .find(". RST")
+            .or_else(|| unit.find('.'))
+            .unwrap_or(unit.len());
+        details.ecc_location = Some(unit[..end].trim().to_string()).filter(|u| !u.is_empty());
+    }
+    let flag = |name: &str| after(message, name).map(|v| v.starts_with("Yes"));
+    details.recovery_action = match (flag("D-RST: "), flag(" RST: ").or_else(|| flag("RST: "))) {
+        (Some(true), _) => Some("Drain and Reset".into()),
+        (_, Some(true)) => Some("GPU Reset Required".into()),
+        (Some(false), Some(false)) => Some("None".into()),
+        _ => None,
+    };
 }
 
 /// `... in the framebuffer at [physAddr 0x7fffa8860] partition 6, subpartition 0.`,
@@ -227,6 +248,24 @@ mod tests {
             "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4).",
         );
         assert_eq!(gsp.gsp_function.as_deref(), Some("GSP_RM_CONTROL"));
+    }
+
+    #[test]
+    fn contained_and_uncontained_errors() {
+        let contained = decode(94, "Contained: SM (0x1). RST: No, D-RST: No");
+        assert_eq!(contained.ecc_location.as_deref(), Some("SM (0x1)"));
+        assert_eq!(contained.recovery_action.as_deref(), Some("None"));
+        let uncontained = decode(95, "Uncontained: LTC TAG (0x2,0x1). RST: Yes, D-RST: No");
+        assert_eq!(
+            uncontained.ecc_location.as_deref(),
+            Some("LTC TAG (0x2,0x1)")
+        );
+        assert_eq!(
+            uncontained.recovery_action.as_deref(),
+            Some("GPU Reset Required")
+        );
+        let drain = decode(95, "Uncontained: FBHUB (0x4). RST: Yes, D-RST: Yes");
+        assert_eq!(drain.recovery_action.as_deref(), Some("Drain and Reset"));
     }
 
     #[test]
