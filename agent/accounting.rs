@@ -19,6 +19,8 @@ pub enum Ring {
     Xid,
     /// The CUDA uprobes' ring.
     Cuda,
+    /// The driver hooks' ring.
+    Driver,
 }
 
 /// Counters of one BPF ring, copied from the program's per-CPU array.
@@ -56,6 +58,8 @@ pub struct Accounting {
     pub xid_ring: RingCounters,
     /// The `cuda` ring.
     pub cuda_ring: RingCounters,
+    /// The `driver` ring.
+    pub driver_ring: RingCounters,
     /// The kernel log.
     pub kmsg: KmsgCounters,
     /// XIDs the tracepoint reported that the kernel log did not, while both ran.
@@ -224,6 +228,7 @@ impl Accounting {
         match ring {
             Ring::Xid => &self.xid_ring,
             Ring::Cuda => &self.cuda_ring,
+            Ring::Driver => &self.driver_ring,
         }
     }
 
@@ -233,6 +238,7 @@ impl Accounting {
         let received = [
             self.xid_ring.received.load(Ordering::Acquire),
             self.cuda_ring.received.load(Ordering::Acquire),
+            self.driver_ring.received.load(Ordering::Acquire),
         ];
         if let Ok(maps) = self.kernel_counters.lock() {
             for (ring, map) in maps.iter() {
@@ -244,6 +250,7 @@ impl Accounting {
             rings: vec![
                 self.xid_ring.snapshot("xid", received[0]),
                 self.cuda_ring.snapshot("cuda", received[1]),
+                self.driver_ring.snapshot("driver", received[2]),
             ],
             kmsg: KmsgSnapshot {
                 xids: load(&self.kmsg.xids),

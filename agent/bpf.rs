@@ -15,3 +15,7 @@ pub mod xid {
 pub mod cuda {
     include!(concat!(env!("OUT_DIR"), "/cuda.skel.rs"));
 }
+
+pub mod driver {
+    include!(concat!(env!("OUT_DIR"), "/driver.skel.rs"));
+}

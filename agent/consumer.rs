@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 
 use crate::accounting::Ring;
-use crate::batcher::CudaBatcher;
+use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
-use crate::config::{BatchConfig, CudaSourceConfig, XidSourceConfig};
-use crate::decode::{c_chars, cuda_event, Decoder};
+use crate::config::{BatchConfig, CudaSourceConfig, DriverSourceConfig, XidSourceConfig};
+use crate::decode::{c_chars, cuda_event, driver_row, Decoder};
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
+use crate::sources::driver::{self, devices::DeviceNames};
 use crate::sources::xid_tracepoint;
 use crate::summary::{CallTally, RunSummary};
 
@@ -34,6 +35,8 @@ pub struct ConsumerSettings {
     pub xid: XidSourceConfig,
     /// `[sources.cuda]`.
     pub cuda: CudaSourceConfig,
+    /// `[sources.driver]`.
+    pub driver: DriverSourceConfig,
     /// `[batch]`.
     pub batch: BatchConfig,
     /// Which processes CUDA probes record.
@@ -84,6 +87,12 @@ struct State {
     cuda: CudaBatcher,
     summary: RunSummary,
     calls: CallTally,
+    /// Driver rows waiting for a batch.
+    driver: DriverBatcher,
+    /// Device names by number.
+    devices: DeviceNames,
+    /// What each fentry slot times.
+    slot_functions: Vec<Option<String>>,
     /// Processes seen making calls since the last hand-on: pid -> latest call time.
     active: HashMap<i32, i64>,
     /// The pid and time last written to `active` (most rows repeat them).
@@ -179,6 +188,35 @@ fn run(
         });
         None
     };
+    let mut driver_storage = MaybeUninit::uninit();
+    let driver = match driver::load(&mut driver_storage, &settings.driver) {
+        Ok((loaded, hooks)) => {
+            for hook in hooks {
+                statuses.push(SourceStatus {
+                    source: if hook.hook == "ioctl" {
+                        "driver_ioctl"
+                    } else {
+                        "driver_function"
+                    },
+                    attached: hook.attached,
+                    detail: if hook.hook == "ioctl" {
+                        hook.detail
+                    } else {
+                        format!("{}: {}", hook.hook, hook.detail)
+                    },
+                });
+            }
+            loaded
+        }
+        Err(err) => {
+            statuses.push(SourceStatus {
+                source: "driver_ioctl",
+                attached: false,
+                detail: format!("{err:#}"),
+            });
+            None
+        }
+    };
     for status in statuses.iter().filter(|s| !s.attached) {
         tracing::warn!(source = status.source, reason = %status.detail, "source not attached; carrying on without it");
     }
@@ -192,6 +230,12 @@ fn run(
         cuda: CudaBatcher::new(context.identity.clone(), &settings.batch),
         summary: RunSummary::default(),
         calls: CallTally::default(),
+        driver: DriverBatcher::new(context.identity.clone(), &settings.batch),
+        devices: DeviceNames::new("/sys/dev/char"),
+        slot_functions: driver
+            .as_ref()
+            .map(|d| d.slot_functions.clone())
+            .unwrap_or_default(),
         active: HashMap::new(),
         last_active: (0, 0),
     });
@@ -209,11 +253,17 @@ fn run(
             0
         })?;
     }
+    if let Some(driver) = &driver {
+        builder.add(&driver.skel.maps.driver_ring, |raw: &[u8]| {
+            on_driver_record(raw, &state, context);
+            0
+        })?;
+    }
     let traced_tgids = match (&cuda, settings.filter) {
         (Some(cuda), ProcessFilter::Selected) => Some(cuda.traced_tgids()?),
         _ => None,
     };
-    let rings = if xid.is_some() || cuda.is_some() {
+    let rings = if xid.is_some() || cuda.is_some() || driver.is_some() {
         Some(builder.build()?)
     } else {
         None
@@ -234,6 +284,12 @@ fn run(
         accounting
             .attach_kernel_counters(Ring::Cuda, MapHandle::try_from(&cuda.skel.maps.cuda_stats)?);
     }
+    if let Some(driver) = &driver {
+        accounting.attach_kernel_counters(
+            Ring::Driver,
+            MapHandle::try_from(&driver.skel.maps.driver_stats)?,
+        );
+    }
     while !context.stop.load(Ordering::Acquire) {
         // EINTR and the like only shorten a cycle.
         let _ = rings.poll(drain);
@@ -246,6 +302,9 @@ fn run(
     }
     if let Some(cuda) = &cuda {
         cuda.detach();
+    }
+    if let Some(driver) = &driver {
+        driver.detach();
     }
     // A program that was running on another CPU while we detached finishes within
     // microseconds; give it that, then take everything that is left.
@@ -277,6 +336,36 @@ fn on_xid_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
                 .decode_errors
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(%err, len = raw.len(), "malformed XID record skipped");
+        }
+    }
+}
+
+fn on_driver_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
+    let accounting = &context.accounting;
+    accounting
+        .driver_ring
+        .received
+        .fetch_add(1, Ordering::Relaxed);
+    let mut state = state.borrow_mut();
+    let state = &mut *state;
+    match driver_row(
+        raw,
+        &context.clocks,
+        &state.slot_functions,
+        &mut state.devices,
+    ) {
+        Ok(row) => {
+            if let Some(batch) = state.driver.push(row) {
+                accounting.batched.add(batch.kind, batch.len() as u64);
+                context.fanout.send_blocking(batch);
+            }
+        }
+        Err(err) => {
+            accounting
+                .driver_ring
+                .decode_errors
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%err, len = raw.len(), "malformed driver record skipped");
         }
     }
 }
@@ -334,13 +423,15 @@ fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
             context.xid.activity.record(state.active.drain());
             state.last_active = (0, 0);
         }
-        if all {
+        let driver = state.driver.flush_if_due(Instant::now(), all);
+        let cuda = if all {
             state.cuda.flush()
         } else {
             state.cuda.flush_if_due(Instant::now())
-        }
+        };
+        [cuda, driver]
     };
-    if let Some(batch) = cuda {
+    for batch in cuda.into_iter().flatten() {
         context
             .accounting
             .batched

@@ -23,6 +23,7 @@ struct Route {
     stats: Arc<SinkStats>,
     takes_xid: bool,
     takes_cuda: bool,
+    takes_driver: bool,
     cuda_filter: Option<CudaFilter>,
 }
 
@@ -48,6 +49,7 @@ impl FanOut {
             stats,
             takes_xid: options.kinds.contains(&EventKind::Xid),
             takes_cuda: options.kinds.contains(&EventKind::Cuda),
+            takes_driver: options.kinds.contains(&EventKind::Driver),
             cuda_filter: options.cuda_filter,
         });
     }
@@ -58,6 +60,7 @@ impl FanOut {
             let takes = match batch.kind {
                 EventKind::Xid => route.takes_xid,
                 EventKind::Cuda => route.takes_cuda,
+                EventKind::Driver => route.takes_driver,
             };
             if !takes {
                 route.stats.filtered.add(batch.kind, batch.len() as u64);

@@ -79,6 +79,27 @@ pub struct SourcesConfig {
     /// `[sources.cuda]`.
     #[serde(default)]
     pub cuda: CudaSourceConfig,
+    /// `[sources.driver]`.
+    #[serde(default)]
+    pub driver: DriverSourceConfig,
+}
+
+/// `[sources.driver]`: NVIDIA kernel-driver activity without kprobes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverSourceConfig {
+    /// ioctls on NVIDIA device files, from the syscall tracepoints.
+    #[serde(default = "defaults::yes")]
+    pub ioctl: bool,
+    /// Character-device majors whose ioctls are kept; empty: every `nvidia*` major listed in
+    /// /proc/devices (nvidia, nvidia-uvm, nvidia-caps, ...).
+    #[serde(default)]
+    pub device_majors: Vec<u32>,
+    /// Driver functions timed with fentry/fexit (through the module's BTF), at most 8; `"a|b"`
+    /// tries `a`, then `b` (names change between driver versions). Off by default: some run
+    /// per interrupt.
+    #[serde(default)]
+    pub functions: Vec<String>,
 }
 
 /// Where in the kernel log reading starts.
@@ -315,6 +336,7 @@ default_from_serde!(
     XidSourceConfig,
     TracepointFields,
     CudaSourceConfig,
+    DriverSourceConfig,
     BatchConfig,
     EnrichConfig
 );

@@ -173,6 +173,27 @@ impl Config {
             }
         }
 
+        let driver = &self.sources.driver;
+        if driver.functions.len() > 8 {
+            report.add(
+                "sources.driver",
+                "functions",
+                format!(
+                    "{} functions; at most 8 can be timed",
+                    driver.functions.len()
+                ),
+            );
+        }
+        if driver
+            .functions
+            .iter()
+            .any(|f| f.split('|').any(|name| name.trim().is_empty()))
+        {
+            report.add("sources.driver", "functions", "an empty function name");
+        }
+        if driver.device_majors.len() > 8 {
+            report.add("sources.driver", "device_majors", "at most 8 majors");
+        }
         let cuda = &self.sources.cuda;
         if cuda.libraries.is_empty() || cuda.libraries.iter().any(|l| l.trim().is_empty()) {
             report.add(

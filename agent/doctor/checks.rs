@@ -9,7 +9,7 @@ use crate::sources::cuda::catalog::DEFAULT_FUNCTIONS;
 use crate::sources::cuda::library::{exported_functions, resolve_libraries};
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::kmsg::reader::{KmsgReader, StartAt};
-use crate::sources::{tracefs, xid_tracepoint};
+use crate::sources::{driver, tracefs, xid_tracepoint};
 
 /// Runs every check for `config`, in the order a person would fix them.
 pub fn run_checks(config: &Config) -> Vec<Check> {
@@ -39,7 +39,9 @@ pub fn run_checks(config: &Config) -> Vec<Check> {
     checks.push(xid_tracepoint_check(config, tracefs_root.as_deref()));
     checks.push(kmsg(config));
     checks.extend(cuda_checks(config));
+    checks.extend(driver_checks(config));
     checks.push(kprobes(tracefs_root.as_deref()));
+    checks.push(kptr_restrict());
     checks.push(nvidia_btf());
     checks.push(lockdown(bpf));
     checks
@@ -212,6 +214,101 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
     };
     checks.push(check);
     checks
+}
+
+/// The ioctl hook and every driver function (configured ones required, the built-in candidates
+/// informational), each tried by loading and attaching.
+fn driver_checks(config: &Config) -> Vec<Check> {
+    let driver_config = &config.sources.driver;
+    let mut checks = Vec::new();
+    if driver_config.ioctl {
+        // Required only when the majors were named: "auto" on a host without the driver is fine.
+        let required = !driver_config.device_majors.is_empty();
+        let only_ioctl = crate::config::DriverSourceConfig {
+            functions: Vec::new(),
+            ..driver_config.clone()
+        };
+        let mut storage = MaybeUninit::uninit();
+        checks.push(match driver::load(&mut storage, &only_ioctl) {
+            Ok((Some(_), statuses)) => Check::pass(
+                "driver_ioctl",
+                required,
+                statuses
+                    .first()
+                    .map(|s| s.detail.clone())
+                    .unwrap_or_default(),
+            ),
+            Ok((None, statuses)) => Check::fail(
+                "driver_ioctl",
+                required,
+                statuses
+                    .first()
+                    .map(|s| s.detail.clone())
+                    .unwrap_or_default(),
+                "load the NVIDIA driver (nvidia, nvidia-uvm modules), or set sources.driver.device_majors",
+            ),
+            Err(err) => Check::fail(
+                "driver_ioctl",
+                required,
+                format!("{err:#}"),
+                "needs the syscalls:sys_enter_ioctl tracepoints (CONFIG_FTRACE_SYSCALLS) and BTF",
+            ),
+        });
+    }
+    let configured: Vec<&String> = driver_config.functions.iter().collect();
+    let candidates = driver::CANDIDATE_FUNCTIONS.iter().filter(|c| {
+        !configured
+            .iter()
+            .any(|f| f.split('|').any(|n| n.trim() == **c))
+    });
+    let specs: Vec<(String, bool)> = configured
+        .iter()
+        .map(|spec| ((*spec).clone(), true))
+        .chain(candidates.map(|c| (c.to_string(), false)))
+        .collect();
+    for (spec, required) in specs {
+        let mut reasons = Vec::new();
+        let mut attached = None;
+        for function in spec.split('|').map(str::trim) {
+            match driver::try_function(function) {
+                Ok(()) => {
+                    attached = Some(function.to_string());
+                    break;
+                }
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        let probe = format!("driver:{spec}");
+        checks.push(match attached {
+            Some(function) => {
+                Check::pass(probe, required, format!("fentry/fexit on {function} attach"))
+            }
+            None => Check::fail(
+                probe,
+                required,
+                reasons.join("; "),
+                "load the NVIDIA modules; name this driver version's function (use \"a|b\" fallbacks); kprobes are not needed",
+            ),
+        });
+    }
+    checks
+}
+
+fn kptr_restrict() -> Check {
+    match std::fs::read_to_string("/proc/sys/kernel/kptr_restrict") {
+        Ok(value) if value.trim() == "2" => Check::fail(
+            "kptr_restrict",
+            false,
+            "kernel.kptr_restrict = 2: /proc/kallsyms shows no addresses even to root",
+            "only the doctor's explanations use kallsyms; fentry attaches through BTF regardless",
+        ),
+        Ok(value) => Check::pass(
+            "kptr_restrict",
+            false,
+            format!("kernel.kptr_restrict = {}", value.trim()),
+        ),
+        Err(err) => Check::pass("kptr_restrict", false, format!("not readable: {err}")),
+    }
 }
 
 fn kprobes(tracefs_root: Option<&Path>) -> Check {

@@ -169,6 +169,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         ConsumerSettings {
             xid: config.sources.xid.clone(),
             cuda: config.sources.cuda.clone(),
+            driver: config.sources.driver.clone(),
             batch: config.batch.clone(),
             filter,
             tracefs,

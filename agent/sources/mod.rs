@@ -8,6 +8,7 @@
 //! Sources only capture; decoding and batching happen downstream.
 
 pub mod cuda;
+pub mod driver;
 pub mod kmsg;
 pub mod tracefs;
 pub mod xid_tracepoint;

@@ -23,6 +23,7 @@
 enum gpuship_record_kind {
 	GPUSHIP_RECORD_XID = 0x58494401,  /* "XID" + ABI version 1 */
 	GPUSHIP_RECORD_CUDA = 0x43554401, /* "CUD" + ABI version 1 */
+	GPUSHIP_RECORD_DRIVER = 0x44525601, /* "DRV" + ABI version 1 */
 };
 
 /* Slots of each program's per-CPU counter array. */
@@ -83,6 +84,30 @@ enum gpuship_arg_valid {
 	GPUSHIP_ARG_LAUNCH = 1 << 3, /* grid, block and shared_mem_bytes */
 };
 
+/* One NVIDIA kernel-driver operation: an ioctl on an NVIDIA device file (syscall tracepoints),
+ * or one call of a driver function (fentry/fexit slot). Emitted when it returns. */
+struct driver_event {
+	__u32 record_kind;   /* GPUSHIP_RECORD_DRIVER */
+	__u32 hook;          /* GPUSHIP_DRIVER_HOOK_IOCTL, or GPUSHIP_DRIVER_HOOK_SLOT_BASE + slot */
+	__u64 start_boot_ns; /* bpf_ktime_get_boot_ns() at entry */
+	__u64 duration_ns;
+	__u32 pid;
+	__u32 tid;
+	__s64 ret;           /* the syscall's return value (ioctl); 0 for function slots */
+	__u32 fd;
+	__u32 request;       /* the ioctl request number */
+	__u32 major;         /* device file major and minor (ioctl) */
+	__u32 minor;
+	char comm[GPUSHIP_COMM_LEN];
+};
+
+enum gpuship_driver_hook {
+	GPUSHIP_DRIVER_HOOK_IOCTL = 0,
+	GPUSHIP_DRIVER_HOOK_SLOT_BASE = 1,
+	GPUSHIP_DRIVER_SLOTS = 8,       /* fentry/fexit program pairs in driver.bpf.c */
+	GPUSHIP_DRIVER_MAX_MAJORS = 8,  /* device majors the ioctl hook keeps */
+};
+
 /*
  * Attach cookie of a CUDA probe: which function it is and where its arguments are.
  * bits  0..31  function id
@@ -119,6 +144,7 @@ enum gpuship_launch_layout {
 	enum gpuship_xid_flag gpuship_abi_xid_flag = 0;             \
 	enum gpuship_arg_valid gpuship_abi_arg_valid = 0;           \
 	enum gpuship_cookie_layout gpuship_abi_cookie_layout = 0;   \
-	enum gpuship_launch_layout gpuship_abi_launch_layout = 0
+	enum gpuship_launch_layout gpuship_abi_launch_layout = 0;   \
+	enum gpuship_driver_hook gpuship_abi_driver_hook = 0
 
 #endif /* GPUSHIP_EVENTS_H */

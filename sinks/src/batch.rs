@@ -13,17 +13,20 @@ pub enum EventKind {
     Xid,
     /// CUDA driver API calls, from uprobes on libcuda.
     Cuda,
+    /// NVIDIA kernel-driver operations: ioctls on NVIDIA device files, driver function calls.
+    Driver,
 }
 
 impl EventKind {
     /// Every kind, in a fixed order (used for per-kind counters and table listings).
-    pub const ALL: [EventKind; 2] = [EventKind::Xid, EventKind::Cuda];
+    pub const ALL: [EventKind; 3] = [EventKind::Xid, EventKind::Cuda, EventKind::Driver];
 
     /// The name used in paths, topics and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Xid => "xid",
             EventKind::Cuda => "cuda",
+            EventKind::Driver => "driver",
         }
     }
 }

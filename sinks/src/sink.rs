@@ -41,13 +41,14 @@ pub enum SinkError {
 
 /// A counter per event kind.
 #[derive(Debug, Default)]
-pub struct KindCounters([AtomicU64; 2]);
+pub struct KindCounters([AtomicU64; 3]);
 
 impl KindCounters {
     fn slot(kind: EventKind) -> usize {
         match kind {
             EventKind::Xid => 0,
             EventKind::Cuda => 1,
+            EventKind::Driver => 2,
         }
     }
 
@@ -136,7 +137,7 @@ pub struct SinkStats {
     /// Events read back from the spool and handed to the sink.
     pub replayed: KindCounters,
     /// Events in the spool now, by kind.
-    spool_pending: [AtomicU64; 2],
+    spool_pending: [AtomicU64; 3],
     /// Bytes in the spool now.
     pub spool_bytes: AtomicU64,
     /// Events the sink's selection (`kinds`, `cuda_filter`) left out; not part of `received`.

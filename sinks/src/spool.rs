@@ -269,6 +269,7 @@ fn kind_byte(kind: EventKind) -> u8 {
     match kind {
         EventKind::Xid => 1,
         EventKind::Cuda => 2,
+        EventKind::Driver => 3,
     }
 }
 
@@ -284,6 +285,7 @@ fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
     let kind = match header[8] {
         1 => EventKind::Xid,
         2 => EventKind::Cuda,
+        3 => EventKind::Driver,
         other => return Err(corrupt(path, &format!("unknown kind {other}"))),
     };
     let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;

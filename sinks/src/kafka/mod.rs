@@ -82,7 +82,7 @@ struct KindRoute {
 struct Worker {
     name: String,
     client_config: ClientConfig,
-    routes: [KindRoute; 2],
+    routes: [KindRoute; 3],
     encoder: MessageEncoder,
     producer: Arc<KafkaProducer>,
     /// Producers replaced after a fatal error, kept until their last report.
@@ -104,6 +104,7 @@ fn route(kind: EventKind) -> usize {
     match kind {
         EventKind::Xid => 0,
         EventKind::Cuda => 1,
+        EventKind::Driver => 2,
     }
 }
 

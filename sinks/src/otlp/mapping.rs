@@ -66,6 +66,7 @@ pub fn event_name(kind: EventKind) -> &'static str {
     match kind {
         EventKind::Xid => "gpu.xid",
         EventKind::Cuda => "cuda.call",
+        EventKind::Driver => "gpu.driver.call",
     }
 }
 
@@ -130,6 +131,18 @@ fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
             ("block_z", "cuda.block.z"),
             ("shared_mem_bytes", "cuda.shared_mem_bytes"),
             ("incident_id", "gpu.xid.incident_id"),
+        ],
+        EventKind::Driver => &[
+            ("pid", semconv::PROCESS_PID),
+            ("tid", semconv::THREAD_ID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("hook", "gpu.driver.hook"),
+            ("device", "gpu.driver.device"),
+            ("request", "gpu.driver.ioctl.request"),
+            ("request_name", "gpu.driver.ioctl.name"),
+            ("request_size", "gpu.driver.ioctl.size"),
+            ("duration_ns", "gpu.driver.duration_ns"),
+            ("result", "gpu.driver.result"),
         ],
     }
 }
@@ -263,6 +276,9 @@ impl<'a> BatchColumns<'a> {
             "function",
             "result_name",
             "severity",
+            "hook",
+            "device",
+            "request_name",
         ]
         .into_iter()
         .filter_map(|name| {
@@ -339,6 +355,21 @@ impl<'a> BatchColumns<'a> {
                         self.text("function", row),
                         human_duration(duration)
                     ),
+                )
+            }
+            EventKind::Driver => {
+                let duration = self.duration.map(|c| c.value(row)).unwrap_or(0);
+                let what = match self.text("request_name", row) {
+                    "" => self.text("hook", row).to_string(),
+                    name => format!("ioctl {name}"),
+                };
+                let on = match self.text("device", row) {
+                    "" => String::new(),
+                    device => format!(" on /dev/{device}"),
+                };
+                (
+                    severity::DEBUG,
+                    format!("{what}{on} took {}", human_duration(duration)),
                 )
             }
         };

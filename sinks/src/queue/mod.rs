@@ -105,7 +105,8 @@ impl State {
         self.bytes += bytes;
         let lane = match batch.kind {
             EventKind::Xid => &mut self.xid,
-            EventKind::Cuda => &mut self.cuda,
+            // Driver rows share the policy-governed lane with CUDA rows.
+            EventKind::Cuda | EventKind::Driver => &mut self.cuda,
         };
         if front {
             lane.push_front((batch, bytes));

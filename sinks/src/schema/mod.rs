@@ -6,6 +6,7 @@
 
 mod common;
 pub mod cuda;
+pub mod driver;
 pub mod xid;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use arrow_schema::Schema;
 
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
 pub use cuda::{CudaBatchBuilder, CudaRow, LaunchDims};
+pub use driver::{DriverBatchBuilder, DriverRow};
 pub use xid::{
     batch_of as xid_batch_of, GpuIdentity, XidAnnotations, XidBatchBuilder, XidDetails, XidRecord,
     XidSource,
@@ -33,6 +35,7 @@ pub fn schema_for(kind: EventKind) -> Arc<Schema> {
     match kind {
         EventKind::Xid => xid::schema(),
         EventKind::Cuda => cuda::schema(),
+        EventKind::Driver => driver::schema(),
     }
 }
 

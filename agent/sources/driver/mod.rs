@@ -1,0 +1,238 @@
+//! NVIDIA kernel-driver activity without kprobes (see `bpf/driver.bpf.c`): ioctls on NVIDIA
+//! device files from the syscall tracepoints, and driver functions timed with fentry/fexit
+//! through the modules' BTF. Every hook is optional; one that cannot attach is reported with the
+//! reason and the others carry on.
+
+pub mod devices;
+pub mod requests;
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+use anyhow::Context;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, OpenObject};
+
+use crate::bpf::driver::{DriverSkel, DriverSkelBuilder};
+use crate::config::DriverSourceConfig;
+
+/// Driver functions worth timing, as named by driver 580 (seen in /proc/kallsyms on an H100):
+/// `gpuship doctor` tries each, and `functions` may name them (with `|` fallbacks for other
+/// driver versions).
+pub const CANDIDATE_FUNCTIONS: &[&str] = &[
+    "nvidia_unlocked_ioctl",
+    "nvidia_open",
+    "nvidia_close",
+    "nvidia_mmap",
+    "nvidia_isr",
+    "nvidia_isr_msix",
+    "nvidia_isr_kthread_bh",
+    "nv_report_error",
+    "uvm_unlocked_ioctl_entry",
+    "uvm_parent_gpu_service_replayable_faults",
+    "uvm_parent_gpu_service_non_replayable_fault_buffer",
+];
+
+/// Number of fentry/fexit slots in the program.
+pub const SLOTS: usize = 8;
+
+/// What happened to one hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookStatus {
+    /// `ioctl`, or the function spec as configured.
+    pub hook: String,
+    /// Whether it runs.
+    pub attached: bool,
+    /// The attached function, or why not.
+    pub detail: String,
+}
+
+/// The loaded program and its links.
+pub struct DriverHooks<'obj> {
+    /// The skeleton (ring and counters).
+    pub skel: DriverSkel<'obj>,
+    links: RefCell<Vec<Link>>,
+    /// The function timed by each slot (`None` for unused slots).
+    pub slot_functions: Vec<Option<String>>,
+}
+
+impl DriverHooks<'_> {
+    /// Detaches every hook (the ring stays readable).
+    pub fn detach(&self) {
+        self.links.borrow_mut().clear();
+    }
+}
+
+fn slot_program_names(slot: usize) -> [String; 2] {
+    [format!("fentry_slot{slot}"), format!("fexit_slot{slot}")]
+}
+
+/// The device majors to keep: configured, or the `nvidia*` ones in /proc/devices.
+pub fn device_majors(config: &DriverSourceConfig) -> Vec<u32> {
+    if !config.device_majors.is_empty() {
+        return config.device_majors.clone();
+    }
+    std::fs::read_to_string("/proc/devices")
+        .map(|text| devices::nvidia_majors(&text))
+        .unwrap_or_default()
+}
+
+/// Tries one driver function on one slot by loading and attaching a throwaway copy of the
+/// program: the only dependable answer to "can this be traced here" (a symbol in kallsyms may
+/// have no ftrace entry, no BTF, or be inlined away).
+pub fn try_function(function: &str) -> Result<(), String> {
+    let mut storage = MaybeUninit::uninit();
+    let mut open = DriverSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(|e| format!("opening the driver program: {e}"))?;
+    let wanted = slot_program_names(0);
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if wanted.contains(&name) {
+            prog.set_attach_target(0, Some(function.to_string()))
+                .map_err(|e| explain_load_error(function, &e.to_string()))?;
+        } else {
+            prog.set_autoload(false);
+        }
+    }
+    let skel = open
+        .load()
+        .map_err(|e| explain_load_error(function, &e.to_string()))?;
+    for prog in skel.object().progs_mut() {
+        if wanted.contains(&prog.name().to_string_lossy().into_owned()) {
+            let link = prog
+                .attach()
+                .map_err(|e| format!("{function} cannot be attached: {e}"))?;
+            drop(link);
+        }
+    }
+    Ok(())
+}
+
+/// Turns libbpf's load error into a reason a person can act on, using /proc/kallsyms to tell
+/// an absent symbol from one the kernel cannot trace.
+fn explain_load_error(function: &str, error: &str) -> String {
+    let in_kallsyms = std::fs::read_to_string("/proc/kallsyms")
+        .map(|text| {
+            text.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some(function))
+        })
+        .unwrap_or(false);
+    if error.contains("Operation not permitted") || error.contains("EPERM") {
+        format!("the kernel refused to load a tracing program for {function} (EPERM): fentry/fexit is forbidden here by a security policy (lockdown, an LSM, or the VM's sandbox)")
+    } else if in_kallsyms {
+        format!("{function} is in /proc/kallsyms but cannot be traced: not ftrace-instrumented (only functions built through Kbuild's ftrace get an entry) or no BTF for its module ({error})")
+    } else {
+        format!("{function} is not in the kernel or any loaded module (module not loaded, renamed in this driver version, or inlined)")
+    }
+}
+
+/// Loads the program with the ioctl hook (when enabled and NVIDIA majors exist) and every
+/// configured function that can be traced. `Ok(Err)` when no hook could run.
+pub fn load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &DriverSourceConfig,
+) -> anyhow::Result<(Option<DriverHooks<'obj>>, Vec<HookStatus>)> {
+    let mut statuses = Vec::new();
+    let majors = if config.ioctl {
+        device_majors(config)
+    } else {
+        Vec::new()
+    };
+    let ioctl = config.ioctl && !majors.is_empty();
+    if config.ioctl && majors.is_empty() {
+        statuses.push(HookStatus {
+            hook: "ioctl".into(),
+            attached: false,
+            detail: "no NVIDIA character devices in /proc/devices (driver not loaded)".into(),
+        });
+    }
+    // Slot targets: the first alternative of each spec that can be traced here.
+    let mut slot_functions: Vec<Option<String>> = vec![None; SLOTS];
+    for (slot, spec) in config.functions.iter().take(SLOTS).enumerate() {
+        let mut reasons = Vec::new();
+        for candidate in spec.split('|').map(str::trim) {
+            match try_function(candidate) {
+                Ok(()) => {
+                    slot_functions[slot] = Some(candidate.to_string());
+                    break;
+                }
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        statuses.push(match &slot_functions[slot] {
+            Some(function) => HookStatus {
+                hook: spec.clone(),
+                attached: true,
+                detail: function.clone(),
+            },
+            None => HookStatus {
+                hook: spec.clone(),
+                attached: false,
+                detail: reasons.join("; "),
+            },
+        });
+    }
+    if !ioctl && slot_functions.iter().all(Option::is_none) {
+        return Ok((None, statuses));
+    }
+
+    let mut open = DriverSkelBuilder::default()
+        .open(storage)
+        .context("opening the driver BPF object")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("driver program has no rodata")?;
+    for (slot, major) in majors.iter().take(rodata.device_majors.len()).enumerate() {
+        rodata.device_majors[slot] = *major;
+    }
+    rodata.device_major_count = majors.len().min(rodata.device_majors.len()) as u32;
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if name.starts_with("handle_ioctl") {
+            prog.set_autoload(ioctl);
+            continue;
+        }
+        let slot = name
+            .trim_start_matches("fentry_slot")
+            .trim_start_matches("fexit_slot")
+            .parse::<usize>()
+            .unwrap_or(usize::MAX);
+        match slot_functions.get(slot).cloned().flatten() {
+            Some(function) => prog
+                .set_attach_target(0, Some(function))
+                .with_context(|| format!("setting the target of {name}"))?,
+            None => prog.set_autoload(false),
+        }
+    }
+    let skel = open.load().context("loading the driver BPF program")?;
+    let mut links = Vec::new();
+    for prog in skel.object().progs_mut() {
+        if !prog.autoload() {
+            continue;
+        }
+        let name = prog.name().to_string_lossy().into_owned();
+        links.push(prog.attach().with_context(|| format!("attaching {name}"))?);
+    }
+    if ioctl {
+        statuses.insert(
+            0,
+            HookStatus {
+                hook: "ioctl".into(),
+                attached: true,
+                detail: format!("syscalls:sys_{{enter,exit}}_ioctl on device majors {majors:?}"),
+            },
+        );
+    }
+    tracing::info!(ioctl, majors = ?majors, functions = ?slot_functions.iter().flatten().collect::<Vec<_>>(), "driver hooks attached");
+    Ok((
+        Some(DriverHooks {
+            skel,
+            links: RefCell::new(links),
+            slot_functions,
+        }),
+        statuses,
+    ))
+}
