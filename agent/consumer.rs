@@ -231,7 +231,7 @@ fn run(
         summary: RunSummary::default(),
         calls: CallTally::default(),
         driver: DriverBatcher::new(context.identity.clone(), &settings.batch),
-        devices: DeviceNames::new("/sys/dev/char"),
+        devices: DeviceNames::new("/sys/dev/char", "/dev"),
         slot_functions: driver
             .as_ref()
             .map(|d| d.slot_functions.clone())

@@ -336,14 +336,19 @@ fn nvidia_btf() -> Check {
 }
 
 fn lockdown(required: bool) -> Check {
-    match std::fs::read_to_string("/sys/kernel/security/lockdown") {
-        Ok(text) if text.contains("[confidentiality]") => Check::fail(
+    match driver::lockdown_mode().as_deref() {
+        Some("confidentiality") => Check::fail(
             "lockdown",
             required,
             "kernel lockdown is confidentiality: BPF may not read kernel or user memory",
             "boot with lockdown=integrity or none",
         ),
-        Ok(text) => Check::pass("lockdown", required, format!("mode {}", text.trim())),
-        Err(_) => Check::pass("lockdown", required, "no lockdown LSM"),
+        Some("none") => Check::pass("lockdown", required, "mode none"),
+        Some(mode) => Check::pass(
+            "lockdown",
+            required,
+            format!("mode {mode}: tracepoints and uprobes work; fentry/fexit on driver functions may be refused"),
+        ),
+        None => Check::pass("lockdown", required, "no lockdown LSM"),
     }
 }

@@ -1,6 +1,8 @@
 //! Which character devices are NVIDIA's, and their names: majors from /proc/devices (`195
 //! nvidia`, `238 nvidia-uvm`, ...; some are assigned at load time, so never hard-coded), names
-//! from /sys/dev/char/<major>:<minor>/uevent (`DEVNAME=nvidiactl`).
+//! from /sys/dev/char/<major>:<minor>/uevent (`DEVNAME=...`), or, since the NVIDIA driver
+//! registers no sysfs class devices (nvidia-modprobe makes its nodes), from the device nodes
+//! under /dev themselves.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,26 +37,67 @@ pub fn nvidia_majors(proc_devices: &str) -> Vec<u32> {
 #[derive(Debug)]
 pub struct DeviceNames {
     sys_dev_char: PathBuf,
+    dev: PathBuf,
     cache: HashMap<(u32, u32), Option<String>>,
+    /// Character device nodes under `dev` by number, read on the first sysfs miss.
+    nodes: Option<HashMap<(u32, u32), String>>,
 }
 
 impl DeviceNames {
-    /// Names from `<sys_dev_char>/<major>:<minor>/uevent`.
-    pub fn new(sys_dev_char: impl Into<PathBuf>) -> Self {
+    /// Names from `<sys_dev_char>/<major>:<minor>/uevent`, else from the nodes under `dev`.
+    pub fn new(sys_dev_char: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Self {
         Self {
             sys_dev_char: sys_dev_char.into(),
+            dev: dev.into(),
             cache: HashMap::new(),
+            nodes: None,
         }
     }
 
-    /// The device's name (`nvidiactl`, `nvidia0`, `nvidia-uvm`), when sysfs knows it.
+    /// The device's name (`nvidiactl`, `nvidia0`, `nvidia-uvm`, `nvidia-caps/nvidia-cap1`).
     pub fn name(&mut self, major: u32, minor: u32) -> Option<&str> {
-        let dir = &self.sys_dev_char;
-        self.cache
-            .entry((major, minor))
-            .or_insert_with(|| read_devname(&dir.join(format!("{major}:{minor}/uevent"))))
-            .as_deref()
+        if !self.cache.contains_key(&(major, minor)) {
+            let mut name = read_devname(&self.sys_dev_char.join(format!("{major}:{minor}/uevent")));
+            if name.is_none() {
+                let dev = &self.dev;
+                name = self
+                    .nodes
+                    .get_or_insert_with(|| device_nodes(dev))
+                    .get(&(major, minor))
+                    .cloned();
+            }
+            self.cache.insert((major, minor), name);
+        }
+        self.cache.get(&(major, minor)).and_then(|n| n.as_deref())
     }
+}
+
+/// Character device nodes directly under `dev` and one level below (`nvidia-caps/`).
+fn device_nodes(dev: &Path) -> HashMap<(u32, u32), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut nodes = HashMap::new();
+    let mut dirs = vec![(dev.to_path_buf(), String::new())];
+    let mut depth = 0;
+    while let Some((dir, prefix)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+            if meta.file_type().is_char_device() {
+                let rdev = meta.rdev();
+                let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+                nodes.entry((major, minor)).or_insert(name);
+            } else if meta.is_dir() && depth == 0 && name.starts_with("nvidia") {
+                dirs.push((entry.path(), format!("{name}/")));
+            }
+        }
+        depth += 1;
+    }
+    nodes
 }
 
 fn read_devname(uevent: &Path) -> Option<String> {
@@ -77,9 +120,12 @@ mod tests {
     }
 
     #[test]
-    fn names_come_from_sysfs() {
-        let mut names = DeviceNames::new("/sys/dev/char");
+    fn names_come_from_sysfs_or_the_device_nodes() {
+        let mut names = DeviceNames::new("/sys/dev/char", "/dev");
         assert_eq!(names.name(1, 3), Some("null"));
         assert_eq!(names.name(4095, 4095), None);
+        // Without sysfs entries (as for NVIDIA's nodes), the node under /dev names it.
+        let mut from_dev = DeviceNames::new("/nonexistent", "/dev");
+        assert_eq!(from_dev.name(1, 5), Some("zero"));
     }
 }

@@ -109,6 +109,30 @@ pub fn try_function(function: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The kernel lockdown mode (`none`, `integrity`, `confidentiality`), mounting securityfs
+/// first when it is not (a kernel locked down from its configuration says so only there).
+pub fn lockdown_mode() -> Option<String> {
+    let file = std::path::Path::new("/sys/kernel/security/lockdown");
+    if !file.exists() {
+        let target = std::ffi::CString::new("/sys/kernel/security").ok()?;
+        let fstype = std::ffi::CString::new("securityfs").ok()?;
+        // SAFETY: mount(2) with valid NUL-terminated strings and no data; failure is harmless.
+        unsafe {
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            );
+        }
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    let start = text.find('[')? + 1;
+    let end = start + text[start..].find(']')?;
+    Some(text[start..end].to_string())
+}
+
 /// Turns libbpf's load error into a reason a person can act on, using /proc/kallsyms to tell
 /// an absent symbol from one the kernel cannot trace.
 fn explain_load_error(function: &str, error: &str) -> String {
@@ -119,7 +143,13 @@ fn explain_load_error(function: &str, error: &str) -> String {
         })
         .unwrap_or(false);
     if error.contains("Operation not permitted") || error.contains("EPERM") {
-        format!("the kernel refused to load a tracing program for {function} (EPERM): fentry/fexit is forbidden here by a security policy (lockdown, an LSM, or the VM's sandbox)")
+        let why = match lockdown_mode() {
+            Some(mode) if mode != "none" => {
+                format!("kernel lockdown ({mode}) forbids fentry/fexit")
+            }
+            _ => "a security policy forbids fentry/fexit here (an LSM or the VM's sandbox)".into(),
+        };
+        format!("the kernel refused to load a tracing program for {function} (EPERM): {why}")
     } else if in_kallsyms {
         format!("{function} is in /proc/kallsyms but cannot be traced: not ftrace-instrumented (only functions built through Kbuild's ftrace get an entry) or no BTF for its module ({error})")
     } else {

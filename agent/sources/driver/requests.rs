@@ -41,6 +41,10 @@ const NV_ESCAPES: &[(u32, &str)] = &[
     (210, "NV_ESC_CHECK_VERSION_STR"),
     (211, "NV_ESC_IOCTL_XFER_CMD"),
     (212, "NV_ESC_ATTACH_GPUS_TO_FD"),
+    (213, "NV_ESC_QUERY_DEVICE_INTR"),
+    (214, "NV_ESC_SYS_PARAMS"),
+    (217, "NV_ESC_EXPORT_TO_DMABUF_FD"),
+    (218, "NV_ESC_WAIT_OPEN_COMPLETE"),
 ];
 
 /// UVM commands are plain numbers, not `_IOC` encodings.
