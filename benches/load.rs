@@ -5,6 +5,10 @@
 //! `cargo bench --bench load` runs every scenario (root and a BPF-capable kernel required).
 //! Under `cargo test` (no `--bench` flag) it runs one small scenario as a smoke test.
 
+#[path = "support/proc_stats.rs"]
+mod proc_stats;
+use proc_stats::cpu_seconds;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -56,18 +60,6 @@ fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
         })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_comm = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / hz
 }
 
 fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
@@ -125,7 +117,7 @@ fn run(scenario: &Scenario, fixtures: &Path) -> Measured {
     let libcuda = fixtures.join("libcuda.so.1");
     let mut agent = start_agent(dir.path(), &libcuda, scenario.sink);
     let pid = agent.id();
-    let cpu_before = cpu_seconds(pid);
+    let cpu_before = cpu_seconds(Some(pid));
     let started = Instant::now();
     let status = Command::new(fixtures.join("cuda_workload"))
         .args([
@@ -141,7 +133,7 @@ fn run(scenario: &Scenario, fixtures: &Path) -> Measured {
     let seconds = started.elapsed().as_secs_f64();
     // Let the agent catch up with the ring before measuring its CPU and memory.
     std::thread::sleep(Duration::from_millis(500));
-    let cpu_seconds = cpu_seconds(pid) - cpu_before;
+    let cpu_seconds = cpu_seconds(Some(pid)) - cpu_before;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let mut peak_rss_kib = 0;

@@ -7,6 +7,10 @@
 //! `cargo bench --bench message_sinks` runs 1,000,000 events per scenario (needs
 //! `make testenv` for the peers). Under `cargo test` it runs 20,000 per scenario as a smoke test.
 
+#[path = "support/proc_stats.rs"]
+mod proc_stats;
+use proc_stats::cpu_seconds;
+
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -137,19 +141,6 @@ fn rotel(grpc: u16, http: u16) -> Peer {
         std::thread::sleep(Duration::from_millis(20));
     }
     peer
-}
-
-/// utime + stime in seconds, of this process or of `pid`.
-fn cpu_seconds(pid: Option<u32>) -> f64 {
-    let path = pid.map_or("/proc/self/stat".to_string(), |p| format!("/proc/{p}/stat"));
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    let after_comm = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / hz
 }
 
 struct Measured {

@@ -66,12 +66,7 @@ fn every_call_is_one_json_line_on_stdout_and_in_a_file() {
         assert!(alloc["time"].as_str().unwrap().ends_with('Z'));
     }
     for name in ["stdout", "file"] {
-        let sink = stopped.outcome["accounting"]["sinks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["sink"] == name && s["kind"] == "cuda")
-            .unwrap();
+        let sink = stopped.sink_named(name, "cuda");
         assert_eq!(sink["delivered"], 28, "{sink}");
     }
 }

@@ -6,13 +6,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 use common::agent::Agent;
 use common::kafka::consume_all;
+use common::kmsg;
 use common::metrics::scrape;
 use common::peers::Tansu;
 use common::Fixtures;
@@ -20,30 +20,11 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
 
-fn kmsg(line: &str) {
-    let mut kmsg = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/kmsg")
-        .expect("open /dev/kmsg (root)");
-    kmsg.write_all(format!("{line}\n").as_bytes())
-        .expect("write /dev/kmsg");
-}
-
 const XIDS: [&str; 3] = [
     "<3>NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
     "<4>NVRM: Xid (PCI:0000:86:00): 31, pid=468, name=python3, MMU Fault: ENGINE GRAPHICS",
     "<4>NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error (DBE) has been detected.",
 ];
-
-fn sink(stopped: &common::agent::Stopped, name: &str, kind: &str) -> serde_json::Value {
-    stopped.outcome["accounting"]["sinks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sink"] == name && s["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {name}/{kind} in {}", stopped.outcome))
-        .clone()
-}
 
 fn otlp_records(payload: &[u8]) -> Vec<opentelemetry_proto::tonic::logs::v1::LogRecord> {
     let request = ExportLogsServiceRequest::decode(payload).expect("ExportLogsServiceRequest");
@@ -91,7 +72,7 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
     assert!(stopped.status.success(), "{}", stopped.log);
     for name in ["json", "ipc", "otlp"] {
         for (kind, expected) in [("xid", 3), ("cuda", 60)] {
-            let counters = sink(&stopped, name, kind);
+            let counters = stopped.sink_named(name, kind);
             assert_eq!(counters["received"], expected, "{name}/{kind}: {counters}");
             assert_eq!(counters["delivered"], expected, "{name}/{kind}: {counters}");
             assert_eq!(counters["in_flight"], 0, "{name}/{kind}: {counters}");

@@ -5,32 +5,13 @@
 
 mod common;
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::agent::{Agent, Stopped};
+use common::agent::Agent;
+use common::kmsg;
 use common::metrics::scrape;
 use common::peers::{free_port, PrintedRecord, Rotel};
 use common::Fixtures;
-
-fn kmsg(line: &str) {
-    let mut kmsg = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/kmsg")
-        .expect("open /dev/kmsg (root)");
-    kmsg.write_all(format!("{line}\n").as_bytes())
-        .expect("write /dev/kmsg");
-}
-
-fn sink(stopped: &Stopped, name: &str, kind: &str) -> serde_json::Value {
-    stopped.outcome["accounting"]["sinks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sink"] == name && s["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {name}/{kind} in {}", stopped.outcome))
-        .clone()
-}
 
 fn metric(address: &str, series: &str) -> u64 {
     scrape(address).get(series).copied().unwrap_or(0)
@@ -90,14 +71,14 @@ fn xids_and_failed_calls_reach_the_collector_over_grpc_and_http() {
     assert!(stopped.status.success(), "{}", stopped.log);
 
     for name in ["grpc", "http"] {
-        let xid = sink(&stopped, name, "xid");
+        let xid = stopped.sink_named(name, "xid");
         assert_eq!(
             (xid["received"].as_u64(), xid["delivered"].as_u64()),
             (Some(2), Some(2)),
             "{xid}"
         );
         // The OTLP default: failed CUDA calls only (2 iterations x 2 failing calls of 28).
-        let cuda = sink(&stopped, name, "cuda");
+        let cuda = stopped.sink_named(name, "cuda");
         assert_eq!(cuda["received"], 4, "{cuda}");
         assert_eq!(cuda["delivered"], 4, "{cuda}");
         assert_eq!(cuda["filtered"], 52, "{cuda}");

@@ -44,13 +44,7 @@ fn secrets_never_reach_logs_summary_or_metrics() {
     let (_, metrics) = http(&address, "GET /metrics HTTP/1.0\r\n\r\n");
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
-    let otlp = stopped.outcome["accounting"]["sinks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sink"] == "otlp" && s["kind"] == "cuda")
-        .unwrap()
-        .clone();
+    let otlp = stopped.sink_named("otlp", "cuda");
     assert_eq!(otlp["delivered"], 28, "{otlp}");
     for (what, text) in [
         ("log", stopped.log.as_str()),

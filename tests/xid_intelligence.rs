@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,13 +20,9 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     KERNEL_LOG.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Writes a driver line at warning level.
 fn kmsg(line: &str) {
-    let mut kmsg = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/kmsg")
-        .expect("open /dev/kmsg (root)");
-    kmsg.write_all(format!("<4>{line}\n").as_bytes())
-        .expect("write /dev/kmsg");
+    common::kmsg(&format!("<4>{line}"));
 }
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs (minors 0 and 1).

@@ -3,23 +3,14 @@
 
 mod common;
 
-use std::io::Write;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::Array;
 use common::agent::{data_dir, Agent};
+use common::kmsg;
 use common::lake::{duckdb, read_table};
-
-fn kmsg(line: &str) {
-    let mut kmsg = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/kmsg")
-        .expect("open /dev/kmsg (root)");
-    kmsg.write_all(format!("{line}\n").as_bytes())
-        .expect("write /dev/kmsg");
-}
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs.
 fn gpu_dir() -> tempfile::TempDir {

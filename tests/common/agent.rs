@@ -199,6 +199,19 @@ impl Stopped {
             .unwrap_or_else(|| panic!("no sink for {kind} in {}", self.outcome))
     }
 
+    /// The counters of the sink named `name` for one kind.
+    pub fn sink_named(&self, name: &str, kind: &str) -> serde_json::Value {
+        self.outcome["accounting"]["sinks"]
+            .as_array()
+            .and_then(|sinks| {
+                sinks
+                    .iter()
+                    .find(|s| s["sink"] == name && s["kind"] == kind)
+            })
+            .unwrap_or_else(|| panic!("no sink {name} for {kind} in {}", self.outcome))
+            .clone()
+    }
+
     /// Asserts the accounting identities hold exactly and nothing was lost.
     pub fn assert_nothing_lost(&self, ring: &str, kind: &str) -> u64 {
         let ring = self.ring(ring);

@@ -15,6 +15,17 @@ pub mod peers;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Writes one line to the kernel log, as a driver would (root; `<N>` sets the level).
+pub fn kmsg(line: &str) {
+    use std::io::Write;
+    let mut kmsg = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/kmsg")
+        .expect("open /dev/kmsg (root)");
+    kmsg.write_all(format!("{line}\n").as_bytes())
+        .expect("write /dev/kmsg");
+}
+
 /// Root of the repository.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
