@@ -65,5 +65,7 @@ lint: deps
 test: deps testenv lint
 	$(CARGO) test --workspace --all-targets --locked
 
-bench: deps
+# The overhead bench compares with bpftrace (Debian's package).
+bench: deps testenv
+	@dpkg -s bpftrace >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace; }
 	$(CARGO) bench --locked
