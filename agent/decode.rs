@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use gpuship_sinks::schema::{CudaRow, DriverRow, LaunchDims, XidRecord, XidSource};
 
-use crate::bpf::cuda::types::{cuda_event, gpuship_arg_valid, gpuship_record_kind};
+use crate::bpf::cuda::types::{
+    cuda_event, gpuship_arg_valid, gpuship_cuda_result, gpuship_record_kind,
+};
 use crate::bpf::driver::types::{
     driver_event, gpuship_driver_hook, gpuship_record_kind as DriverRecordKind,
 };
@@ -147,6 +149,9 @@ pub fn driver_row(
     })
 }
 
+/// `cuda_event.result` of an entry-only record.
+const NOT_CAPTURED: u32 = gpuship_cuda_result::GPUSHIP_RESULT_NOT_CAPTURED.0;
+
 /// A checked CUDA record.
 #[inline]
 pub fn cuda_event(raw: &[u8]) -> Result<cuda_event, DecodeError> {
@@ -192,6 +197,13 @@ impl Decoder {
             .name(event.function_id)
             .ok_or(DecodeError::UnknownFunction(event.function_id))?;
         let valid = |flag: gpuship_arg_valid| event.valid & flag.0 != 0;
+        // An entry-only function's record: no CUresult was seen. It is not a failure (result 0,
+        // so filters, summaries and incident links leave it alone); the name says so.
+        let (result, result_name) = if event.result == NOT_CAPTURED {
+            (0, "NOT_CAPTURED")
+        } else {
+            (event.result, result_name(event.result))
+        };
         Ok(CudaRow {
             time_ns: self.clocks.boot_to_unix_ns(event.start_boot_ns),
             pid: event.pid as i32,
@@ -199,8 +211,8 @@ impl Decoder {
             comm,
             function,
             duration_ns: event.duration_ns,
-            result: event.result,
-            result_name: result_name(event.result),
+            result,
+            result_name,
             bytes: valid(gpuship_arg_valid::GPUSHIP_ARG_BYTES).then_some(event.bytes),
             device_ptr: valid(gpuship_arg_valid::GPUSHIP_ARG_DEVICE_PTR)
                 .then_some(event.device_ptr),

@@ -84,14 +84,19 @@ fn wait_for_line(child: &mut Child, needle: &str) {
         .expect("tracer started");
 }
 
-fn start_gpuship(dir: &Path, fixtures: &Path) -> Child {
+fn start_gpuship(dir: &Path, fixtures: &Path, entry_only: bool) -> Child {
     let config = format!(
         "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
          [[sinks]]\ntype = \"blackhole\"\n",
         dir.join("state").display(),
-        fixtures.join("libcuda.so.1").display()
+        fixtures.join("libcuda.so.1").display(),
+        if entry_only {
+            "[\"cuLaunchKernel*\"]"
+        } else {
+            "[]"
+        }
     );
     std::fs::write(dir.join("overhead.toml"), config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
@@ -199,7 +204,7 @@ fn main() {
 
     let (base_p50, base_p99) = latency(fx, calls);
     let dir = tempfile::tempdir().unwrap();
-    let agent = start_gpuship(dir.path(), fx);
+    let agent = start_gpuship(dir.path(), fx, false);
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
     let (g_p50, g_p99) = latency(fx, calls);
     let stats = bpf_run_time();
@@ -215,6 +220,16 @@ fn main() {
         "| gpuship (entry + return probes) | {g_p50} ns | {g_p99} ns | {} ns | {} ns | {g_events} | {g_lost} |",
         added(g_p50, base_p50),
         added(g_p99, base_p99)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_gpuship(dir.path(), fx, true);
+    let (e_p50, e_p99) = latency(fx, calls);
+    let (e_events, e_lost) = stop_gpuship(agent, dir.path());
+    assert_eq!(e_events, 3 * calls, "gpuship saw every call");
+    println!(
+        "| gpuship, launches entry-only | {e_p50} ns | {e_p99} ns | {} ns | {} ns | {e_events} | {e_lost} |",
+        added(e_p50, base_p50),
+        added(e_p99, base_p99)
     );
     if full {
         let out = dir.path().join("bpftrace.out");
@@ -236,7 +251,7 @@ fn main() {
         let (_, untraced_s) = workload(fx, &["threads", "2", &per_thread.to_string()]);
         println!("| none | {:.0} | | | | |", expected as f64 / untraced_s);
         let dir = tempfile::tempdir().unwrap();
-        let agent = start_gpuship(dir.path(), fx);
+        let agent = start_gpuship(dir.path(), fx, false);
         let cpu0 = cpu_seconds(Some(agent.id()));
         let (_, seconds) = workload(fx, &["threads", "2", &per_thread.to_string()]);
         std::thread::sleep(Duration::from_millis(500));

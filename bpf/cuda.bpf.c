@@ -168,6 +168,25 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
 }
 
+/* Entry-only functions (no return probe): the record goes out now, without duration or result. */
+static __always_inline int submit_at_entry(struct cuda_event *entry_event)
+{
+	struct cuda_event *ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
+	__u64 avail;
+
+	if (!ev) {
+		count(GPUSHIP_STAT_RESERVE_FAILED);
+		return 0;
+	}
+	__builtin_memcpy(ev, entry_event, sizeof(*ev));
+	ev->duration_ns = 0;
+	ev->result = GPUSHIP_RESULT_NOT_CAPTURED;
+	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	count(GPUSHIP_STAT_SUBMITTED);
+	return 0;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -221,6 +240,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
+	if ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1)
+		return submit_at_entry(ev);
 	if (bpf_map_update_elem(&inflight, &key, entry, BPF_ANY) < 0)
 		count(GPUSHIP_STAT_INFLIGHT_FULL);
 	return 0;

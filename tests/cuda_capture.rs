@@ -294,6 +294,42 @@ fn a_glob_probes_every_matching_export_minus_the_excluded_getters() {
 }
 
 #[test]
+fn entry_only_launches_keep_their_arguments_without_duration_or_result() {
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = fixtures.cuda_config(data.path(), NAMED_EXTRAS).replace(
+        "[sources.cuda]\n",
+        "[sources.cuda]\nentry_only = [\"cuLaunchKernel*\"]\n",
+    );
+    let agent = Agent::start(&config, &[]);
+    fixtures.run_workload(
+        &["sequence", "1"],
+        &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")],
+    );
+    let stopped = agent.stop();
+    assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 30);
+    let rows = rows(&read_table(data.path(), "cuda"));
+    let mut expected = expected_sequence(1);
+    for call in expected
+        .iter_mut()
+        .filter(|c| c.function.starts_with("cuLaunchKernel"))
+    {
+        call.result_name = "NOT_CAPTURED".into();
+    }
+    assert_eq!(
+        rows.iter().map(|r| r.call.clone()).collect::<Vec<_>>(),
+        expected
+    );
+    // Entry-only rows have no duration; the others do.
+    for row in &rows {
+        let entry_only = row.call.function.starts_with("cuLaunchKernel");
+        assert_eq!(row.duration_ns == 0, entry_only, "{}", row.call.function);
+    }
+    // No return probe on those three functions: 27 return links' worth of calls matched.
+    assert_eq!(stopped.ring("cuda")["unmatched_returns"], 0);
+}
+
+#[test]
 fn per_symbol_probes_capture_the_same_rows_as_uprobe_multi() {
     let fixtures = Fixtures::build();
     let data = data_dir();

@@ -178,6 +178,11 @@ pub struct CudaSourceConfig {
     /// Globs never probed when a glob in `functions` matches them (hot, uninteresting getters).
     #[serde(default = "defaults::exclude_functions")]
     pub exclude_functions: Vec<String>,
+    /// Functions (names or globs) recorded at entry only: one probe instead of two, so about
+    /// half the cost per call, but no duration and no result (`result_name = NOT_CAPTURED`).
+    /// For the hottest calls, e.g. `["cuLaunchKernel*"]`.
+    #[serde(default)]
+    pub entry_only: Vec<String>,
     /// How often the CUDA ring is drained when no wakeup comes, in milliseconds.
     #[serde(default = "defaults::drain_interval_ms")]
     pub drain_interval_ms: u64,

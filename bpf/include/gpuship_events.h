@@ -126,6 +126,13 @@ enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_OUT_PTR_SHIFT = 40,
 	GPUSHIP_COOKIE_STREAM_SHIFT = 44,
 	GPUSHIP_COOKIE_LAUNCH_SHIFT = 48,
+	/* One bit: record the call at entry, with no return probe (no duration, no result). */
+	GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT = 52,
+};
+
+/* cuda_event.result of an entry-only record: no CUresult was seen. */
+enum gpuship_cuda_result {
+	GPUSHIP_RESULT_NOT_CAPTURED = 0x7fffffff,
 };
 
 enum gpuship_launch_layout {
@@ -145,6 +152,7 @@ enum gpuship_launch_layout {
 	enum gpuship_arg_valid gpuship_abi_arg_valid = 0;           \
 	enum gpuship_cookie_layout gpuship_abi_cookie_layout = 0;   \
 	enum gpuship_launch_layout gpuship_abi_launch_layout = 0;   \
-	enum gpuship_driver_hook gpuship_abi_driver_hook = 0
+	enum gpuship_driver_hook gpuship_abi_driver_hook = 0;       \
+	enum gpuship_cuda_result gpuship_abi_cuda_result = 0
 
 #endif /* GPUSHIP_EVENTS_H */

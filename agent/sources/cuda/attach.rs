@@ -35,7 +35,7 @@ pub fn attach_all(
             match attach_multi(skel, library, &probes) {
                 Ok((entry, ret)) => {
                     links.entry.push(entry);
-                    links.ret.push(ret);
+                    links.ret.extend(ret);
                     continue;
                 }
                 Err(err) => tracing::warn!(
@@ -54,8 +54,8 @@ fn attach_multi(
     skel: &CudaSkel<'_>,
     library: &Path,
     probes: &[&PlannedProbe],
-) -> anyhow::Result<(Link, Link)> {
-    let attach = |program: &ProgramMut<'_>, retprobe: bool| {
+) -> anyhow::Result<(Link, Option<Link>)> {
+    let attach = |program: &ProgramMut<'_>, retprobe: bool, probes: &[&PlannedProbe]| {
         let opts = UprobeMultiOpts {
             offsets: probes.iter().map(|p| p.file_offset as usize).collect(),
             cookies: probes.iter().map(|p| p.cookie).collect(),
@@ -72,8 +72,18 @@ fn attach_multi(
                 )
             })
     };
-    let entry = attach(&skel.progs.cuda_call_entry_multi, false)?;
-    let ret = attach(&skel.progs.cuda_call_return_multi, true)?;
+    let entry = attach(&skel.progs.cuda_call_entry_multi, false, probes)?;
+    // Entry-only functions get no return probe.
+    let returning: Vec<&PlannedProbe> = probes.iter().copied().filter(|p| !p.entry_only).collect();
+    let ret = if returning.is_empty() {
+        None
+    } else {
+        Some(attach(
+            &skel.progs.cuda_call_return_multi,
+            true,
+            &returning,
+        )?)
+    };
     Ok((entry, ret))
 }
 
@@ -84,7 +94,12 @@ fn attach_single(
     links: &mut Links,
 ) -> anyhow::Result<()> {
     for probe in probes {
-        for retprobe in [false, true] {
+        let directions: &[bool] = if probe.entry_only {
+            &[false]
+        } else {
+            &[false, true]
+        };
+        for &retprobe in directions {
             let program = if retprobe {
                 &skel.progs.cuda_call_return
             } else {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::catalog::{default_entry, ArgSpec, DEFAULT_FUNCTIONS};
 use super::library::ExportedFunction;
+use crate::bpf::cuda::types::gpuship_cookie_layout;
 
 /// Function names by id, shared with the decoder.
 #[derive(Debug, Clone, Default)]
@@ -57,8 +58,10 @@ pub struct PlannedProbe {
     pub symbol: String,
     /// File offset of the symbol.
     pub file_offset: u64,
-    /// Attach cookie (function id + argument layout).
+    /// Attach cookie (function id + argument layout + entry-only bit).
     pub cookie: u64,
+    /// Recorded at entry only: no return probe, no duration, no result.
+    pub entry_only: bool,
 }
 
 /// Every probe to attach, the function table, and default functions no library exports.
@@ -78,7 +81,12 @@ pub fn plan_probes(
     libraries: &[(PathBuf, Vec<ExportedFunction>)],
     functions: &[String],
     exclude: &[String],
+    entry_only: &[String],
 ) -> ProbePlan {
+    let entry_only: Vec<glob::Pattern> = entry_only
+        .iter()
+        .filter_map(|f| glob::Pattern::new(f).ok())
+        .collect();
     let patterns: Vec<glob::Pattern> = functions
         .iter()
         .filter(|f| *f != "default" && is_glob(f))
@@ -119,11 +127,15 @@ pub fn plan_probes(
             }
             let spec = entry.map_or(ArgSpec::GENERIC, |(_, spec)| spec);
             let id = plan.functions.id_of(&mut ids, name);
+            let at_entry = entry_only.iter().any(|p| p.matches(name));
+            let entry_only_bit =
+                u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
             plan.probes.push(PlannedProbe {
                 library: library.clone(),
                 symbol: name.to_string(),
                 file_offset: function.file_offset,
-                cookie: spec.cookie(id),
+                cookie: spec.cookie(id) | entry_only_bit,
+                entry_only: at_entry,
             });
         }
     }
@@ -182,7 +194,7 @@ mod tests {
             "cuMemAlloc_v2",
             "helper",
         ]);
-        let plan = plan_probes(&lib, &["default".into()], &[]);
+        let plan = plan_probes(&lib, &["default".into()], &[], &[]);
         assert_eq!(
             symbols(&plan),
             vec![
@@ -211,6 +223,7 @@ mod tests {
             &lib,
             &["cu*".into(), "cuNotThere".into()],
             &["cuGetProcAddress*".into()],
+            &[],
         );
         assert_eq!(symbols(&plan), vec!["cuDeviceGetCount", "cuMemAlloc_v2"]);
         assert_eq!(plan.probes[0].cookie, ArgSpec::GENERIC.cookie(0));
@@ -220,10 +233,23 @@ mod tests {
     }
 
     #[test]
+    fn entry_only_functions_carry_the_bit_and_no_return_probe() {
+        let lib = library(&["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemAlloc_v2"]);
+        let plan = plan_probes(&lib, &["default".into()], &[], &["cuLaunchKernel*".into()]);
+        let bit = 1u64 << 52;
+        let flags: Vec<(bool, bool)> = plan
+            .probes
+            .iter()
+            .map(|p| (p.entry_only, p.cookie & bit != 0))
+            .collect();
+        assert_eq!(flags, [(true, true), (true, true), (false, false)]);
+    }
+
+    #[test]
     fn same_symbol_in_two_libraries_shares_an_id() {
         let mut libs = library(&["cuInit"]);
         libs.push((PathBuf::from("/other/libcuda.so.1"), libs[0].1.clone()));
-        let plan = plan_probes(&libs, &["default".into()], &[]);
+        let plan = plan_probes(&libs, &["default".into()], &[], &[]);
         assert_eq!(plan.probes.len(), 2);
         assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
         assert_eq!(plan.functions.len(), 1);

@@ -82,7 +82,12 @@ pub fn load<'obj>(
         let functions = exported_functions(library)?;
         exported.push((library.clone(), functions));
     }
-    let plan: ProbePlan = plan_probes(&exported, &config.functions, &config.exclude_functions);
+    let plan: ProbePlan = plan_probes(
+        &exported,
+        &config.functions,
+        &config.exclude_functions,
+        &config.entry_only,
+    );
     if !plan.missing.is_empty() {
         tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
     }
