@@ -97,13 +97,14 @@ impl MessageEncoder {
         batch: &RecordBatch,
         observed_ns: u64,
     ) -> Result<Vec<Message>, ArrowError> {
-        let time_ms = |row: usize| -> i64 {
+        // Looked up once per batch: the JSON encoding asks for it per event.
+        let times = {
             use arrow_array::cast::AsArray;
             batch
                 .column_by_name("time_ns")
-                .map(|c| c.as_primitive::<arrow_array::types::Int64Type>().value(row) / 1_000_000)
-                .unwrap_or(0)
+                .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>())
         };
+        let time_ms = |row: usize| -> i64 { times.map_or(0, |t| t.value(row) / 1_000_000) };
         let keys = RowKeys::new(&self.key, kind, batch);
         if self.encoding.per_event() {
             let mut rows = JsonRows::new(batch, None)?;
