@@ -5,8 +5,11 @@
 //! `cargo bench --bench load` runs every scenario (root and a BPF-capable kernel required).
 //! Under `cargo test` (no `--bench` flag) it runs one small scenario as a smoke test.
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "support/proc_stats.rs"]
 mod proc_stats;
+use fixtures::build_fixtures;
 use proc_stats::cpu_seconds;
 
 use std::io::{BufRead, BufReader};
@@ -34,19 +37,6 @@ struct Measured {
     seconds: f64,
     cpu_seconds: f64,
     peak_rss_kib: u64,
-}
-
-fn build_fixtures(out: &Path) {
-    let status = Command::new("make")
-        .args([
-            "-s",
-            "-C",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
-        ])
-        .arg(format!("OUT={}", out.display()))
-        .status()
-        .expect("make");
-    assert!(status.success(), "building the fixtures failed");
 }
 
 fn proc_field(pid: u32, file: &str, key: &str) -> u64 {

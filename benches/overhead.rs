@@ -11,27 +11,17 @@
 //! `cargo bench --bench overhead` (root; `make bench` installs bpftrace). Under `cargo test` it
 //! runs the gpuship latency scenario once, small, as a smoke test.
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "support/proc_stats.rs"]
 mod proc_stats;
+use fixtures::build_fixtures;
 use proc_stats::cpu_seconds;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn build_fixtures(out: &Path) {
-    let status = Command::new("make")
-        .args([
-            "-s",
-            "-C",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
-        ])
-        .arg(format!("OUT={}", out.display()))
-        .status()
-        .expect("make");
-    assert!(status.success(), "building the fixtures failed");
-}
 
 /// Runs the workload; returns its stdout.
 fn workload(fixtures: &Path, args: &[&str]) -> (String, f64) {

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tokio::runtime::Handle;
 
 use crate::encode::json::JsonRows;
-use crate::sink::{Sink, SinkError, SinkInput, SinkRun};
+use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
 /// `[[sinks]] type = "jsonl"`.
@@ -101,13 +101,7 @@ impl Sink for JsonlSink {
     fn run(self: Box<Self>, input: SinkInput) -> SinkRun {
         Box::pin(async move {
             let name = self.name.clone();
-            let handle = Handle::current();
-            tokio::task::spawn_blocking(move || self.run_blocking(handle, input))
-                .await
-                .map_err(|err| SinkError::Worker {
-                    sink: name,
-                    reason: err.to_string(),
-                })
+            run_blocking(name, move |handle| self.run_blocking(handle, input)).await
         })
     }
 }

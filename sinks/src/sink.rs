@@ -235,6 +235,22 @@ pub struct SinkInput {
 /// The future a sink's run returns.
 pub type SinkRun = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send>>;
 
+/// Runs the body of a sink that does blocking work (file I/O, encoding) on the runtime's
+/// blocking pool, handing it the runtime so it can await its queue; a panic in the body ends
+/// the sink with a [`SinkError::Worker`].
+pub async fn run_blocking(
+    sink: String,
+    body: impl FnOnce(tokio::runtime::Handle) + Send + 'static,
+) -> Result<(), SinkError> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || body(handle))
+        .await
+        .map_err(|err| SinkError::Worker {
+            sink,
+            reason: err.to_string(),
+        })
+}
+
 /// A destination for event batches.
 pub trait Sink: Send {
     /// Name used in logs and metrics (unique per agent).

@@ -172,21 +172,19 @@ impl Rotel {
             .arg("--debug-log-verbosity")
             .arg("detailed")
             .env("NO_COLOR", "1");
-        let peer = Peer::spawn(command, "rotel", grpc_port);
-        wait_for_port_only(http_port);
+        let mut peer = Peer::spawn(command, "rotel", grpc_port);
+        let log = peer.log.clone();
+        wait_for_port(
+            http_port,
+            peer.child.as_mut().expect("running"),
+            "rotel",
+            &log,
+        );
         Rotel {
             peer,
             grpc_port,
             http_port,
         }
-    }
-}
-
-fn wait_for_port_only(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

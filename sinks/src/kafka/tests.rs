@@ -14,7 +14,7 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::*;
 use crate::queue::{queue_with, BufferConfig, QueueOptions};
-use crate::sink::{DropReason, SinkStats};
+use crate::sink::SinkStats;
 use crate::spool::{Spool, SpoolConfig};
 use crate::test_support::{cuda_batch, identity, xid_batch_with, xid_record};
 
@@ -273,7 +273,7 @@ async fn a_leader_that_never_answers_leaves_everything_in_the_spool_at_shutdown(
     assert_eq!(spool.pending_events(EventKind::Cuda), 30);
     drop(spool);
     let run = run_sink(
-        config_for_replay(&cluster),
+        config(cluster.bootstrap_servers()),
         Vec::new(),
         Some(spool_dir.path()),
         Duration::from_secs(10),
@@ -283,9 +283,4 @@ async fn a_leader_that_never_answers_leaves_everything_in_the_spool_at_shutdown(
     assert_eq!(run.stats.delivered.get(EventKind::Cuda), 30);
     assert_eq!(run.stats.delivered.get(EventKind::Xid), 1);
     assert_eq!(run.stats.spool_pending(EventKind::Cuda), 0);
-    let _ = DropReason::ALL;
-}
-
-fn config_for_replay(cluster: &MockCluster<'static, DefaultProducerContext>) -> KafkaSinkConfig {
-    config(cluster.bootstrap_servers())
 }

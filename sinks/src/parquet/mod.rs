@@ -16,7 +16,7 @@ use tokio::runtime::Handle;
 pub use files::{FileError, FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
 
-use crate::sink::{Sink, SinkError, SinkInput, SinkRun};
+use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
 /// Column compression.
@@ -158,13 +158,7 @@ impl Sink for ParquetSink {
             if let Err(err) = std::fs::create_dir_all(&self.config.path) {
                 tracing::warn!(sink = %name, path = %self.config.path.display(), %err, "parquet root not available yet");
             }
-            let handle = Handle::current();
-            tokio::task::spawn_blocking(move || self.run_blocking(handle, input))
-                .await
-                .map_err(|err| SinkError::Worker {
-                    sink: name,
-                    reason: err.to_string(),
-                })
+            run_blocking(name, move |handle| self.run_blocking(handle, input)).await
         })
     }
 }
