@@ -241,10 +241,10 @@ async fn a_leader_that_never_answers_leaves_everything_in_the_spool_at_shutdown(
     let cluster = mock_cluster();
     cluster.broker_down(1).unwrap();
     let spool_dir = tempfile::tempdir().unwrap();
-    let mut config = config(cluster.bootstrap_servers());
-    config.delivery_timeout_secs = 60;
+    let mut patient = config(cluster.bootstrap_servers());
+    patient.delivery_timeout_secs = 60;
     let run = run_sink(
-        config,
+        patient,
         vec![
             xid_batch_with(&[xid_record(79, "0000:3b:00.0", "m")]),
             cuda_batch(30, 0),
