@@ -5,6 +5,7 @@
 //! reports every problem at once, not just the first.
 
 mod sinks;
+mod sources;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,10 @@ use gpuship_sinks::parquet::ParquetSinkConfig;
 use serde::Deserialize;
 
 pub use sinks::{CudaFilter, SinkConfig, SinkEntry, SinkOptions};
+pub use sources::{
+    CudaSourceConfig, DriverSourceConfig, KmsgStart, SourcesConfig, TracepointFields,
+    XidSourceConfig,
+};
 pub use validate::{ConfigError, Problem};
 
 /// The whole file, as parsed before sinks are typed: each `[[sinks]]` table keeps its span so
@@ -67,132 +72,6 @@ pub struct AgentConfig {
     /// At shutdown, how long sinks may deliver what they hold before the rest is spooled.
     #[serde(default = "defaults::shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
-}
-
-/// `[sources]`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct SourcesConfig {
-    /// `[sources.xid]`.
-    #[serde(default)]
-    pub xid: XidSourceConfig,
-    /// `[sources.cuda]`.
-    #[serde(default)]
-    pub cuda: CudaSourceConfig,
-    /// `[sources.driver]`.
-    #[serde(default)]
-    pub driver: DriverSourceConfig,
-}
-
-/// `[sources.driver]`: NVIDIA kernel-driver activity without kprobes.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DriverSourceConfig {
-    /// ioctls on NVIDIA device files, from the syscall tracepoints.
-    #[serde(default = "defaults::yes")]
-    pub ioctl: bool,
-    /// Character-device majors whose ioctls are kept; empty: every `nvidia*` major listed in
-    /// /proc/devices (nvidia, nvidia-uvm, nvidia-caps, ...).
-    #[serde(default)]
-    pub device_majors: Vec<u32>,
-    /// Driver functions timed with fentry/fexit (through the module's BTF), at most 8; `"a|b"`
-    /// tries `a`, then `b` (names change between driver versions). Off by default: some run
-    /// per interrupt.
-    #[serde(default)]
-    pub functions: Vec<String>,
-}
-
-/// Where in the kernel log reading starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum KmsgStart {
-    /// Only lines logged after the agent starts (default: a restart does not repeat rows).
-    #[default]
-    End,
-    /// Everything still in the kernel's log buffer.
-    Beginning,
-}
-
-/// `[sources.xid]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct XidSourceConfig {
-    /// Capture XIDs from the driver's tracepoint.
-    #[serde(default = "defaults::yes")]
-    pub tracepoint: bool,
-    /// `category:name` of the tracepoint.
-    #[serde(default = "defaults::xid_tracepoint")]
-    pub tracepoint_name: String,
-    /// Names of the record fields holding the bus id, the XID code and the message.
-    #[serde(default)]
-    pub tracepoint_fields: TracepointFields,
-    /// Capture XIDs from `NVRM: Xid` lines in the kernel log.
-    #[serde(default = "defaults::yes")]
-    pub kmsg: bool,
-    /// The kernel log device.
-    #[serde(default = "defaults::kmsg_path")]
-    pub kmsg_path: PathBuf,
-    /// Where reading the kernel log starts.
-    #[serde(default)]
-    pub kmsg_start: KmsgStart,
-    /// How long a report from one source waits for the same XID from the other.
-    #[serde(default = "defaults::reconcile_window_ms")]
-    pub reconcile_window_ms: u64,
-    /// XIDs on one GPU closer than this belong to one incident.
-    #[serde(default = "defaults::incident_window_secs")]
-    pub incident_window_secs: u64,
-    /// CUDA activity this recent attributes an XID to a process; failed calls this long after
-    /// an XID are linked to its incident.
-    #[serde(default = "defaults::attribution_window_secs")]
-    pub attribution_window_secs: u64,
-}
-
-/// Field names of the XID tracepoint record (the driver's names by default).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TracepointFields {
-    /// `__data_loc char[]` holding the PCI bus id.
-    #[serde(default = "defaults::field_dev")]
-    pub dev: String,
-    /// `u32` XID code.
-    #[serde(default = "defaults::field_error_code")]
-    pub error_code: String,
-    /// `__data_loc char[]` message.
-    #[serde(default = "defaults::field_msg")]
-    pub msg: String,
-}
-
-/// `[sources.cuda]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CudaSourceConfig {
-    /// Trace CUDA driver API calls.
-    #[serde(default = "defaults::yes")]
-    pub enabled: bool,
-    /// Paths of libcuda.so.1, or `"auto"` to search the usual places.
-    #[serde(default = "defaults::libraries")]
-    pub libraries: Vec<String>,
-    /// Functions to probe: exact names, globs (`"cu*"`), or `"default"` for the built-in set.
-    #[serde(default = "defaults::functions")]
-    pub functions: Vec<String>,
-    /// Globs never probed when a glob in `functions` matches them (hot, uninteresting getters).
-    #[serde(default = "defaults::exclude_functions")]
-    pub exclude_functions: Vec<String>,
-    /// Functions (names or globs) recorded at entry only: one probe instead of two, so about
-    /// half the cost per call, but no duration and no result (`result_name = NOT_CAPTURED`).
-    /// For the hottest calls, e.g. `["cuLaunchKernel*"]`.
-    #[serde(default)]
-    pub entry_only: Vec<String>,
-    /// How often the CUDA ring is drained when no wakeup comes, in milliseconds.
-    #[serde(default = "defaults::drain_interval_ms")]
-    pub drain_interval_ms: u64,
-    /// Size of the CUDA ring buffer in MiB (a power of two).
-    #[serde(default = "defaults::ring_size_mib")]
-    pub ring_size_mib: u32,
-    /// Attach with one uprobe_multi link per library where the kernel has them (Linux >= 6.6);
-    /// false attaches one probe per symbol (slower to attach and to detach).
-    #[serde(default = "defaults::yes")]
-    pub uprobe_multi: bool,
 }
 
 /// `[batch]`: when a batch of CUDA rows is handed to the sinks. XID rows never wait.

@@ -3,13 +3,13 @@
 //! `acks=all`) are ours and cannot be overridden through `librdkafka_options`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
+use super::security::{self, KafkaSasl, KafkaTls};
 use crate::encode::Encoding;
-use crate::secret::{SecretError, SecretSource};
+use crate::secret::SecretError;
 use crate::template::Template;
 
 /// Placeholders a topic template may use (constant per kind).
@@ -94,63 +94,6 @@ impl Default for KafkaBatch {
     }
 }
 
-/// `[sinks.tls]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaTls {
-    /// CA bundle to verify brokers with (default: the system's).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate, for mutual TLS.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// Client key, for mutual TLS.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    /// Password of an encrypted client key.
-    #[serde(default)]
-    pub key_password: Option<SecretSource>,
-    /// Check that the broker's certificate names the host connected to (default true).
-    #[serde(default = "defaults::yes")]
-    pub verify_hostname: bool,
-}
-
-/// SASL mechanisms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum SaslMechanism {
-    /// Username and password in the clear (use with TLS).
-    #[serde(rename = "PLAIN")]
-    Plain,
-    /// SCRAM with SHA-256.
-    #[serde(rename = "SCRAM-SHA-256")]
-    ScramSha256,
-    /// SCRAM with SHA-512.
-    #[serde(rename = "SCRAM-SHA-512")]
-    ScramSha512,
-}
-
-impl SaslMechanism {
-    fn as_librdkafka(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-        }
-    }
-}
-
-/// `[sinks.sasl]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaSasl {
-    /// Mechanism.
-    pub mechanism: SaslMechanism,
-    /// User name.
-    pub username: String,
-    /// Password: `{ env = "NAME" }` or `{ file = "/path" }`.
-    pub password: SecretSource,
-}
-
 /// `[[sinks]] type = "kafka"`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,9 +171,6 @@ mod defaults {
     }
     pub fn max_in_flight_kbytes() -> u64 {
         16 * 1024
-    }
-    pub fn yes() -> bool {
-        true
     }
 }
 
@@ -387,129 +327,11 @@ impl KafkaSinkConfig {
                 "queue.buffering.max.kbytes",
                 self.max_in_flight_kbytes.to_string(),
             );
-        let protocol = match (self.tls.is_some(), self.sasl.is_some()) {
-            (false, false) => "plaintext",
-            (true, false) => "ssl",
-            (false, true) => "sasl_plaintext",
-            (true, true) => "sasl_ssl",
-        };
-        config.set("security.protocol", protocol);
-        if let Some(tls) = &self.tls {
-            for (key, path) in [
-                ("ssl.ca.location", &tls.ca_file),
-                ("ssl.certificate.location", &tls.cert_file),
-                ("ssl.key.location", &tls.key_file),
-            ] {
-                if let Some(path) = path {
-                    config.set(key, path.display().to_string());
-                }
-            }
-            if let Some(password) = &tls.key_password {
-                config.set("ssl.key.password", password.resolve()?.expose());
-            }
-            config.set(
-                "ssl.endpoint.identification.algorithm",
-                if tls.verify_hostname { "https" } else { "none" },
-            );
-        }
-        if let Some(sasl) = &self.sasl {
-            config
-                .set("sasl.mechanism", sasl.mechanism.as_librdkafka())
-                .set("sasl.username", &sasl.username)
-                .set("sasl.password", sasl.password.resolve()?.expose());
-        }
+        security::apply(self.tls.as_ref(), self.sasl.as_ref(), &mut config)?;
         Ok(config)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> KafkaSinkConfig {
-        toml::from_str(text).unwrap()
-    }
-
-    #[test]
-    fn defaults_are_acknowledged_zstd_and_keyed_by_gpu() {
-        let config = parse("brokers = \"127.0.0.1:9092\"");
-        assert_eq!(config, KafkaSinkConfig::with_brokers("127.0.0.1:9092"));
-        assert!(config.problems().is_empty());
-        let client = config.client_config().unwrap();
-        for (key, value) in [
-            ("bootstrap.servers", "127.0.0.1:9092"),
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("compression.type", "zstd"),
-            ("linger.ms", "5"),
-            ("message.timeout.ms", "30000"),
-            ("security.protocol", "plaintext"),
-        ] {
-            assert_eq!(client.get(key), Some(value), "{key}");
-        }
-        assert_eq!(config.key, "{host}/{pci_bus_id}");
-        assert_eq!(config.topic, "gpuship.{kind}");
-    }
-
-    #[test]
-    fn every_problem_is_reported_with_its_key() {
-        let config = parse(
-            "brokers = \"\"\ntopic = \"gpu.{gpu}\"\nkey = \"{host\"\n\
-             [batch]\nmax_messages = 0\n\
-             [librdkafka_options]\nacks = \"1\"\n\"ssl.key.password\" = \"x\"\n\"client.id\" = \"me\"\n",
-        );
-        let problems = config.problems();
-        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "brokers",
-                "topic",
-                "key",
-                "batch.max_messages",
-                "librdkafka_options.\"acks\"",
-                "librdkafka_options.\"ssl.key.password\""
-            ]
-        );
-        assert_eq!(
-            problems[1].1,
-            "unknown placeholder {gpu}; known: kind, host"
-        );
-        assert_eq!(
-            problems[4].1,
-            "conflicts with gpuship's own setting: acknowledged delivery (always acks=all)"
-        );
-    }
-
-    #[test]
-    fn unknown_compression_is_a_parse_error() {
-        let err = toml::from_str::<KafkaSinkConfig>("brokers = \"b:1\"\ncompression = \"brotli\"")
-            .unwrap_err();
-        assert!(err.message().contains("unknown variant `brotli`"), "{err}");
-        assert!(err.message().contains("zstd"), "{err}");
-    }
-
-    #[test]
-    fn sasl_and_tls_become_librdkafka_settings_with_secrets_from_the_environment() {
-        std::env::set_var("GPUSHIP_TEST_KAFKA_PW", "pa55");
-        let config = parse(
-            "brokers = \"b:9093\"\n[tls]\nca_file = \"/etc/ca.pem\"\n\
-             [sasl]\nmechanism = \"SCRAM-SHA-512\"\nusername = \"gpu\"\npassword = { env = \"GPUSHIP_TEST_KAFKA_PW\" }\n",
-        );
-        assert!(config.problems().is_empty());
-        assert!(!format!("{config:?}").contains("pa55"));
-        let client = config.client_config().unwrap();
-        assert_eq!(client.get("security.protocol"), Some("sasl_ssl"));
-        assert_eq!(client.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
-        assert_eq!(client.get("sasl.password"), Some("pa55"));
-        assert_eq!(client.get("ssl.ca.location"), Some("/etc/ca.pem"));
-        assert_eq!(
-            client.get("ssl.endpoint.identification.algorithm"),
-            Some("https")
-        );
-        let inline = toml::from_str::<KafkaSinkConfig>(
-            "brokers = \"b:1\"\n[sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"inline\"",
-        );
-        assert!(inline.is_err(), "an inline password must not parse");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

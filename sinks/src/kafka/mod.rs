@@ -12,6 +12,7 @@
 pub mod config;
 pub mod delivery;
 pub mod messages;
+pub mod security;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! OpenTelemetry logs: the OTLP sink (gRPC or HTTP to a collector) and the event mapping it
 //! shares with the Kafka `otlp_proto` encoding.
 
+pub mod attributes;
 pub mod config;
 pub mod mapping;
 pub mod sink;

@@ -5,6 +5,9 @@
 //! `bpf/cuda.bpf.c`) and is drained every `drain_interval_ms` or when it fills past its
 //! threshold. At stop the probes are detached first, then the rings are drained to the last
 //! record, so that what the kernel emitted and what the agent received can be compared exactly.
+//! `records` turns each ring record into rows and batches.
+
+mod records;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 
@@ -21,12 +24,14 @@ use crate::accounting::Ring;
 use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
 use crate::config::{BatchConfig, CudaSourceConfig, DriverSourceConfig, XidSourceConfig};
-use crate::decode::{c_chars, cuda_event, driver_row, Decoder};
+use crate::decode::Decoder;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::driver::{self, devices::DeviceNames};
 use crate::sources::xid_tracepoint;
 use crate::summary::{CallTally, RunSummary};
+
+use records::{hand_on, on_cuda_record, on_driver_record, on_xid_record, State};
 
 /// What to load.
 #[derive(Debug, Clone)]
@@ -80,23 +85,6 @@ pub fn spawn(
         })
         .expect("spawning the consumer thread");
     (handle, ready_rx)
-}
-
-struct State {
-    decoder: Decoder,
-    cuda: CudaBatcher,
-    summary: RunSummary,
-    calls: CallTally,
-    /// Driver rows waiting for a batch.
-    driver: DriverBatcher,
-    /// Device names by number.
-    devices: DeviceNames,
-    /// What each fentry slot times.
-    slot_functions: Vec<Option<String>>,
-    /// Processes seen making calls since the last hand-on: pid -> latest call time.
-    active: HashMap<i32, i64>,
-    /// The pid and time last written to `active` (most rows repeat them).
-    last_active: (i32, i64),
 }
 
 fn run(
@@ -321,121 +309,4 @@ fn run(
     }
     tracing::info!("consumer drained all rings");
     Ok(())
-}
-
-fn on_xid_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
-    let accounting = &context.accounting;
-    accounting.xid_ring.received.fetch_add(1, Ordering::Relaxed);
-    let decoded = state.borrow().decoder.xid_record(raw);
-    match decoded {
-        // Reconciled, annotated, logged and sent by the XID stage.
-        Ok(record) => context.xid.report(record),
-        Err(err) => {
-            accounting
-                .xid_ring
-                .decode_errors
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::error!(%err, len = raw.len(), "malformed XID record skipped");
-        }
-    }
-}
-
-fn on_driver_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
-    let accounting = &context.accounting;
-    accounting
-        .driver_ring
-        .received
-        .fetch_add(1, Ordering::Relaxed);
-    let mut state = state.borrow_mut();
-    let state = &mut *state;
-    match driver_row(
-        raw,
-        &context.clocks,
-        &state.slot_functions,
-        &mut state.devices,
-    ) {
-        Ok(row) => {
-            if let Some(batch) = state.driver.push(row) {
-                accounting.batched.add(batch.kind, batch.len() as u64);
-                context.fanout.send_blocking(batch);
-            }
-        }
-        Err(err) => {
-            accounting
-                .driver_ring
-                .decode_errors
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%err, len = raw.len(), "malformed driver record skipped");
-        }
-    }
-}
-
-/// How stale a process's latest-call time may get before it is refreshed.
-const ACTIVITY_RESOLUTION_NS: i64 = 100_000_000;
-
-#[inline]
-fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
-    let accounting = &context.accounting;
-    accounting
-        .cuda_ring
-        .received
-        .fetch_add(1, Ordering::Relaxed);
-    let mut state = state.borrow_mut();
-    let state = &mut *state;
-    let decoded = cuda_event(raw).and_then(|event| {
-        let comm = c_chars(&event.comm);
-        let row = state.decoder.cuda_row(&event, &comm)?;
-        state.calls.record(event.function_id, &row);
-        let (last_pid, last_time) = state.last_active;
-        if row.pid != last_pid || row.time_ns - last_time > ACTIVITY_RESOLUTION_NS {
-            state.active.insert(row.pid, row.time_ns);
-            state.last_active = (row.pid, row.time_ns);
-        }
-        // A failed call of a process an XID incident affected carries the incident.
-        if row.result != 0 {
-            let incident = context.xid.links.incident_for(row.pid, row.time_ns);
-            return Ok(state.cuda.push_linked(&row, incident.as_deref()));
-        }
-        Ok(state.cuda.push(&row))
-    });
-    match decoded {
-        Ok(Some(batch)) => {
-            accounting.batched.add(batch.kind, batch.len() as u64);
-            context.fanout.send_blocking(batch);
-        }
-        Ok(None) => {}
-        Err(err) => {
-            accounting
-                .cuda_ring
-                .decode_errors
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%err, len = raw.len(), "malformed CUDA record skipped");
-        }
-    }
-}
-
-/// Sends CUDA rows that are due (or all of them when `all`), and tells the XID stage which
-/// processes made calls.
-fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
-    let cuda = {
-        let mut state = state.borrow_mut();
-        if !state.active.is_empty() {
-            context.xid.activity.record(state.active.drain());
-            state.last_active = (0, 0);
-        }
-        let driver = state.driver.flush_if_due(Instant::now(), all);
-        let cuda = if all {
-            state.cuda.flush()
-        } else {
-            state.cuda.flush_if_due(Instant::now())
-        };
-        [cuda, driver]
-    };
-    for batch in cuda.into_iter().flatten() {
-        context
-            .accounting
-            .batched
-            .add(batch.kind, batch.len() as u64);
-        context.fanout.send_blocking(batch);
-    }
 }

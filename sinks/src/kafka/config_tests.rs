@@ -1,0 +1,90 @@
+//! Tests of the Kafka sink's configuration.
+
+use super::*;
+
+fn parse(text: &str) -> KafkaSinkConfig {
+    toml::from_str(text).unwrap()
+}
+
+#[test]
+fn defaults_are_acknowledged_zstd_and_keyed_by_gpu() {
+    let config = parse("brokers = \"127.0.0.1:9092\"");
+    assert_eq!(config, KafkaSinkConfig::with_brokers("127.0.0.1:9092"));
+    assert!(config.problems().is_empty());
+    let client = config.client_config().unwrap();
+    for (key, value) in [
+        ("bootstrap.servers", "127.0.0.1:9092"),
+        ("enable.idempotence", "true"),
+        ("acks", "all"),
+        ("compression.type", "zstd"),
+        ("linger.ms", "5"),
+        ("message.timeout.ms", "30000"),
+        ("security.protocol", "plaintext"),
+    ] {
+        assert_eq!(client.get(key), Some(value), "{key}");
+    }
+    assert_eq!(config.key, "{host}/{pci_bus_id}");
+    assert_eq!(config.topic, "gpuship.{kind}");
+}
+
+#[test]
+fn every_problem_is_reported_with_its_key() {
+    let config = parse(
+        "brokers = \"\"\ntopic = \"gpu.{gpu}\"\nkey = \"{host\"\n\
+         [batch]\nmax_messages = 0\n\
+         [librdkafka_options]\nacks = \"1\"\n\"ssl.key.password\" = \"x\"\n\"client.id\" = \"me\"\n",
+    );
+    let problems = config.problems();
+    let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "brokers",
+            "topic",
+            "key",
+            "batch.max_messages",
+            "librdkafka_options.\"acks\"",
+            "librdkafka_options.\"ssl.key.password\""
+        ]
+    );
+    assert_eq!(
+        problems[1].1,
+        "unknown placeholder {gpu}; known: kind, host"
+    );
+    assert_eq!(
+        problems[4].1,
+        "conflicts with gpuship's own setting: acknowledged delivery (always acks=all)"
+    );
+}
+
+#[test]
+fn unknown_compression_is_a_parse_error() {
+    let err = toml::from_str::<KafkaSinkConfig>("brokers = \"b:1\"\ncompression = \"brotli\"")
+        .unwrap_err();
+    assert!(err.message().contains("unknown variant `brotli`"), "{err}");
+    assert!(err.message().contains("zstd"), "{err}");
+}
+
+#[test]
+fn sasl_and_tls_become_librdkafka_settings_with_secrets_from_the_environment() {
+    std::env::set_var("GPUSHIP_TEST_KAFKA_PW", "pa55");
+    let config = parse(
+        "brokers = \"b:9093\"\n[tls]\nca_file = \"/etc/ca.pem\"\n\
+         [sasl]\nmechanism = \"SCRAM-SHA-512\"\nusername = \"gpu\"\npassword = { env = \"GPUSHIP_TEST_KAFKA_PW\" }\n",
+    );
+    assert!(config.problems().is_empty());
+    assert!(!format!("{config:?}").contains("pa55"));
+    let client = config.client_config().unwrap();
+    assert_eq!(client.get("security.protocol"), Some("sasl_ssl"));
+    assert_eq!(client.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+    assert_eq!(client.get("sasl.password"), Some("pa55"));
+    assert_eq!(client.get("ssl.ca.location"), Some("/etc/ca.pem"));
+    assert_eq!(
+        client.get("ssl.endpoint.identification.algorithm"),
+        Some("https")
+    );
+    let inline = toml::from_str::<KafkaSinkConfig>(
+        "brokers = \"b:1\"\n[sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"inline\"",
+    );
+    assert!(inline.is_err(), "an inline password must not parse");
+}

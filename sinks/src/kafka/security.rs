@@ -1,0 +1,110 @@
+//! `[sinks.tls]` and `[sinks.sasl]` of the Kafka sink, and the librdkafka settings they become
+//! (secrets read at that moment, never stored in the config).
+
+use std::path::PathBuf;
+
+use rdkafka::ClientConfig;
+use serde::Deserialize;
+
+use crate::secret::{SecretError, SecretSource};
+
+fn yes() -> bool {
+    true
+}
+
+/// `[sinks.tls]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaTls {
+    /// CA bundle to verify brokers with (default: the system's).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate, for mutual TLS.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// Client key, for mutual TLS.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Password of an encrypted client key.
+    #[serde(default)]
+    pub key_password: Option<SecretSource>,
+    /// Check that the broker's certificate names the host connected to (default true).
+    #[serde(default = "yes")]
+    pub verify_hostname: bool,
+}
+
+/// SASL mechanisms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum SaslMechanism {
+    /// Username and password in the clear (use with TLS).
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// SCRAM with SHA-256.
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// SCRAM with SHA-512.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    fn as_librdkafka(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// `[sinks.sasl]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSasl {
+    /// Mechanism.
+    pub mechanism: SaslMechanism,
+    /// User name.
+    pub username: String,
+    /// Password: `{ env = "NAME" }` or `{ file = "/path" }`.
+    pub password: SecretSource,
+}
+
+/// Sets `security.protocol` and the TLS and SASL properties on `config`.
+pub fn apply(
+    tls: Option<&KafkaTls>,
+    sasl: Option<&KafkaSasl>,
+    config: &mut ClientConfig,
+) -> Result<(), SecretError> {
+    let protocol = match (tls.is_some(), sasl.is_some()) {
+        (false, false) => "plaintext",
+        (true, false) => "ssl",
+        (false, true) => "sasl_plaintext",
+        (true, true) => "sasl_ssl",
+    };
+    config.set("security.protocol", protocol);
+    if let Some(tls) = tls {
+        for (key, path) in [
+            ("ssl.ca.location", &tls.ca_file),
+            ("ssl.certificate.location", &tls.cert_file),
+            ("ssl.key.location", &tls.key_file),
+        ] {
+            if let Some(path) = path {
+                config.set(key, path.display().to_string());
+            }
+        }
+        if let Some(password) = &tls.key_password {
+            config.set("ssl.key.password", password.resolve()?.expose());
+        }
+        config.set(
+            "ssl.endpoint.identification.algorithm",
+            if tls.verify_hostname { "https" } else { "none" },
+        );
+    }
+    if let Some(sasl) = sasl {
+        config
+            .set("sasl.mechanism", sasl.mechanism.as_librdkafka())
+            .set("sasl.username", &sasl.username)
+            .set("sasl.password", sasl.password.resolve()?.expose());
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! Which column becomes which OpenTelemetry attribute, per event kind: semantic-convention
+//! names where they exist, gpuship's own under `gpu.*` and `cuda.*` (docs/otlp.md).
+
+use opentelemetry_semantic_conventions::attribute as semconv;
+
+use crate::EventKind;
+
+/// Column -> attribute name, per kind. Columns not listed here (`time`, `time_ns`, `host`,
+/// `boot_id`) go into the timestamp and the resource instead.
+pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        EventKind::Xid => &[
+            ("code", "gpu.xid.code"),
+            ("pci_bus_id", "gpu.pci_bus_id"),
+            ("gpu_uuid", semconv::HW_ID),
+            ("gpu_model", semconv::HW_MODEL),
+            ("gpu_index", "gpu.index"),
+            ("message", "gpu.xid.message"),
+            ("source", "gpu.xid.source"),
+            ("pid", semconv::PROCESS_PID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("reporter_pid", "gpu.xid.reporter.pid"),
+            ("reporter_comm", "gpu.xid.reporter.name"),
+            ("kmsg_seq", "gpu.xid.kmsg_seq"),
+            ("message_truncated", "gpu.xid.message_truncated"),
+            ("xid_name", "gpu.xid.name"),
+            ("category", "gpu.xid.category"),
+            ("severity", "gpu.xid.severity"),
+            ("action", "gpu.xid.action"),
+            ("catalog_version", "gpu.xid.catalog_version"),
+            ("incident_id", "gpu.xid.incident_id"),
+            ("root_candidate", "gpu.xid.root_candidate"),
+            ("attribution", "gpu.xid.attribution"),
+            ("affected_pids", "gpu.xid.affected_pids"),
+            ("container_id", semconv::CONTAINER_ID),
+            ("pod_uid", "k8s.pod.uid"),
+            ("driver_version", "gpu.driver.version"),
+            ("fault_engine", "gpu.xid.fault.engine"),
+            ("fault_address", "gpu.xid.fault.address"),
+            ("fault_type", "gpu.xid.fault.type"),
+            ("fault_access", "gpu.xid.fault.access"),
+            ("channel", "gpu.xid.channel"),
+            ("ecc_location", "gpu.xid.ecc.location"),
+            ("recovery_action", "gpu.xid.recovery_action"),
+            ("gsp_function", "gpu.xid.gsp.function"),
+            ("mig_gpu_instance", "gpu.mig.gpu_instance"),
+            ("mig_compute_instance", "gpu.mig.compute_instance"),
+            ("caused_by_xid", "gpu.xid.caused_by"),
+        ],
+        EventKind::Cuda => &[
+            ("pid", semconv::PROCESS_PID),
+            ("tid", semconv::THREAD_ID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("function", "cuda.function"),
+            ("duration_ns", "cuda.duration_ns"),
+            ("result", "cuda.result"),
+            ("result_name", "cuda.result_name"),
+            ("bytes", "cuda.bytes"),
+            ("device_ptr", "cuda.device_ptr"),
+            ("stream", "cuda.stream"),
+            ("grid_x", "cuda.grid.x"),
+            ("grid_y", "cuda.grid.y"),
+            ("grid_z", "cuda.grid.z"),
+            ("block_x", "cuda.block.x"),
+            ("block_y", "cuda.block.y"),
+            ("block_z", "cuda.block.z"),
+            ("shared_mem_bytes", "cuda.shared_mem_bytes"),
+            ("incident_id", "gpu.xid.incident_id"),
+        ],
+        EventKind::Driver => &[
+            ("pid", semconv::PROCESS_PID),
+            ("tid", semconv::THREAD_ID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("hook", "gpu.driver.hook"),
+            ("device", "gpu.driver.device"),
+            ("request", "gpu.driver.ioctl.request"),
+            ("request_name", "gpu.driver.ioctl.name"),
+            ("request_size", "gpu.driver.ioctl.size"),
+            ("duration_ns", "gpu.driver.duration_ns"),
+            ("result", "gpu.driver.result"),
+        ],
+    }
+}
