@@ -229,22 +229,18 @@ fn driver_checks(config: &Config) -> Vec<Check> {
             ..driver_config.clone()
         };
         let mut storage = MaybeUninit::uninit();
+        let detail = |statuses: &[driver::HookStatus]| {
+            statuses
+                .first()
+                .map(|s| s.detail.clone())
+                .unwrap_or_default()
+        };
         checks.push(match driver::load(&mut storage, &only_ioctl) {
-            Ok((Some(_), statuses)) => Check::pass(
-                "driver_ioctl",
-                required,
-                statuses
-                    .first()
-                    .map(|s| s.detail.clone())
-                    .unwrap_or_default(),
-            ),
+            Ok((Some(_), statuses)) => Check::pass("driver_ioctl", required, detail(&statuses)),
             Ok((None, statuses)) => Check::fail(
                 "driver_ioctl",
                 required,
-                statuses
-                    .first()
-                    .map(|s| s.detail.clone())
-                    .unwrap_or_default(),
+                detail(&statuses),
                 "load the NVIDIA driver (nvidia, nvidia-uvm modules), or set sources.driver.device_majors",
             ),
             Err(err) => Check::fail(
@@ -267,26 +263,15 @@ fn driver_checks(config: &Config) -> Vec<Check> {
         .chain(candidates.map(|c| (c.to_string(), false)))
         .collect();
     for (spec, required) in specs {
-        let mut reasons = Vec::new();
-        let mut attached = None;
-        for function in spec.split('|').map(str::trim) {
-            match driver::try_function(function) {
-                Ok(()) => {
-                    attached = Some(function.to_string());
-                    break;
-                }
-                Err(reason) => reasons.push(reason),
-            }
-        }
         let probe = format!("driver:{spec}");
-        checks.push(match attached {
-            Some(function) => {
+        checks.push(match driver::resolve_spec(&spec) {
+            Ok(function) => {
                 Check::pass(probe, required, format!("fentry/fexit on {function} attach"))
             }
-            None => Check::fail(
+            Err(reasons) => Check::fail(
                 probe,
                 required,
-                reasons.join("; "),
+                reasons,
                 "load the NVIDIA modules; name this driver version's function (use \"a|b\" fallbacks); kprobes are not needed",
             ),
         });

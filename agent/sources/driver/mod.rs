@@ -133,6 +133,19 @@ pub fn lockdown_mode() -> Option<String> {
     Some(text[start..end].to_string())
 }
 
+/// The first alternative of `spec` (`"a|b"`) that can be traced here, or every reason why none
+/// can, joined.
+pub fn resolve_spec(spec: &str) -> Result<String, String> {
+    let mut reasons = Vec::new();
+    for candidate in spec.split('|').map(str::trim) {
+        match try_function(candidate) {
+            Ok(()) => return Ok(candidate.to_string()),
+            Err(reason) => reasons.push(reason),
+        }
+    }
+    Err(reasons.join("; "))
+}
+
 /// Turns libbpf's load error into a reason a person can act on, using /proc/kallsyms to tell
 /// an absent symbol from one the kernel cannot trace.
 fn explain_load_error(function: &str, error: &str) -> String {
@@ -180,28 +193,13 @@ pub fn load<'obj>(
     // Slot targets: the first alternative of each spec that can be traced here.
     let mut slot_functions: Vec<Option<String>> = vec![None; SLOTS];
     for (slot, spec) in config.functions.iter().take(SLOTS).enumerate() {
-        let mut reasons = Vec::new();
-        for candidate in spec.split('|').map(str::trim) {
-            match try_function(candidate) {
-                Ok(()) => {
-                    slot_functions[slot] = Some(candidate.to_string());
-                    break;
-                }
-                Err(reason) => reasons.push(reason),
-            }
-        }
-        statuses.push(match &slot_functions[slot] {
-            Some(function) => HookStatus {
-                hook: spec.clone(),
-                attached: true,
-                detail: function.clone(),
-            },
-            None => HookStatus {
-                hook: spec.clone(),
-                attached: false,
-                detail: reasons.join("; "),
-            },
+        let resolved = resolve_spec(spec);
+        statuses.push(HookStatus {
+            hook: spec.clone(),
+            attached: resolved.is_ok(),
+            detail: resolved.clone().unwrap_or_else(|reasons| reasons),
         });
+        slot_functions[slot] = resolved.ok();
     }
     if !ioctl && slot_functions.iter().all(Option::is_none) {
         return Ok((None, statuses));
