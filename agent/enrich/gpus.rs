@@ -78,6 +78,28 @@ impl GpuDirectory {
     }
 }
 
+/// The driver version from `/proc/driver/nvidia/version` (`NVRM version: ... 580.159.04 ...`),
+/// or from a GPU's `GPU Firmware:` line.
+pub fn driver_version(nvidia_proc_dir: &std::path::Path) -> Option<String> {
+    let version_file = nvidia_proc_dir.parent()?.join("version");
+    if let Ok(text) = std::fs::read_to_string(version_file) {
+        let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+        return line
+            .split_whitespace()
+            .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+            .map(str::to_string);
+    }
+    std::fs::read_dir(nvidia_proc_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .find_map(|gpu| {
+            let text = std::fs::read_to_string(gpu.path().join("information")).ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("GPU Firmware:"))
+                .map(|v| v.trim().to_string())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +140,28 @@ mod tests {
     #[test]
     fn missing_directory_is_empty() {
         assert!(GpuDirectory::load(Path::new("/nonexistent/gpus")).is_empty());
+    }
+
+    #[test]
+    fn driver_version_from_the_version_file_or_a_gpu() {
+        let root = tempfile::tempdir().unwrap();
+        let gpus = root.path().join("gpus");
+        std::fs::create_dir_all(gpus.join("0000:00:06.0")).unwrap();
+        std::fs::write(
+            gpus.join("0000:00:06.0/information"),
+            "Model: \t H100\nGPU Firmware: \t 580.159.04\n",
+        )
+        .unwrap();
+        assert_eq!(driver_version(&gpus).as_deref(), Some("580.159.04"));
+        std::fs::write(
+            root.path().join("version"),
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16-I3-A03-5-1)  Thu Sep  4 00:00:00 UTC 2025\nGCC version:  gcc version 13.3.0\n",
+        )
+        .unwrap();
+        assert_eq!(driver_version(&gpus).as_deref(), Some("580.159.04"));
+        assert_eq!(
+            driver_version(std::path::Path::new("/nonexistent/gpus")),
+            None
+        );
     }
 }

@@ -7,5 +7,5 @@ mod gpus;
 mod host;
 
 pub use clock::Clocks;
-pub use gpus::GpuDirectory;
+pub use gpus::{driver_version, GpuDirectory};
 pub use host::{host_identity, kernel_release, machine_id};

@@ -19,14 +19,14 @@ use crate::accounting::{Accounting, Snapshot};
 use crate::capture::CaptureContext;
 use crate::config::Config;
 use crate::consumer::{self, ConsumerSettings, SourceStatus};
-use crate::enrich::{host_identity, machine_id, Clocks, GpuDirectory};
+use crate::enrich::{driver_version, host_identity, machine_id, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::metrics::{self, Health};
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
 use crate::sources::{kmsg, tracefs};
 use crate::summary::RunSummary;
 use crate::xid::attribution::Attributor;
-use crate::xid::stage::driver_version;
+
 use crate::xid::{XidStage, XidStageSettings};
 
 pub use privileges::{can_trace, effective_capabilities};
