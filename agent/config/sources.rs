@@ -113,7 +113,9 @@ pub struct CudaSourceConfig {
     /// Functions to probe: exact names, globs (`"cu*"`), or `"default"` for the built-in set.
     #[serde(default = "defaults::functions")]
     pub functions: Vec<String>,
-    /// Globs never probed when a glob in `functions` matches them (hot, uninteresting getters).
+    /// Globs never probed when `"default"` or a glob in `functions` selects them (hot,
+    /// uninteresting getters; `"cuLaunchKernel*"` here turns launch tracing off). A function
+    /// named exactly in `functions` is always probed. Setting this replaces the built-in list.
     #[serde(default = "defaults::exclude_functions")]
     pub exclude_functions: Vec<String>,
     /// Functions (names or globs) recorded at entry only: one probe instead of two, so about

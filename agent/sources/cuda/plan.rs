@@ -76,7 +76,8 @@ pub struct ProbePlan {
 }
 
 /// Plans probes for `libraries` (each with its exported functions) given the configured
-/// `functions` (names, globs, `"default"`) and `exclude` globs (applied to glob matches).
+/// `functions` (names, globs, `"default"`) and `exclude` globs (applied to what `"default"` and
+/// globs select; a function named exactly is always probed).
 pub fn plan_probes(
     libraries: &[(PathBuf, Vec<ExportedFunction>)],
     functions: &[String],
@@ -110,10 +111,18 @@ pub fn plan_probes(
         for function in exported.iter().filter(|f| f.name.starts_with("cu")) {
             let name = function.name.as_str();
             let entry = default_entry(name);
-            let selected_default = want_default && entry.is_some();
+            let is_excluded = excluded.iter().any(|p| p.matches(name));
+            if is_excluded {
+                // Left out on purpose: not reported as missing either.
+                if let Some(i) = entry
+                    .and_then(|(base, _)| DEFAULT_FUNCTIONS.iter().position(|(n, _)| *n == base))
+                {
+                    found_default[i] = true;
+                }
+            }
+            let selected_default = want_default && entry.is_some() && !is_excluded;
             let exact_index = exact.iter().position(|e| *e == name);
-            let selected_glob = patterns.iter().any(|p| p.matches(name))
-                && !excluded.iter().any(|p| p.matches(name));
+            let selected_glob = patterns.iter().any(|p| p.matches(name)) && !is_excluded;
             if !(selected_default || exact_index.is_some() || selected_glob) {
                 continue;
             }
@@ -230,6 +239,26 @@ mod tests {
         // Known functions keep their decoded arguments when a glob selects them.
         assert_ne!(plan.probes[1].cookie, ArgSpec::GENERIC.cookie(1));
         assert_eq!(plan.missing, vec!["cuNotThere".to_string()]);
+    }
+
+    #[test]
+    fn exclusions_also_remove_default_functions_but_not_exact_names() {
+        let lib = library(&[
+            "cuLaunchKernel",
+            "cuLaunchKernel_ptsz",
+            "cuLaunchKernelEx",
+            "cuMemAlloc_v2",
+        ]);
+        let plan = plan_probes(&lib, &["default".into()], &["cuLaunchKernel*".into()], &[]);
+        assert_eq!(symbols(&plan), vec!["cuMemAlloc_v2"]);
+        assert!(!plan.missing.iter().any(|m| m.starts_with("cuLaunch")));
+        let named = plan_probes(
+            &lib,
+            &["default".into(), "cuLaunchKernel".into()],
+            &["cuLaunchKernel*".into()],
+            &[],
+        );
+        assert_eq!(symbols(&named), vec!["cuLaunchKernel", "cuMemAlloc_v2"]);
     }
 
     #[test]
