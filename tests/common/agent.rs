@@ -33,6 +33,11 @@ pub fn binary() -> &'static str {
 impl Agent {
     /// Starts `gpuship run --config <config> <extra>` and waits until it logs "capture started".
     pub fn start(config: &str, extra: &[&str]) -> Agent {
+        Self::start_with_env(config, extra, &[])
+    }
+
+    /// [`Agent::start`] with extra environment variables (credentials, ...).
+    pub fn start_with_env(config: &str, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let dir = tempfile::tempdir().expect("tempdir");
         let config_path = dir.path().join("gpuship.toml");
         // Parallel tests must not fight over the default metrics port.
@@ -63,6 +68,7 @@ impl Agent {
             .args(extra)
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("starting gpuship");
@@ -222,7 +228,11 @@ impl Stopped {
         assert_eq!(ring["inflight_full"], 0, "{}", self.outcome);
         assert_eq!(ring["emitted"], ring["received"], "{}", self.outcome);
         assert_eq!(ring["pending_in_ring"], 0, "{}", self.outcome);
-        assert_eq!(sink["delivered"], sink["received"], "{}", self.outcome);
+        assert_eq!(
+            sink["delivered"], sink["received"],
+            "{}\n{}",
+            self.outcome, self.log
+        );
         assert_eq!(sink["in_flight"], 0, "{}", self.outcome);
         assert_eq!(sink["failed"], 0, "{}", self.outcome);
         assert_eq!(sink["dropped"], 0, "{}", self.outcome);

@@ -58,8 +58,29 @@ pub fn python() -> PathBuf {
 
 /// Runs `sql` in DuckDB and returns the rows as JSON arrays of strings.
 pub fn duckdb(sql: &str) -> Vec<Vec<String>> {
+    duckdb_with_setup(&[], sql)
+}
+
+/// Runs `sql` in DuckDB reading `s3://` from the S3-compatible server at `endpoint`
+/// (`127.0.0.1:PORT`, plain HTTP, path-style), with the httpfs extension from the test
+/// environment's `duckdb-extension-httpfs` wheel (nothing is downloaded).
+pub fn duckdb_s3(endpoint: &str, sql: &str) -> Vec<Vec<String>> {
+    let secret = format!(
+        "CREATE SECRET (TYPE s3, KEY_ID 'test', SECRET 'test', REGION 'us-east-1', \
+         ENDPOINT '{endpoint}', USE_SSL false, URL_STYLE 'path')"
+    );
+    duckdb_with_setup(&["LOAD_HTTPFS", &secret], sql)
+}
+
+fn duckdb_with_setup(setup: &[&str], sql: &str) -> Vec<Vec<String>> {
     let script = r#"
-import duckdb, json, sys
+import duckdb, glob, json, os, sys
+for statement in json.loads(sys.argv[2]):
+    if statement == "LOAD_HTTPFS":
+        import duckdb_extension_httpfs
+        root = os.path.dirname(duckdb_extension_httpfs.__file__)
+        statement = "LOAD '%s'" % glob.glob(root + "/extensions/*/httpfs.duckdb_extension")[0]
+    duckdb.execute(statement)
 rows = duckdb.sql(sys.argv[1]).fetchall()
 print(json.dumps([[None if v is None else str(v) for v in row] for row in rows]))
 "#;
@@ -67,6 +88,7 @@ print(json.dumps([[None if v is None else str(v) for v in row] for row in rows])
         .arg("-c")
         .arg(script)
         .arg(sql)
+        .arg(serde_json::to_string(setup).expect("setup JSON"))
         .output()
         .expect("running duckdb");
     assert!(

@@ -1,6 +1,6 @@
 //! Real peers the sink tests talk to, started from the test environment (`make testenv`) on
-//! free loopback ports and stopped by pid: tansu (a Kafka-compatible broker) and rotel (an
-//! OpenTelemetry collector).
+//! free loopback ports and stopped by pid: tansu (a Kafka-compatible broker), rotel (an
+//! OpenTelemetry collector) and moto (an S3-compatible object store).
 
 use std::fs::File;
 use std::net::{TcpListener, TcpStream};
@@ -293,4 +293,65 @@ pub fn parse_records(text: &str) -> Vec<PrintedRecord> {
     }
     records.extend(current);
     records
+}
+
+/// moto's S3-compatible server (in memory; any credentials are accepted).
+pub struct Moto {
+    /// The process.
+    pub peer: Peer,
+    /// Its port.
+    pub port: u16,
+}
+
+impl Moto {
+    /// Starts a server on `port` (0 picks a free one).
+    pub fn start(port: u16) -> Moto {
+        let port = if port == 0 { free_port() } else { port };
+        let binary = super::repo_root().join("target/testenv/bin/moto_server");
+        assert!(
+            binary.exists(),
+            "{} is missing: run `make testenv` (make test does)",
+            binary.display()
+        );
+        let mut command = Command::new(binary);
+        command
+            .arg("-H")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(port.to_string());
+        Moto {
+            peer: Peer::spawn(command, "moto_server", port),
+            port,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Creates `bucket` (S3 CreateBucket: `PUT /<bucket>`).
+    pub fn create_bucket(&self, bucket: &str) {
+        let (status, body) = super::metrics::http(
+            &format!("127.0.0.1:{}", self.port),
+            &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(status, 200, "creating bucket {bucket}: {body}");
+    }
+
+    /// Keys of every object in `bucket` (S3 ListObjectsV2, first 1,000).
+    pub fn keys(&self, bucket: &str) -> Vec<String> {
+        let (status, body) = super::metrics::http(
+            &format!("127.0.0.1:{}", self.port),
+            &format!("GET /{bucket}?list-type=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(status, 200, "listing {bucket}: {body}");
+        let mut keys: Vec<String> = body
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|part| part.split_once("</Key>").map(|(key, _)| key.to_string()))
+            .collect();
+        keys.sort();
+        keys
+    }
 }

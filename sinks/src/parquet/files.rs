@@ -1,19 +1,15 @@
 //! Open Parquet files, one per (kind, hour partition), with rotation and atomic finalize.
 //!
 //! A file is encoded in memory (row groups close at `row_group_bytes`, the file at
-//! `max_file_rows` / `max_file_bytes` / `max_file_age_secs`) and touches the disk only when it
-//! is complete: written under a hidden temporary name, fsynced, renamed to its final name, and
-//! its directory fsynced. Only then are its rows counted as delivered. If any of that fails,
-//! the encoded file is read back into record batches and handed back to be retried (and
-//! spooled while the disk fails), so a disk outage delays rows but loses none. Memory per open
-//! file is its compressed size, bounded by `max_file_bytes`.
+//! `max_file_rows` / `max_file_bytes` / `max_file_age_secs`) and leaves memory only when it is
+//! complete, through a [`Destination`] that makes it visible atomically (local disk or an
+//! object store). Only then are its rows counted as delivered. If that fails, the encoded file
+//! is read back into record batches and handed back to be retried (and spooled while the
+//! outage lasts), so an outage delays rows but loses none. Memory per open file is its
+//! compressed size, bounded by `max_file_bytes`.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
@@ -25,45 +21,23 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use super::layout::{new_file_paths, HourPartition};
+use super::destination::{Destination, FileError, LocalDirectory};
+use super::layout::{new_file_key, HourPartition};
 use super::ParquetSinkConfig;
 use crate::schema::{schema_for, KIND_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::EventKind;
 
-/// Failures writing one file; the file's rows are lost and counted as failed.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    /// Filesystem error with the path involved.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// Encoding error from the Parquet writer.
-    #[error("writing {path}: {source}")]
-    Parquet {
-        /// The file.
-        path: PathBuf,
-        /// The writer's error.
-        source: parquet::errors::ParquetError,
-    },
-}
-
 /// A file that finished (delivered), or rows handed back after a failure (to retry).
 #[derive(Debug)]
 pub enum FileOutcome {
-    /// Renamed into place; `rows` are delivered.
+    /// Visible at its final place; `rows` are delivered.
     Finalized {
         /// Kind of the rows.
         kind: EventKind,
         /// Rows in the file.
         rows: u64,
-        /// Where it is.
-        path: PathBuf,
+        /// Where it is (a path or an `s3://` URL).
+        location: String,
     },
     /// Could not be encoded: a bug, not an outage; `rows` are lost (counted as failed).
     Failed {
@@ -86,17 +60,17 @@ pub enum FileOutcome {
 }
 
 struct OpenFile {
-    /// Encodes into memory; the disk is touched only at finalize.
+    /// Encodes into memory; the destination sees the file only at finalize.
     writer: ArrowWriter<Vec<u8>>,
-    temp_path: PathBuf,
-    final_path: PathBuf,
+    /// Its place under the root (`<kind>/dt=../hour=../part-...parquet`).
+    key: String,
     rows: u64,
     opened_at: Instant,
 }
 
 /// All files currently being written by one Parquet sink.
 pub struct PartitionedFiles {
-    root: PathBuf,
+    destination: Box<dyn Destination>,
     host: String,
     config: ParquetSinkConfig,
     properties: HashMap<EventKind, WriterProperties>,
@@ -104,14 +78,24 @@ pub struct PartitionedFiles {
 }
 
 impl PartitionedFiles {
-    /// Files under `config.path`, named after `host`.
+    /// Files under the local directory `config.path`, named after `host`.
     pub fn new(config: ParquetSinkConfig, host: &str) -> Self {
+        let destination = Box::new(LocalDirectory::new(config.path.clone()));
+        Self::with_destination(config, host, destination)
+    }
+
+    /// Files handed to `destination` once complete.
+    pub fn with_destination(
+        config: ParquetSinkConfig,
+        host: &str,
+        destination: Box<dyn Destination>,
+    ) -> Self {
         let properties = EventKind::ALL
             .iter()
             .map(|&kind| (kind, writer_properties(&config, kind)))
             .collect();
         Self {
-            root: config.path.clone(),
+            destination,
             host: host.to_string(),
             config,
             properties,
@@ -166,7 +150,7 @@ impl PartitionedFiles {
         if let Err(source) = written {
             if let Some(file) = self.open.remove(&key) {
                 let error = FileError::Parquet {
-                    path: file.final_path.clone(),
+                    path: PathBuf::from(&file.key),
                     source,
                 };
                 outcomes.push(FileOutcome::Failed {
@@ -182,7 +166,7 @@ impl PartitionedFiles {
                 >= self.config.max_file_bytes;
         if full {
             if let Some(file) = self.open.remove(&key) {
-                outcomes.push(finalize(kind, file));
+                outcomes.push(self.finalize(kind, file));
             }
         }
     }
@@ -198,7 +182,10 @@ impl PartitionedFiles {
             .map(|(key, _)| *key)
             .collect();
         aged.into_iter()
-            .filter_map(|key| self.open.remove(&key).map(|file| finalize(key.0, file)))
+            .filter_map(|key| {
+                let file = self.open.remove(&key)?;
+                Some(self.finalize(key.0, file))
+            })
             .collect()
     }
 
@@ -207,7 +194,10 @@ impl PartitionedFiles {
         let mut keys: Vec<_> = self.open.keys().copied().collect();
         keys.sort();
         keys.into_iter()
-            .filter_map(|key| self.open.remove(&key).map(|file| finalize(key.0, file)))
+            .filter_map(|key| {
+                let file = self.open.remove(&key)?;
+                Some(self.finalize(key.0, file))
+            })
             .collect()
     }
 
@@ -217,22 +207,66 @@ impl PartitionedFiles {
     }
 
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
-        let paths = new_file_paths(&self.root, kind, partition, &self.host);
+        let key = new_file_key(kind, partition, &self.host);
         let properties = self.properties.get(&kind).cloned();
         let writer =
             ArrowWriter::try_new(Vec::new(), schema_for(kind), properties).map_err(|source| {
                 FileError::Parquet {
-                    path: paths.final_path.clone(),
+                    path: PathBuf::from(&key),
                     source,
                 }
             })?;
         Ok(OpenFile {
             writer,
-            temp_path: paths.temp_path,
-            final_path: paths.final_path,
+            key,
             rows: 0,
             opened_at: Instant::now(),
         })
+    }
+
+    /// Completes `file` and hands it to the destination.
+    fn finalize(&self, kind: EventKind, file: OpenFile) -> FileOutcome {
+        let OpenFile {
+            mut writer,
+            key,
+            rows,
+            ..
+        } = file;
+        if let Err(source) = writer.finish() {
+            return FileOutcome::Failed {
+                kind,
+                rows,
+                error: FileError::Parquet {
+                    path: PathBuf::from(key),
+                    source,
+                },
+            };
+        }
+        let bytes = bytes::Bytes::from(std::mem::take(writer.inner_mut()));
+        drop(writer);
+        match self.destination.persist(&key, &bytes) {
+            Ok(location) => FileOutcome::Finalized {
+                kind,
+                rows,
+                location,
+            },
+            Err(error) => match read_back(kind, bytes, &key) {
+                Ok(batches) => FileOutcome::Rejected {
+                    kind,
+                    batches,
+                    error,
+                },
+                Err(read_error) => {
+                    tracing::error!(%read_error, "cannot read back an encoded file; its rows are lost");
+                    FileOutcome::Failed { kind, rows, error }
+                }
+            },
+        }
+    }
+
+    /// Where files go, for logs.
+    pub fn destination(&self) -> String {
+        self.destination.describe()
     }
 }
 
@@ -254,87 +288,17 @@ fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterPrope
         .build()
 }
 
-fn finalize(kind: EventKind, file: OpenFile) -> FileOutcome {
-    let OpenFile {
-        mut writer,
-        temp_path,
-        final_path,
-        rows,
-        ..
-    } = file;
-    if let Err(source) = writer.finish() {
-        return FileOutcome::Failed {
-            kind,
-            rows,
-            error: FileError::Parquet {
-                path: final_path,
-                source,
-            },
-        };
-    }
-    let bytes = std::mem::take(writer.inner_mut());
-    drop(writer);
-    match persist(&bytes, &temp_path, &final_path) {
-        Ok(()) => FileOutcome::Finalized {
-            kind,
-            rows,
-            path: final_path,
-        },
-        Err(error) => {
-            let _ = fs::remove_file(&temp_path);
-            match read_back(kind, bytes, &final_path) {
-                Ok(batches) => FileOutcome::Rejected {
-                    kind,
-                    batches,
-                    error,
-                },
-                Err(read_error) => {
-                    tracing::error!(%read_error, "cannot read back an encoded file; its rows are lost");
-                    FileOutcome::Failed { kind, rows, error }
-                }
-            }
-        }
-    }
-}
-
-/// Writes a complete file: temporary name, fsync, rename, directory fsync.
-fn persist(bytes: &[u8], temp: &Path, final_path: &Path) -> Result<(), FileError> {
-    let io_err = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| FileError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let dir = final_path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io_err("creating directory", dir))?;
-    // Readable by the owner's group (the analysts), not by everyone.
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o640)
-        .open(temp)
-        .map_err(io_err("creating", temp))?;
-    file.write_all(bytes).map_err(io_err("writing", temp))?;
-    file.sync_all().map_err(io_err("fsync", temp))?;
-    drop(file);
-    fs::rename(temp, final_path).map_err(io_err("renaming into place", final_path))?;
-    // The file is in place and complete; a failed directory fsync only weakens durability
-    // across a power loss, so it is reported rather than undone.
-    if let Err(err) = File::open(dir).and_then(|d| d.sync_all()) {
-        tracing::warn!(dir = %dir.display(), %err, "fsync of the directory failed");
-    }
-    Ok(())
-}
-
 /// The record batches of an encoded file, to retry them after a failed write.
-fn read_back(kind: EventKind, bytes: Vec<u8>, path: &Path) -> Result<Vec<RecordBatch>, FileError> {
+fn read_back(
+    kind: EventKind,
+    bytes: bytes::Bytes,
+    key: &str,
+) -> Result<Vec<RecordBatch>, FileError> {
     let parquet_err = |source| FileError::Parquet {
-        path: path.to_path_buf(),
+        path: PathBuf::from(key),
         source,
     };
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(|builder| builder.with_batch_size(65_536).build())
         .map_err(parquet_err)?;
     let arrow_err = |e: arrow_schema::ArrowError| {

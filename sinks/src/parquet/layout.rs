@@ -36,31 +36,40 @@ impl HourPartition {
     }
 }
 
-/// Final and temporary paths of one new file.
+/// Where a new file of `kind` in `partition` goes, relative to the sink's root:
+/// `<kind>/dt=YYYY-MM-DD/hour=HH/part-<host>-<uuid>.parquet`, always with `/` separators (it is
+/// an object key as much as a path).
+pub fn new_file_key(kind: EventKind, partition: HourPartition, host: &str) -> String {
+    format!(
+        "{}/{}/part-{}-{}.parquet",
+        kind.as_str(),
+        partition.relative_dir().display(),
+        sanitize(host),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// Final and temporary paths of a file on local disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilePaths {
     /// Name it gets once complete.
     pub final_path: PathBuf,
-    /// Hidden name while it is being written.
+    /// Hidden name in the same folder while it is being written.
     pub temp_path: PathBuf,
 }
 
-/// Paths for a new file of `kind` in `partition` under `root`.
-pub fn new_file_paths(
-    root: &Path,
-    kind: EventKind,
-    partition: HourPartition,
-    host: &str,
-) -> FilePaths {
-    let dir = root.join(kind.as_str()).join(partition.relative_dir());
-    let name = format!(
-        "part-{}-{}.parquet",
-        sanitize(host),
-        uuid::Uuid::new_v4().simple()
-    );
-    FilePaths {
-        temp_path: dir.join(format!(".{name}.inprogress")),
-        final_path: dir.join(name),
+impl FilePaths {
+    /// The local paths of `key` (from [`new_file_key`]) under `root`.
+    pub fn under(root: &Path, key: &str) -> Self {
+        let final_path = root.join(key);
+        let name = final_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Self {
+            temp_path: final_path.with_file_name(format!(".{name}{TEMP_SUFFIX}")),
+            final_path,
+        }
     }
 }
 
@@ -110,12 +119,12 @@ mod tests {
 
     #[test]
     fn file_names_are_hidden_until_final() {
-        let paths = new_file_paths(
-            Path::new("/data"),
-            EventKind::Xid,
-            HourPartition::of_micros(0),
-            "node/1 a",
+        let key = new_file_key(EventKind::Xid, HourPartition::of_micros(0), "node/1 a");
+        assert!(
+            key.starts_with("xid/dt=1970-01-01/hour=00/part-node_1_a-"),
+            "{key}"
         );
+        let paths = FilePaths::under(Path::new("/data"), &key);
         let final_name = paths.final_path.file_name().unwrap().to_str().unwrap();
         assert!(final_name.starts_with("part-node_1_a-"), "{final_name}");
         assert!(final_name.ends_with(".parquet"));

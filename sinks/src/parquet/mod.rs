@@ -4,8 +4,10 @@
 //! Encoding and file I/O are blocking work, so the sink runs on a blocking thread of the tokio
 //! runtime and never stalls the async sinks beside it.
 
+mod destination;
 mod files;
 mod layout;
+mod remote;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -13,8 +15,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::runtime::Handle;
 
-pub use files::{FileError, FileOutcome, PartitionedFiles};
+pub use destination::{Destination, FileError, LocalDirectory, Unavailable};
+pub use files::{FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
+pub use remote::{ObjectStoreDestination, ObjectStoreOptions, RemoteError, S3Url};
 
 use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
@@ -34,8 +38,13 @@ pub enum ParquetCompression {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ParquetSinkConfig {
-    /// Root directory; tables go to `<path>/<kind>/dt=.../hour=.../`.
+    /// Root: a local directory, or `s3://bucket/prefix` on an S3-compatible object store;
+    /// tables go to `<path>/<kind>/dt=.../hour=.../`.
     pub path: PathBuf,
+    /// Settings of an `s3://` root (endpoint, region, retries); credentials come from the
+    /// standard AWS chain.
+    #[serde(default)]
+    pub object_store: Option<ObjectStoreOptions>,
     /// Column compression.
     #[serde(default)]
     pub compression: ParquetCompression,
@@ -82,10 +91,17 @@ mod defaults {
 }
 
 impl ParquetSinkConfig {
+    /// The object-store root, when `path` is an `s3://` URL (an error when it is a malformed
+    /// one); `None` for a local directory.
+    pub fn s3_url(&self) -> Option<Result<S3Url, String>> {
+        S3Url::parse(self.path.to_str()?)
+    }
+
     /// A config with every default and the given root.
     pub fn with_path(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
+            object_store: None,
             compression: ParquetCompression::default(),
             zstd_level: defaults::zstd_level(),
             row_group_rows: defaults::row_group_rows(),
@@ -101,6 +117,23 @@ impl ParquetSinkConfig {
         let mut problems = Vec::new();
         if self.path.as_os_str().is_empty() {
             problems.push(("path", "must not be empty".to_string()));
+        }
+        match self.s3_url() {
+            Some(Err(message)) => problems.push(("path", message)),
+            Some(Ok(url)) => {
+                let options = self.object_store.clone().unwrap_or_default();
+                let option_problems = options.problems();
+                if option_problems.is_empty() {
+                    if let Err(err) = options.build(&url) {
+                        problems.push(("object_store", err.to_string()));
+                    }
+                }
+                problems.extend(option_problems);
+            }
+            None if self.object_store.is_some() => {
+                problems.push(("object_store", "only applies to an s3:// path".to_string()))
+            }
+            None => {}
         }
         if !(1..=22).contains(&self.zstd_level) {
             problems.push((
@@ -153,10 +186,12 @@ impl Sink for ParquetSink {
     fn run(self: Box<Self>, input: SinkInput) -> SinkRun {
         Box::pin(async move {
             let name = self.name.clone();
-            // A destination that is not there yet is an outage like any other: batches are
-            // retried and spooled, and the sink keeps running.
-            if let Err(err) = std::fs::create_dir_all(&self.config.path) {
-                tracing::warn!(sink = %name, path = %self.config.path.display(), %err, "parquet root not available yet");
+            if self.config.s3_url().is_none() {
+                // A destination that is not there yet is an outage like any other: batches
+                // are retried and spooled, and the sink keeps running.
+                if let Err(err) = std::fs::create_dir_all(&self.config.path) {
+                    tracing::warn!(sink = %name, path = %self.config.path.display(), %err, "parquet root not available yet");
+                }
             }
             run_blocking(name, move |handle| self.run_blocking(handle, input)).await
         })
@@ -164,8 +199,31 @@ impl Sink for ParquetSink {
 }
 
 impl ParquetSink {
+    /// Local directory or object store, as `path` says. Validation has already built the
+    /// object-store client once, so a failure here is unexpected; it is logged and the rows
+    /// then fail like any other write (retried, spooled), rather than being dropped.
+    fn destination(&self, handle: &Handle) -> Box<dyn Destination> {
+        let Some(Ok(url)) = self.config.s3_url() else {
+            return Box::new(LocalDirectory::new(self.config.path.clone()));
+        };
+        let options = self.config.object_store.clone().unwrap_or_default();
+        match options.build(&url) {
+            Ok(store) => Box::new(ObjectStoreDestination::new(store, url, handle.clone())),
+            Err(err) => {
+                tracing::error!(sink = %self.name, %url, %err, "cannot build the object-store client");
+                Box::new(Unavailable {
+                    destination: url.to_string(),
+                    reason: err.to_string(),
+                })
+            }
+        }
+    }
+
     fn run_blocking(self, handle: Handle, mut input: SinkInput) {
-        let mut files = PartitionedFiles::new(self.config.clone(), &self.host);
+        let destination = self.destination(&handle);
+        tracing::info!(sink = %self.name, destination = %destination.describe(), "parquet sink writing");
+        let mut files =
+            PartitionedFiles::with_destination(self.config.clone(), &self.host, destination);
         // Age rotation is checked at least this often, even when no batch arrives.
         let tick = Duration::from_secs(self.config.max_file_age_secs.clamp(1, 5));
         loop {
@@ -201,10 +259,14 @@ impl ParquetSink {
     fn account(&self, input: &SinkInput, outcomes: Vec<FileOutcome>) {
         for outcome in outcomes {
             match outcome {
-                FileOutcome::Finalized { kind, rows, path } => {
+                FileOutcome::Finalized {
+                    kind,
+                    rows,
+                    location,
+                } => {
                     input.stats.delivered.add(kind, rows);
                     input.batches.delivered();
-                    tracing::debug!(sink = %self.name, %kind, rows, path = %path.display(), "parquet file finalized");
+                    tracing::debug!(sink = %self.name, %kind, rows, %location, "parquet file finalized");
                 }
                 FileOutcome::Failed { kind, rows, error } => {
                     input.stats.failed.add(kind, rows);

@@ -1,0 +1,312 @@
+//! Parquet files on an S3-compatible object store (`path = "s3://bucket/prefix"`), through the
+//! arrow-rs project's `object_store` crate.
+//!
+//! Credentials come from the standard AWS chain as `object_store` reads it: `AWS_*` variables
+//! (keys, session token, region, `AWS_ENDPOINT`), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE` +
+//! `AWS_ROLE_ARN`, i.e. Kubernetes IRSA), the ECS/EKS container endpoint, then the EC2
+//! instance metadata service. The `[sinks.object_store]` table overrides the endpoint and the
+//! region, allows plain HTTP for a local S3-compatible server, and sets the retry policy.
+//!
+//! Each file is one PUT: S3 makes an object visible only when its whole body has arrived, so a
+//! reader never sees a partial file, and a failed upload leaves nothing behind. Transient
+//! failures are retried by the store with backoff; what still fails goes back to the sink, which
+//! retries the rows and spools them while the outage lasts. This module must not block an async
+//! task: it runs on the Parquet sink's blocking thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::path::Path as ObjectPath;
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
+use serde::Deserialize;
+use tokio::runtime::Handle;
+
+use super::destination::{Destination, FileError};
+
+/// The object store's error (re-exported so callers need not depend on the crate).
+pub type RemoteError = object_store::Error;
+
+/// `s3://bucket/prefix`, split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Url {
+    /// The bucket.
+    pub bucket: String,
+    /// Key prefix without leading or trailing `/` (may be empty).
+    pub prefix: String,
+}
+
+impl S3Url {
+    /// Parses `s3://bucket[/prefix]`; `None` when `text` is not an `s3://` URL at all, an error
+    /// message when it is one but malformed.
+    pub fn parse(text: &str) -> Option<Result<Self, String>> {
+        let rest = text.strip_prefix("s3://")?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let valid_bucket = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !valid_bucket {
+            return Some(Err(format!(
+                "{text:?}: the bucket name must be 3 to 63 lowercase letters, digits, '-' or '.'"
+            )));
+        }
+        Some(Ok(Self {
+            bucket: bucket.to_string(),
+            prefix: prefix.trim_matches('/').to_string(),
+        }))
+    }
+}
+
+impl std::fmt::Display for S3Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix.is_empty() {
+            write!(f, "s3://{}", self.bucket)
+        } else {
+            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+/// `[sinks.object_store]`: settings of an `s3://` destination; all optional.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreOptions {
+    /// S3-compatible endpoint (`https://minio.lab:9000`); default: AWS, or `AWS_ENDPOINT`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Region; default: `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Allow `http://` endpoints (a local test server); off by default.
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Address buckets as `endpoint/bucket` (most S3-compatible servers) rather than
+    /// `bucket.endpoint`; default: path style when `endpoint` is set.
+    #[serde(default)]
+    pub path_style: Option<bool>,
+    /// Retries of one upload before its rows go back to the sink's queue.
+    #[serde(default = "defaults::max_retries")]
+    pub max_retries: usize,
+    /// Give up on one upload after this long, retries included.
+    #[serde(default = "defaults::retry_timeout_secs")]
+    pub retry_timeout_secs: u64,
+    /// Timeout of one HTTP request.
+    #[serde(default = "defaults::request_timeout_secs")]
+    pub request_timeout_secs: u64,
+}
+
+mod defaults {
+    pub fn max_retries() -> usize {
+        5
+    }
+    pub fn retry_timeout_secs() -> u64 {
+        60
+    }
+    pub fn request_timeout_secs() -> u64 {
+        30
+    }
+}
+
+impl Default for ObjectStoreOptions {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            region: None,
+            allow_http: false,
+            path_style: None,
+            max_retries: defaults::max_retries(),
+            retry_timeout_secs: defaults::retry_timeout_secs(),
+            request_timeout_secs: defaults::request_timeout_secs(),
+        }
+    }
+}
+
+impl ObjectStoreOptions {
+    /// Builds the client for `url`: pure (no I/O), so config validation can call it too.
+    pub fn build(&self, url: &S3Url) -> Result<Arc<dyn ObjectStore>, RemoteError> {
+        install_crypto_provider();
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
+        if let Some(endpoint) = &self.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let has_endpoint = self.endpoint.is_some() || std::env::var_os("AWS_ENDPOINT").is_some();
+        let path_style = self.path_style.unwrap_or(has_endpoint);
+        builder = builder.with_virtual_hosted_style_request(!path_style);
+        if let Some(region) = &self.region {
+            builder = builder.with_region(region);
+        }
+        if self.allow_http {
+            builder = builder.with_allow_http(true);
+        }
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(10),
+                base: 2.0,
+            },
+            max_retries: self.max_retries,
+            retry_timeout: Duration::from_secs(self.retry_timeout_secs),
+        };
+        // Client settings go in one key at a time: `with_client_options` would replace what
+        // `from_env` and `with_allow_http` already set (allow_http lives in the client options).
+        let timeout = format!("{}s", self.request_timeout_secs);
+        let store = builder
+            .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), timeout)
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                "5s",
+            )
+            .with_retry(retry)
+            .build()?;
+        Ok(Arc::new(store))
+    }
+
+    /// Every problem with the values, as `(key, message)` pairs.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if let Some(endpoint) = &self.endpoint {
+            if endpoint.starts_with("http://") && !self.allow_http {
+                problems.push((
+                    "object_store.endpoint",
+                    format!("{endpoint:?} is plain HTTP: set allow_http = true to use it"),
+                ));
+            } else if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+                problems.push((
+                    "object_store.endpoint",
+                    format!("{endpoint:?} must start with https:// (or http://)"),
+                ));
+            }
+        }
+        if self.retry_timeout_secs == 0 || self.request_timeout_secs == 0 {
+            problems.push((
+                "object_store",
+                "retry_timeout_secs and request_timeout_secs must be greater than 0".into(),
+            ));
+        }
+        problems
+    }
+}
+
+/// TLS for the store's HTTP client uses rustls with the ring provider the rest of the agent
+/// (tonic) already carries; rustls needs it named once per process.
+fn install_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Err only means another part of the process installed one first: that one is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Files under `s3://bucket/prefix`.
+pub struct ObjectStoreDestination {
+    store: Arc<dyn ObjectStore>,
+    url: S3Url,
+    runtime: Handle,
+}
+
+impl ObjectStoreDestination {
+    /// Uploads through `store` using `runtime` (the caller is a blocking thread).
+    pub fn new(store: Arc<dyn ObjectStore>, url: S3Url, runtime: Handle) -> Self {
+        Self {
+            store,
+            url,
+            runtime,
+        }
+    }
+
+    fn object_path(&self, key: &str) -> ObjectPath {
+        if self.url.prefix.is_empty() {
+            ObjectPath::from(key)
+        } else {
+            ObjectPath::from(format!("{}/{key}", self.url.prefix))
+        }
+    }
+}
+
+impl Destination for ObjectStoreDestination {
+    fn persist(&self, key: &str, bytes: &bytes::Bytes) -> Result<String, FileError> {
+        let path = self.object_path(key);
+        let location = format!("s3://{}/{path}", self.url.bucket);
+        let payload = object_store::PutPayload::from_bytes(bytes.clone());
+        match self.runtime.block_on(self.store.put(&path, payload)) {
+            Ok(_) => Ok(location),
+            Err(source) => Err(FileError::Upload { location, source }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.url.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_urls_split_into_bucket_and_prefix() {
+        assert_eq!(S3Url::parse("/var/lib/gpuship"), None);
+        let url = S3Url::parse("s3://gpu-lake/fleet/a/").unwrap().unwrap();
+        assert_eq!(url.bucket, "gpu-lake");
+        assert_eq!(url.prefix, "fleet/a");
+        assert_eq!(url.to_string(), "s3://gpu-lake/fleet/a");
+        let bare = S3Url::parse("s3://gpu-lake").unwrap().unwrap();
+        assert_eq!(bare.prefix, "");
+        for bad in ["s3://", "s3://Upper/x", "s3://a/x"] {
+            let error = S3Url::parse(bad).unwrap().unwrap_err();
+            assert!(error.contains("bucket name"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn option_problems_name_the_key() {
+        let options = ObjectStoreOptions {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            ..Default::default()
+        };
+        let keys: Vec<_> = options.problems().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec!["object_store.endpoint"]);
+        let ok = ObjectStoreOptions {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            allow_http: true,
+            ..Default::default()
+        };
+        assert!(ok.problems().is_empty());
+        let url = S3Url::parse("s3://gpu-lake/p").unwrap().unwrap();
+        assert!(ok.build(&url).is_ok());
+    }
+
+    #[test]
+    fn uploads_land_under_the_prefix_and_failures_name_the_location() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let url = S3Url::parse("s3://gpu-lake/fleet").unwrap().unwrap();
+        let destination = ObjectStoreDestination::new(store.clone(), url, runtime.handle().clone());
+        let location = destination
+            .persist(
+                "xid/dt=2026-11-22/hour=03/part-h-1.parquet",
+                &bytes::Bytes::from_static(b"PAR1"),
+            )
+            .unwrap();
+        assert_eq!(
+            location,
+            "s3://gpu-lake/fleet/xid/dt=2026-11-22/hour=03/part-h-1.parquet"
+        );
+        let got = runtime
+            .block_on(async {
+                store
+                    .get(&ObjectPath::from(
+                        "fleet/xid/dt=2026-11-22/hour=03/part-h-1.parquet",
+                    ))
+                    .await?
+                    .bytes()
+                    .await
+            })
+            .unwrap();
+        assert_eq!(&got[..], b"PAR1");
+    }
+}

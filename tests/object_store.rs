@@ -1,0 +1,159 @@
+//! The Parquet sink on an S3-compatible object store (moto's server, started here): the same
+//! layout as on disk, objects visible only when complete, read back with DuckDB's httpfs; and
+//! an outage of the store that spools and replays without losing a row.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::agent::{data_dir, Agent};
+use common::lake::duckdb_s3;
+use common::metrics::{get, scrape};
+use common::peers::{free_port, Moto};
+use common::{kmsg, Fixtures};
+
+const BUCKET: &str = "gpu-lake";
+const CREDENTIALS: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+    ("AWS_REGION", "us-east-1"),
+];
+
+/// Agent config: the stand-in library, kernel-log XIDs, Parquet into `s3://gpu-lake/<prefix>`.
+fn s3_config(fixtures: &Fixtures, endpoint: &str, prefix: &str, extra_sink: &str) -> String {
+    let placeholder = data_dir();
+    fixtures
+        .cuda_config(placeholder.path(), r#"["default"]"#)
+        .replace("kmsg = false", "kmsg = true")
+        .replace(
+            &format!("path = \"{}\"\n", placeholder.path().display()),
+            &format!(
+                "path = \"s3://{BUCKET}/{prefix}\"\n{extra_sink}\n\
+                 [sinks.object_store]\nendpoint = \"{endpoint}\"\nallow_http = true\n\
+                 max_retries = 1\nretry_timeout_secs = 2\nrequest_timeout_secs = 2\n"
+            ),
+        )
+}
+
+fn rows_in_s3(moto: &Moto, prefix: &str, table: &str, filter: &str) -> u64 {
+    let sql = format!(
+        "SELECT count(*) FROM read_parquet('s3://{BUCKET}/{prefix}/{table}/**/*.parquet', \
+         hive_partitioning = true) {filter}"
+    );
+    duckdb_s3(&format!("127.0.0.1:{}", moto.port), &sql)[0][0]
+        .parse()
+        .expect("count")
+}
+
+#[test]
+fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
+    let moto = Moto::start(0);
+    moto.create_bucket(BUCKET);
+    let fixtures = Fixtures::build();
+    let config = s3_config(&fixtures, &moto.endpoint(), "fleet", "");
+    let agent = Agent::start_with_env(&config, &[], &CREDENTIALS);
+    let (pid, _) = fixtures.run_workload(&["launches", "5000"], &[]);
+    kmsg("<3>NVRM: Xid (PCI:0000:5e:00): 79, pid=4242, name=trainer, GPU has fallen off the bus.");
+    agent.wait_for_log("code=79", Duration::from_secs(10));
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let delivered_cuda = stopped.assert_nothing_lost("cuda", "cuda");
+    let xid_sink = stopped.sink("xid");
+    assert_eq!(xid_sink["delivered"], 1, "{}", stopped.outcome);
+
+    // Same layout as on disk; nothing half-written or hidden is left in the bucket.
+    let keys = moto.keys(BUCKET);
+    assert!(!keys.is_empty());
+    for key in &keys {
+        let layout = (key.starts_with("fleet/cuda/dt=") || key.starts_with("fleet/xid/dt="))
+            && key.contains("/hour=")
+            && key.ends_with(".parquet")
+            && key
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with("part-"));
+        assert!(layout, "unexpected object {key} in {keys:?}");
+    }
+
+    assert_eq!(rows_in_s3(&moto, "fleet", "cuda", ""), delivered_cuda);
+    assert_eq!(
+        rows_in_s3(
+            &moto,
+            "fleet",
+            "cuda",
+            &format!("WHERE pid = {pid} AND function = 'cuLaunchKernel'")
+        ),
+        5000
+    );
+    assert_eq!(
+        rows_in_s3(
+            &moto,
+            "fleet",
+            "xid",
+            "WHERE code = 79 AND pci_bus_id LIKE '0000:5e:00%'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn an_object_store_outage_spools_then_replays_without_loss() {
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let fixtures = Fixtures::build();
+    let config = s3_config(
+        &fixtures,
+        &endpoint,
+        "outage",
+        "max_file_rows = 3000\nmax_file_age_secs = 1",
+    ) + "\n[sinks.buffer]\nmax_events = 4000\n";
+    let agent = Agent::start_with_env(&config, &[], &CREDENTIALS);
+    let address = agent.metrics_address();
+    let sink = "component_id=\"parquet\",component_kind=\"sink\",kind=\"cuda\"";
+    let metric = |series: &str| get(&scrape(&address), &format!("{series}{{{sink}}}"));
+
+    // The store is down from the start: uploads fail, rows are retried, then spooled.
+    let mut workload = fixtures
+        .workload(&["launches", "0", "20000"])
+        .spawn()
+        .expect("workload");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while metric("gpuship_component_spooled_events_total") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing spooled while the store was down:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The workload stops so the spool can drain to zero; the store comes up (empty, as after
+    // a restart) and the spool drains into it.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(workload.id() as i32, libc::SIGTERM) };
+    workload.wait().expect("workload exit");
+    let moto = Moto::start(port);
+    moto.create_bucket(BUCKET);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric("gpuship_spool_events") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the spool was not replayed:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let delivered = stopped.assert_nothing_lost("cuda", "cuda");
+    let sink = stopped.sink("cuda");
+    assert!(sink["spooled"].as_u64().unwrap() > 0, "{}", stopped.outcome);
+    assert_eq!(sink["spooled"], sink["replayed"]);
+    assert_eq!(sink["spooled_pending"], 0);
+    assert!(
+        stopped.log.contains("uploading s3://gpu-lake/outage/cuda/"),
+        "the failed uploads are logged with their location:\n{}",
+        stopped.log
+    );
+    assert_eq!(rows_in_s3(&moto, "outage", "cuda", ""), delivered);
+}
