@@ -9,6 +9,7 @@ use gpuship_sinks::schema::HostIdentity;
 use crate::accounting::Accounting;
 use crate::enrich::{Clocks, GpuDirectory};
 use crate::fanout::FanOut;
+use crate::live::LiveTap;
 use crate::summary::RunSummary;
 use crate::xid::XidStage;
 
@@ -31,4 +32,6 @@ pub struct CaptureContext {
     pub summary: Arc<Mutex<RunSummary>>,
     /// Where both XID sources report (reconciliation, catalog, incidents, attribution).
     pub xid: Arc<XidStage>,
+    /// The live view's totals (`/live`), published by the consumer.
+    pub live: Arc<LiveTap>,
 }

@@ -1,4 +1,5 @@
-//! The command line: `gpuship run`, `validate`, `doctor` and `xid`.
+//! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace` and
+//! `report`.
 
 use std::path::PathBuf;
 
@@ -33,6 +34,68 @@ pub enum CliCommand {
     /// Explain an XID code from the built-in catalog (name, category, severity, recommended
     /// action), or list the whole catalog.
     Xid(XidArgs),
+    /// Export a time range of the data lake as a Chrome/Perfetto trace (JSON): CUDA calls per
+    /// process and thread, driver operations, XIDs as global markers. Open it in
+    /// ui.perfetto.dev.
+    ExportTrace(ExportTraceArgs),
+    /// Write one self-contained HTML report of a time range of the data lake: per-GPU XID
+    /// timeline with failed CUDA calls, incidents, CUDA call rates and latency, delivery
+    /// accounting.
+    Report(ReportArgs),
+    /// Live terminal view of a running agent (read from its metrics server's /live): calls per
+    /// second per CUDA function and per process, the latest XIDs, loss counters. q quits.
+    Top(TopArgs),
+}
+
+/// `gpuship top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The agent's metrics address (`[metrics] address` of `gpuship run`).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub agent: String,
+    /// Time between refreshes: 200ms, 1s, 1.5s, 2m.
+    #[arg(long, default_value = "1s", value_parser = crate::top::parse_interval)]
+    pub interval: std::time::Duration,
+    /// Print one plain-text frame (two polls one interval apart, so rates exist) and exit;
+    /// exit status 1 when the agent cannot be read.
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// The time range and lake a view reads (`export-trace`, `report`).
+#[derive(Debug, Args)]
+pub struct RangeArgs {
+    /// Start: a duration back from now (30m, 6h, 2d) or an RFC 3339 time (2026-11-22T03:00:00Z).
+    #[arg(long)]
+    pub since: String,
+    /// End (exclusive), in the same forms; default now.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// The data lake: the Parquet sink's `path`.
+    #[arg(long, default_value = "./gpuship-data")]
+    pub data: String,
+}
+
+/// `gpuship export-trace`.
+#[derive(Debug, Args)]
+pub struct ExportTraceArgs {
+    /// Range and lake.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// Where to write the trace JSON; `-` is standard output.
+    #[arg(long, short, default_value = "-")]
+    pub output: PathBuf,
+}
+
+/// `gpuship report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Range and lake.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// Where to write the HTML; `-` is standard output.
+    #[arg(long, short, default_value = "gpuship-report.html")]
+    pub output: PathBuf,
 }
 
 /// `gpuship xid`.
@@ -91,6 +154,44 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn top_defaults_to_the_local_agent_every_second() {
+        let cli = Cli::parse_from(["gpuship", "top"]);
+        let CliCommand::Top(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.agent, "127.0.0.1:9464");
+        assert_eq!(args.interval, std::time::Duration::from_secs(1));
+        assert!(!args.once);
+        assert!(Cli::try_parse_from(["gpuship", "top", "--interval", "1h"]).is_err());
+    }
+
+    #[test]
+    fn views_read_the_default_lake_up_to_now() {
+        let cli = Cli::parse_from(["gpuship", "export-trace", "--since", "30m"]);
+        let CliCommand::ExportTrace(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                args.range.since.as_str(),
+                args.range.until,
+                args.range.data.as_str()
+            ),
+            ("30m", None, "./gpuship-data")
+        );
+        assert_eq!(args.output, PathBuf::from("-"));
+        let cli = Cli::parse_from(["gpuship", "report", "--since", "2d", "--output", "r.html"]);
+        let CliCommand::Report(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.output, PathBuf::from("r.html"));
+        assert!(
+            Cli::try_parse_from(["gpuship", "report"]).is_err(),
+            "--since is required"
+        );
     }
 
     #[test]

@@ -9,8 +9,12 @@
 //! - [`fanout`]: batches to every sink's bounded queue.
 //! - [`accounting`]: counters that prove every event was delivered or counted as lost;
 //!   [`metrics`] serves them to Prometheus.
+//! - [`live`]: per-function and per-process totals and the latest XIDs, served on `/live`;
+//!   [`top`] is the terminal view that reads them.
 //! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
 //!   [`config`] and [`cli`] are the edges.
+//! - [`lake`]: reads the Parquet lake back for a time range; [`views`] turn it into a
+//!   Perfetto trace (`gpuship export-trace`) and an HTML report (`gpuship report`).
 
 pub mod accounting;
 pub mod batcher;
@@ -23,8 +27,12 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod fanout;
+pub mod lake;
+pub mod live;
 pub mod metrics;
 pub mod run;
 pub mod sources;
 pub mod summary;
+pub mod top;
+pub mod views;
 pub mod xid;

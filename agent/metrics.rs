@@ -1,6 +1,7 @@
-//! Self-metrics: Prometheus text on `/metrics` and a readiness answer on `/health`, served on
-//! loopback by default. The HTTP handling is deliberately tiny (GET only, one request per
-//! connection): the endpoint serves a scraper and a probe, nothing else.
+//! Self-metrics: Prometheus text on `/metrics`, a readiness answer on `/health` and the live
+//! view's JSON on `/live` (read by `gpuship top`), served on loopback by default. The HTTP
+//! handling is deliberately tiny (GET only, one request per connection): the endpoint serves a
+//! scraper, a probe and `top`, nothing else.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::accounting::{Accounting, Snapshot};
+use crate::live::LiveTap;
 
 /// Lifecycle state reported by `/health`.
 #[derive(Debug)]
@@ -47,13 +49,19 @@ impl Health {
 }
 
 /// Serves until the runtime shuts down.
-pub async fn serve(listener: TcpListener, accounting: Arc<Accounting>, health: Arc<Health>) {
+pub async fn serve(
+    listener: TcpListener,
+    accounting: Arc<Accounting>,
+    health: Arc<Health>,
+    live: Arc<LiveTap>,
+) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
         };
         let accounting = accounting.clone();
         let health = health.clone();
+        let live = live.clone();
         tokio::spawn(async move {
             let mut request = Vec::with_capacity(1024);
             let mut buf = [0u8; 1024];
@@ -71,6 +79,7 @@ pub async fn serve(listener: TcpListener, accounting: Arc<Accounting>, health: A
                     "text/plain; version=0.0.4",
                     render(&accounting.snapshot()),
                 ),
+                (true, "/live") => (200, "application/json", live.json(accounting.snapshot())),
                 (true, "/health") => {
                     let (status, body) = health.answer();
                     (status, "text/plain", body.to_string())

@@ -8,10 +8,11 @@ use gpuship_sinks::schema::CudaRow;
 use serde::Serialize;
 
 /// Per-call counting on the consumer's hot path: counts by function id (a vector index, no
-/// string work per call); turned into a [`RunSummary`] once, at the end.
+/// string work per call); turned into a [`RunSummary`] once, at the end, and read while running
+/// by the live tap (`crate::live`).
 #[derive(Debug, Default, Clone)]
 pub struct CallTally {
-    calls_by_function: Vec<u64>,
+    by_function: Vec<FunctionCounts>,
     bytes_allocated: u64,
     bytes_copied: u64,
     failures: BTreeMap<String, u64>,
@@ -22,11 +23,15 @@ impl CallTally {
     #[inline]
     pub fn record(&mut self, function_id: u32, row: &CudaRow<'_>) {
         let index = function_id as usize;
-        if index >= self.calls_by_function.len() {
-            self.calls_by_function.resize(index + 1, 0);
+        if index >= self.by_function.len() {
+            self.by_function
+                .resize(index + 1, FunctionCounts::default());
         }
-        self.calls_by_function[index] += 1;
+        let counts = &mut self.by_function[index];
+        counts.calls += 1;
+        counts.duration_ns += row.duration_ns;
         if row.result != 0 {
+            counts.errors += 1;
             *self
                 .failures
                 .entry(format!("{} {}", row.function, row.result_name))
@@ -45,8 +50,9 @@ impl CallTally {
     /// Adds the tally into `summary`, naming functions with `name_of`.
     pub fn add_to<'a>(self, summary: &mut RunSummary, name_of: impl Fn(u32) -> Option<&'a str>) {
         for (id, count) in self
-            .calls_by_function
+            .by_function
             .into_iter()
+            .map(|c| c.calls)
             .enumerate()
             .filter(|(_, c)| *c > 0)
         {
@@ -59,6 +65,22 @@ impl CallTally {
         summary.bytes_allocated += self.bytes_allocated;
         summary.bytes_copied += self.bytes_copied;
     }
+
+    /// Counts so far, indexed by function id (ids never called may be missing at the end).
+    pub fn by_function(&self) -> &[FunctionCounts] {
+        &self.by_function
+    }
+}
+
+/// What [`CallTally`] counts for one function since the start of the run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionCounts {
+    /// Calls recorded.
+    pub calls: u64,
+    /// Calls that returned a CUresult other than CUDA_SUCCESS (entry-only calls never do).
+    pub errors: u64,
+    /// Sum of the calls' durations (0 for entry-only functions, which have none).
+    pub duration_ns: u64,
 }
 
 /// Aggregates over the rows the consumer decoded.
@@ -157,6 +179,15 @@ mod tests {
         tally.record(0, &row("cuMemAlloc_v2", 0, Some(100)));
         tally.record(0, &row("cuMemAlloc_v2", 2, Some(1 << 40)));
         tally.record(3, &row("cuMemcpyHtoD_v2", 0, Some(30)));
+        assert_eq!(
+            tally.by_function()[0],
+            FunctionCounts {
+                calls: 2,
+                errors: 1,
+                duration_ns: 2
+            }
+        );
+        assert_eq!(tally.by_function()[1], FunctionCounts::default());
         let mut summary = RunSummary::default();
         tally.add_to(&mut summary, |id| match id {
             0 => Some("cuMemAlloc_v2"),

@@ -1,8 +1,10 @@
 //! Raw ring records -> Arrow RecordBatch: the consumer's per-event hot path (record check,
 //! decode, function-name lookup, wall-clock conversion, append to the Arrow builders, batch
-//! finish). Target: >= 3 M events/s on one core.
+//! finish). Target: >= 3 M events/s on one core. `consumer_counting`: the per-call tallies the
+//! consumer keeps beside that (run summary, live view).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use gpuship::batcher::CudaBatcher;
@@ -10,7 +12,9 @@ use gpuship::bpf::cuda::types::{cuda_event, gpuship_arg_valid, gpuship_record_ki
 use gpuship::config::BatchConfig;
 use gpuship::decode::{self, c_chars, record_bytes, Decoder};
 use gpuship::enrich::{Clocks, GpuDirectory};
+use gpuship::live::{LivePublisher, LiveTap};
 use gpuship::sources::cuda::plan::FunctionTable;
+use gpuship::summary::CallTally;
 use gpuship_sinks::schema::HostIdentity;
 
 const EVENTS: usize = 65_536;
@@ -97,5 +101,54 @@ fn decode_to_batches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode_to_batches);
+/// The consumer's per-call counting on top of decoding: the run summary's and the live view's
+/// tallies (`gpuship top`), with the publication they trigger every 1,024 calls.
+fn count_calls(c: &mut Criterion) {
+    let raw = records();
+    let decoder = Decoder::new(
+        Clocks::fixed(1_700_000_000_000_000_000, 0),
+        FunctionTable::from_names([
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuMemAlloc_v2",
+            "cuMemcpyHtoDAsync_v2",
+        ]),
+        Arc::new(GpuDirectory::default()),
+    );
+    let events: Vec<_> = raw
+        .iter()
+        .map(|r| decode::cuda_event(r).expect("valid record"))
+        .collect();
+    let comm = c_chars(&events[0].comm).into_owned();
+    let rows: Vec<_> = events
+        .iter()
+        .map(|e| decoder.cuda_row(e, &comm).expect("known function"))
+        .collect();
+    let mut group = c.benchmark_group("consumer_counting");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function("call_tally_65536_events", |b| {
+        let mut tally = CallTally::default();
+        b.iter(|| {
+            for (event, row) in events.iter().zip(&rows) {
+                tally.record(event.function_id, row);
+            }
+        })
+    });
+    group.bench_function("call_tally_and_live_65536_events", |b| {
+        let mut tally = CallTally::default();
+        let tap = LiveTap::new();
+        let mut live = LivePublisher::new(FunctionTable::from_names(["a", "b", "c", "d"]));
+        b.iter(|| {
+            for (event, row) in events.iter().zip(&rows) {
+                tally.record(event.function_id, row);
+                if live.record(row.pid, &event.comm, row.result != 0) {
+                    live.publish(&tally, &tap, Instant::now(), false);
+                }
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode_to_batches, count_calls);
 criterion_main!(benches);

@@ -25,6 +25,7 @@ use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
 use crate::config::{BatchConfig, CudaSourceConfig, DriverSourceConfig, XidSourceConfig};
 use crate::decode::Decoder;
+use crate::live::LivePublisher;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
 use crate::sources::driver::{self, devices::DeviceNames};
@@ -213,6 +214,7 @@ fn run(
         .as_ref()
         .map(|c| c.functions.clone())
         .unwrap_or_else(FunctionTable::default);
+    let live = LivePublisher::new(functions.clone());
     let state = RefCell::new(State {
         decoder: Decoder::new(context.clocks, functions, context.gpus.clone()),
         cuda: CudaBatcher::new(context.identity.clone(), &settings.batch),
@@ -226,6 +228,7 @@ fn run(
             .unwrap_or_default(),
         active: HashMap::new(),
         last_active: (0, 0),
+        live,
     });
     let accounting = &context.accounting;
     let mut builder = RingBufferBuilder::new();

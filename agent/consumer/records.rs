@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
 use crate::decode::{c_chars, cuda_event, driver_row, Decoder};
+use crate::live::LivePublisher;
 use crate::sources::driver::devices::DeviceNames;
 use crate::summary::{CallTally, RunSummary};
 
@@ -29,6 +30,8 @@ pub(super) struct State {
     pub(super) active: HashMap<i32, i64>,
     /// The pid and time last written to `active` (most rows repeat them).
     pub(super) last_active: (i32, i64),
+    /// Per-process counts for the live view, and its publication.
+    pub(super) live: LivePublisher,
 }
 
 pub(super) fn on_xid_record(raw: &[u8], state: &RefCell<State>, context: &CaptureContext) {
@@ -94,6 +97,11 @@ pub(super) fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &Captu
         let comm = c_chars(&event.comm);
         let row = state.decoder.cuda_row(&event, &comm)?;
         state.calls.record(event.function_id, &row);
+        if state.live.record(row.pid, &event.comm, row.result != 0) {
+            state
+                .live
+                .publish(&state.calls, &context.live, Instant::now(), false);
+        }
         let (last_pid, last_time) = state.last_active;
         if row.pid != last_pid || row.time_ns - last_time > ACTIVITY_RESOLUTION_NS {
             state.active.insert(row.pid, row.time_ns);
@@ -122,15 +130,19 @@ pub(super) fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &Captu
     }
 }
 
-/// Sends CUDA rows that are due (or all of them when `all`), and tells the XID stage which
-/// processes made calls.
+/// Sends CUDA rows that are due (or all of them when `all`), tells the XID stage which
+/// processes made calls, and publishes the live view's totals.
 pub(super) fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: bool) {
     let cuda = {
         let mut state = state.borrow_mut();
+        let state = &mut *state;
         if !state.active.is_empty() {
             context.xid.activity.record(state.active.drain());
             state.last_active = (0, 0);
         }
+        state
+            .live
+            .publish(&state.calls, &context.live, Instant::now(), all);
         let driver = state.driver.flush_if_due(Instant::now(), all);
         let cuda = if all {
             state.cuda.flush()

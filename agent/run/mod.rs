@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::consumer::{self, ConsumerSettings, SourceStatus};
 use crate::enrich::{driver_version, host_identity, machine_id, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
+use crate::live::LiveTap;
 use crate::metrics::{self, Health};
 use crate::sources::cuda::probes::{trace_process, ProcessFilter};
 use crate::sources::{kmsg, tracefs};
@@ -106,6 +107,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
     let accounting = Arc::new(accounting);
     let health = Arc::new(Health::default());
+    let live = Arc::new(LiveTap::new());
     if config.metrics.enabled {
         let address = config.metrics.address.clone();
         match runtime.block_on(tokio::net::TcpListener::bind(&address)) {
@@ -114,8 +116,13 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
                     .local_addr()
                     .map(|a| a.to_string())
                     .unwrap_or(address);
-                tracing::info!(address = %bound, "metrics listening on /metrics and /health");
-                runtime.spawn(metrics::serve(listener, accounting.clone(), health.clone()));
+                tracing::info!(address = %bound, "metrics listening on /metrics, /health and /live");
+                runtime.spawn(metrics::serve(
+                    listener,
+                    accounting.clone(),
+                    health.clone(),
+                    live.clone(),
+                ));
             }
             // Metrics are for operators; capture goes on without them.
             Err(err) => {
@@ -138,7 +145,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
     };
     let xid_settings = &config.sources.xid;
-    let xid_stage = Arc::new(XidStage::new(
+    let xid_stage = XidStage::new(
         identity.clone(),
         XidStageSettings {
             reconcile_window: Duration::from_millis(xid_settings.reconcile_window_ms),
@@ -154,7 +161,8 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         fanout.clone(),
         accounting.clone(),
         summary.clone(),
-    ));
+    );
+    let xid_stage = Arc::new(xid_stage.with_live(live.clone()));
     let capture = CaptureContext {
         identity: identity.clone(),
         clocks,
@@ -164,6 +172,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         stop: stop.clone(),
         summary: summary.clone(),
         xid: xid_stage.clone(),
+        live,
     };
     let (consumer_thread, ready) = consumer::spawn(
         ConsumerSettings {

@@ -18,6 +18,7 @@ use super::reconcile::Reconciler;
 use crate::accounting::Accounting;
 use crate::batcher::xid_batch;
 use crate::fanout::FanOut;
+use crate::live::LiveTap;
 use crate::summary::RunSummary;
 
 /// Settings of the stage.
@@ -52,6 +53,8 @@ pub struct XidStage {
     /// Incidents' affected processes, read by the consumer for failed calls.
     pub links: Arc<IncidentLinks>,
     finished: AtomicBool,
+    /// The live view, told every XID as it goes to the sinks.
+    live: Option<Arc<LiveTap>>,
 }
 
 impl XidStage {
@@ -78,7 +81,14 @@ impl XidStage {
             activity: Arc::new(CudaActivity::default()),
             links: Arc::new(IncidentLinks::default()),
             finished: AtomicBool::new(false),
+            live: None,
         }
+    }
+
+    /// Also keeps every XID it emits in `live`.
+    pub fn with_live(mut self, live: Arc<LiveTap>) -> Self {
+        self.live = Some(live);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -207,6 +217,9 @@ impl XidStage {
             if let Ok(mut summary) = self.summary.lock() {
                 summary.record_xid(record.code, record.source.as_str());
             }
+        }
+        if let Some(live) = &self.live {
+            live.record_xids(&records);
         }
         if let Some(batch) = xid_batch(&self.identity, &records) {
             self.accounting.batched.add(batch.kind, batch.len() as u64);

@@ -1,0 +1,294 @@
+//! Reading the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/hour=HH/
+//! part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range. The views
+//! (`gpuship export-trace`, `gpuship report`) read through here; nothing here writes to the lake.
+//!
+//! - [`storage`]: the [`LakeStorage`] trait, the only code that touches where the lake is kept;
+//!   [`local`] implements it for a folder.
+//! - [`range`]: `--since`/`--until` and the [`TimeRange`] they make.
+//! - [`partition`]: pruning by the `dt=`/`hour=` folders before any file is fetched.
+//! - [`table`]: one Parquet object to the batches of rows inside the range.
+//! - [`accounting`]: the delivery counters kept beside the data.
+//!
+//! A file that cannot be read is reported with its key and skipped; it does not fail the read.
+
+pub mod accounting;
+pub mod local;
+pub mod partition;
+pub mod range;
+pub mod storage;
+pub mod table;
+
+use std::path::Path;
+
+use anyhow::Context;
+use arrow_array::RecordBatch;
+use gpuship_sinks::EventKind;
+
+pub use accounting::{AccountingTotals, KmsgTotals, RingTotals, SinkTotals};
+pub use local::LocalStorage;
+pub use range::{RangeError, TimeRange};
+pub use storage::{LakeStorage, StorageError};
+
+/// A file (or accounting document) that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// Its key in the lake.
+    pub key: String,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// The rows of one table for a range, and what it took to get them.
+#[derive(Debug, Default)]
+pub struct TableRead {
+    /// Rows inside the range.
+    pub batches: Vec<RecordBatch>,
+    /// Files opened and read.
+    pub files_read: usize,
+    /// Files whose partitions lie outside the range (never fetched).
+    pub files_pruned: usize,
+    /// Hidden or in-progress files (names starting with `.`) and non-Parquet files, left alone.
+    pub files_ignored: usize,
+    /// Files that could not be read; their rows are missing from `batches`.
+    pub unreadable: Vec<Unreadable>,
+}
+
+impl TableRead {
+    /// Number of rows read.
+    pub fn rows(&self) -> usize {
+        table::row_count(&self.batches)
+    }
+}
+
+/// A lake, opened for reading.
+pub struct Lake {
+    storage: Box<dyn LakeStorage>,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake")
+            .field("location", &self.storage.describe())
+            .finish()
+    }
+}
+
+impl Lake {
+    /// Opens the lake at `location`: a local folder (the Parquet sink's `path`).
+    pub fn open(location: &str) -> anyhow::Result<Lake> {
+        if let Some((scheme, _)) = location.split_once("://") {
+            anyhow::bail!(
+                "{location}: {scheme}:// lakes are not supported yet; copy the files to a local \
+                 folder and pass that"
+            );
+        }
+        let storage = LocalStorage::open(Path::new(location)).with_context(|| {
+            format!("no data lake at {location} (the Parquet sink's `path`; pass it with --data)")
+        })?;
+        Ok(Self::with_storage(Box::new(storage)))
+    }
+
+    /// A lake kept in `storage`.
+    pub fn with_storage(storage: Box<dyn LakeStorage>) -> Lake {
+        Lake { storage }
+    }
+
+    /// Where the lake is, for people.
+    pub fn location(&self) -> String {
+        self.storage.describe()
+    }
+
+    /// The rows of `kind` inside `range`. Files that cannot be read are logged (with their
+    /// key) and skipped; [`read_table`](Self::read_table) also returns them.
+    pub fn read(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<Vec<RecordBatch>> {
+        Ok(self.read_table(kind, range)?.batches)
+    }
+
+    /// [`read`](Self::read), with what was read, pruned, ignored and skipped.
+    pub fn read_table(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<TableRead> {
+        let mut read = TableRead::default();
+        for prefix in partition::prefixes(kind.as_str(), range) {
+            let keys = self
+                .storage
+                .list(&prefix)
+                .with_context(|| format!("listing {prefix} in {}", self.location()))?;
+            for key in keys {
+                let name = key.rsplit('/').next().unwrap_or(&key);
+                if name.starts_with('.') || !name.ends_with(".parquet") {
+                    read.files_ignored += 1;
+                    continue;
+                }
+                if !partition::may_overlap(&key, range) {
+                    read.files_pruned += 1;
+                    continue;
+                }
+                let rows = self
+                    .storage
+                    .get(&key)
+                    .map_err(|e| e.to_string())
+                    .and_then(|data| table::read_rows(data, range).map_err(|e| e.to_string()));
+                match rows {
+                    Ok(batches) => {
+                        read.files_read += 1;
+                        read.batches.extend(batches);
+                    }
+                    Err(error) => {
+                        tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
+                        read.unreadable.push(Unreadable { key, error });
+                    }
+                }
+            }
+        }
+        if !read.unreadable.is_empty() {
+            tracing::warn!(
+                table = %kind,
+                skipped = read.unreadable.len(),
+                read = read.files_read,
+                "some files could not be read; their rows are missing"
+            );
+        }
+        Ok(read)
+    }
+
+    /// The delivery counters of the accounting documents whose window overlaps `range` (every
+    /// document without a window), summed.
+    pub fn accounting(&self, range: &TimeRange) -> anyhow::Result<AccountingTotals> {
+        let mut totals = AccountingTotals::default();
+        let keys = self
+            .storage
+            .list(accounting::ACCOUNTING_PREFIX)
+            .with_context(|| format!("listing _accounting/ in {}", self.location()))?;
+        for key in keys {
+            let name = key.rsplit('/').next().unwrap_or(&key);
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            match self.storage.get(&key) {
+                Ok(text) => totals.add_document(&key, &text, range),
+                Err(err) => totals.unreadable.push(Unreadable {
+                    key,
+                    error: err.to_string(),
+                }),
+            }
+        }
+        for skipped in &totals.unreadable {
+            tracing::warn!(file = %skipped.key, error = %skipped.error, "skipping an accounting document");
+        }
+        Ok(totals)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+
+    const BASE_NS: i64 = 1_795_319_000_000_000_000; // 2026-11-22T03:43:20Z
+
+    fn put(root: &Path, key: &str, data: &[u8]) {
+        let path = root.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+
+    fn range(minutes_before: i64, minutes_after: i64) -> TimeRange {
+        let base = DateTime::<Utc>::from_timestamp_nanos(BASE_NS);
+        TimeRange::new(
+            base - chrono::Duration::minutes(minutes_before),
+            base + chrono::Duration::minutes(minutes_after),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_the_range_and_reports_a_corrupt_file_without_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour3 = "cuda/dt=2026-11-22/hour=03";
+        let good = table::tests::cuda_file(&[BASE_NS, BASE_NS + 1_000_000_000]);
+        put(dir.path(), &format!("{hour3}/part-a.parquet"), &good);
+        put(
+            dir.path(),
+            &format!("{hour3}/part-bad.parquet"),
+            b"PAR1 garbage",
+        );
+        // Hidden, being written: never opened even though it is garbage.
+        put(
+            dir.path(),
+            &format!("{hour3}/.part-c.parquet.inprogress"),
+            b"x",
+        );
+        // An hour outside the range: pruned by its folder, so its garbage is never read.
+        put(
+            dir.path(),
+            "cuda/dt=2026-11-22/hour=07/part-d.parquet",
+            b"x",
+        );
+        let lake = Lake::open(&dir.path().display().to_string()).unwrap();
+
+        let read = lake.read_table(EventKind::Cuda, &range(10, 10)).unwrap();
+        assert_eq!(read.rows(), 2);
+        assert_eq!((read.files_read, read.files_pruned), (1, 1));
+        assert_eq!(read.files_ignored, 1);
+        assert_eq!(read.unreadable.len(), 1);
+        assert_eq!(
+            read.unreadable[0].key,
+            "cuda/dt=2026-11-22/hour=03/part-bad.parquet"
+        );
+        assert!(
+            read.unreadable[0].error.contains("Parquet"),
+            "{:?}",
+            read.unreadable
+        );
+        // The plain read returns the good rows too.
+        let batches = lake.read(EventKind::Cuda, &range(10, 10)).unwrap();
+        assert_eq!(table::row_count(&batches), 2);
+        // Rows are filtered by time inside the files the partitions keep.
+        let narrow = TimeRange::new(
+            DateTime::<Utc>::from_timestamp_nanos(BASE_NS + 500_000_000),
+            DateTime::<Utc>::from_timestamp_nanos(BASE_NS + 2_000_000_000),
+        )
+        .unwrap();
+        assert_eq!(lake.read_table(EventKind::Cuda, &narrow).unwrap().rows(), 1);
+        // Other tables and other days are empty, not errors.
+        assert_eq!(
+            lake.read_table(EventKind::Xid, &range(10, 10))
+                .unwrap()
+                .rows(),
+            0
+        );
+    }
+
+    #[test]
+    fn accounting_sums_the_documents_and_says_when_there_are_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::open(&dir.path().display().to_string()).unwrap();
+        let none = lake.accounting(&range(10, 10)).unwrap();
+        assert_eq!(none.documents, 0);
+        let doc = serde_json::json!({
+            "accounting": {
+                "rings": [{"ring": "cuda", "emitted": 5, "lost_in_kernel": 1}],
+                "sinks": [{"sink": "parquet", "kind": "cuda", "delivered": 4, "dropped": 0,
+                           "dropped_by_reason": {"buffer_full": 0}}]
+            }
+        });
+        put(
+            dir.path(),
+            "_accounting/run.json",
+            doc.to_string().as_bytes(),
+        );
+        put(dir.path(), "_accounting/.run2.json.tmp", b"partial");
+        let totals = lake.accounting(&range(10, 10)).unwrap();
+        assert_eq!(totals.documents, 1);
+        assert_eq!(totals.delivered(), 4);
+        assert_eq!(totals.lost_in_kernel(), 1);
+        assert!(totals.unreadable.is_empty());
+    }
+
+    #[test]
+    fn open_refuses_what_it_cannot_read() {
+        let err = Lake::open("s3://bucket/prefix").unwrap_err();
+        assert!(err.to_string().contains("not supported yet"), "{err}");
+        let err = Lake::open("/nonexistent/gpuship-data").unwrap_err();
+        assert!(format!("{err:#}").contains("--data"), "{err:#}");
+    }
+}

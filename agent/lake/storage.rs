@@ -1,0 +1,74 @@
+//! The one seam between the lake reader and where the lake is kept. A lake is a set of objects
+//! named by `/`-separated keys relative to its root (`cuda/dt=2026-11-22/hour=03/part-a.parquet`);
+//! everything above this trait works on keys only, so a local folder and an object store (S3,
+//! to come) read the same way. Implementations only read: nothing here writes or deletes.
+
+use bytes::Bytes;
+
+/// Why storage could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The key cannot name an object of this lake (absolute, or climbing out with `..`).
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Listing or reading failed.
+    #[error("{what} {target}: {source}")]
+    Io {
+        /// `listing` or `reading`.
+        what: &'static str,
+        /// The folder or object, as the storage names it.
+        target: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Read access to the objects of one lake.
+pub trait LakeStorage: Send + Sync {
+    /// Every object whose key starts with the folder `prefix` (`cuda/dt=2026-11-22/`; empty
+    /// for the whole lake), at any depth, as keys relative to the root. A prefix that does not
+    /// exist lists nothing; that is not an error.
+    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError>;
+
+    /// The whole content of one object.
+    fn get(&self, key: &str) -> Result<Bytes, StorageError>;
+
+    /// How the lake is named to people (`/var/lib/gpuship/data`, `s3://bucket/prefix`).
+    fn describe(&self) -> String;
+}
+
+/// Rejects keys that could reach outside the lake's root.
+pub(crate) fn check_key(key: &str) -> Result<(), StorageError> {
+    let invalid = |reason| StorageError::InvalidKey {
+        key: key.to_string(),
+        reason,
+    };
+    if key.starts_with('/') {
+        return Err(invalid("keys are relative to the lake's root"));
+    }
+    if key.split('/').any(|part| part == "..") {
+        return Err(invalid("keys must not contain '..'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_stay_inside_the_lake() {
+        assert!(check_key("cuda/dt=2026-11-22/hour=03/part-a.parquet").is_ok());
+        assert!(check_key("").is_ok());
+        assert!(check_key("/etc/passwd").is_err());
+        assert!(check_key("cuda/../../etc/passwd").is_err());
+        // A name that merely contains dots is fine.
+        assert!(check_key("cuda/..part.parquet").is_ok());
+    }
+}

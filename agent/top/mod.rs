@@ -1,0 +1,153 @@
+//! `gpuship top`: a live terminal view of a running agent. It attaches no probes and needs no
+//! privileges: it polls the agent's `GET /live` (see [`crate::live`]), computes rates from the
+//! difference of two polls, and redraws the whole screen every interval.
+//!
+//! - [`client`]: the HTTP read of `/live` and the part of the document it uses.
+//! - [`frame`]: rates, totals and loss counters of one screen.
+//! - [`render`]: a frame as lines fitted to the terminal (also the `--once` text); `format`
+//!   writes its cells.
+//! - [`terminal`]: raw input, alternate screen, restoring the terminal.
+//!
+//! Plain ANSI escapes, not ratatui + crossterm: the view is a few fixed tables redrawn in full
+//! each tick, which needs cursor-home, clear-to-end, bold/red and one key; the same renderer
+//! then produces `--once` text for scripts and tests byte for byte, and the agent's binary
+//! gains no dependency tree for it. Linux-only, as the agent is.
+
+pub mod client;
+mod format;
+pub mod frame;
+pub mod render;
+pub mod terminal;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use client::{Client, LiveReport};
+use render::Layout;
+use terminal::{Key, Screen};
+
+/// The shortest refresh interval.
+const MIN_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What `gpuship top` was asked.
+#[derive(Debug, Clone)]
+pub struct TopOptions {
+    /// `host:port` of the agent's metrics server.
+    pub agent: String,
+    /// Time between polls.
+    pub interval: Duration,
+    /// Print one plain-text frame (after two polls) and exit.
+    pub once: bool,
+}
+
+/// A refresh interval: `200ms`, `1s`, `1.5s`, `2m`, or plain seconds (`2`).
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 200ms, 1s or 2m"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s or m)")),
+    };
+    let interval = Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))?;
+    if interval < MIN_INTERVAL {
+        return Err(format!(
+            "{text:?} is shorter than {}ms",
+            MIN_INTERVAL.as_millis()
+        ));
+    }
+    Ok(interval)
+}
+
+/// Runs `gpuship top`.
+pub fn run(options: &TopOptions) -> anyhow::Result<ExitCode> {
+    // A poll that takes longer than the interval is a poll that failed.
+    let timeout = options
+        .interval
+        .clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let client = Client::new(&options.agent, timeout);
+    if options.once {
+        once(&client, options.interval)
+    } else {
+        interactive(&client, options.interval)
+    }
+}
+
+fn once(client: &Client, interval: Duration) -> anyhow::Result<ExitCode> {
+    let hint = "is `gpuship run` running with [metrics] enabled on this address (--agent)?";
+    let first = client.fetch().context(hint)?;
+    std::thread::sleep(interval);
+    let second = client.fetch().context(hint)?;
+    let frame = frame::frame(client.address(), Some(&first), &second);
+    let text = render::render(&frame, &Layout::default()).join("\n");
+    use std::io::Write;
+    // A reader that stops early (`gpuship top --once | head`) is not an error.
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn interactive(client: &Client, interval: Duration) -> anyhow::Result<ExitCode> {
+    let mut screen =
+        Screen::enter().context("gpuship top needs a terminal (use --once for plain text)")?;
+    let mut previous: Option<LiveReport> = None;
+    loop {
+        let tick = Instant::now();
+        let (width, height) = screen.size();
+        let layout = Layout {
+            width: Some(width),
+            height: Some(height),
+            color: true,
+            interval: Some(interval),
+        };
+        let lines = match client.fetch() {
+            Ok(report) => {
+                let frame = frame::frame(client.address(), previous.as_ref(), &report);
+                previous = Some(report);
+                render::render(&frame, &layout)
+            }
+            Err(err) => render::unreachable(client.address(), &err.to_string(), &layout),
+        };
+        screen.draw(&lines).context("drawing the screen")?;
+        loop {
+            if terminal::quit_requested() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let left = interval.saturating_sub(tick.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            if screen.key(left).context("reading the keyboard")? == Some(Key::Quit) {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse_in_the_usual_units() {
+        assert_eq!(parse_interval("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_interval("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_interval("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_interval("10ms")
+            .unwrap_err()
+            .contains("shorter than 50ms"));
+        assert!(parse_interval("1h").unwrap_err().contains("unknown unit"));
+        assert!(parse_interval("fast").is_err());
+        assert!(parse_interval("").is_err());
+    }
+}

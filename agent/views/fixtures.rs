@@ -1,0 +1,89 @@
+//! Rows for the views' unit tests, built with the sinks' own batch builders so they have
+//! exactly the columns the agent writes.
+
+use arrow_array::RecordBatch;
+use gpuship_sinks::schema::{
+    xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, LaunchDims, XidRecord, XidSource,
+};
+
+use super::rows::NOT_CAPTURED;
+
+/// Host `node-a`.
+pub fn identity() -> HostIdentity {
+    HostIdentity {
+        host: "node-a".into(),
+        boot_id: "boot".into(),
+    }
+}
+
+/// A call of pid 100, tid 101 (`train`) on stream 0x5000; launches get dims; a zero duration
+/// makes it entry-only.
+pub fn cuda_row(
+    time_ns: i64,
+    function: &'static str,
+    result: u32,
+    duration_ns: u64,
+) -> CudaRow<'static> {
+    CudaRow {
+        time_ns,
+        pid: 100,
+        tid: 101,
+        comm: "train",
+        function,
+        duration_ns,
+        result,
+        result_name: match (result, duration_ns) {
+            (_, 0) => NOT_CAPTURED,
+            (0, _) => "CUDA_SUCCESS",
+            _ => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        },
+        bytes: None,
+        device_ptr: None,
+        stream: Some(0x5000),
+        launch: function.starts_with("cuLaunch").then_some(LaunchDims {
+            grid: [1, 2, 3],
+            block: [4, 5, 6],
+            shared_mem_bytes: 0,
+        }),
+    }
+}
+
+/// `rows` as one `cuda` batch.
+pub fn cuda_batch(rows: &[CudaRow<'_>]) -> RecordBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), rows.len());
+    for row in rows {
+        builder.append(row);
+    }
+    builder.finish().unwrap()
+}
+
+/// An XID from the kernel log that hit pid 100 (`train`), root of its own incident.
+pub fn xid_record(time_ns: i64, code: u32, bus: &str, severity: &str, message: &str) -> XidRecord {
+    let mut record = XidRecord {
+        time_ns,
+        code,
+        pci_bus_id: bus.into(),
+        gpu: None,
+        message: message.into(),
+        source: XidSource::Kmsg,
+        pid: Some(100),
+        comm: Some("train".into()),
+        reporter_pid: None,
+        reporter_comm: None,
+        kmsg_seq: None,
+        message_truncated: false,
+        raw_tracepoint: None,
+        raw_kmsg: None,
+        annotations: Default::default(),
+    };
+    record.annotations.severity = Some(severity.into());
+    record.annotations.incident_id = Some(format!("node-a/{bus}/{time_ns}"));
+    record.annotations.root_candidate = Some(true);
+    record.annotations.affected_pids = vec![100];
+    record
+}
+
+/// `records` as one `xid` batch.
+pub fn xid_batch(records: &[XidRecord]) -> RecordBatch {
+    xid_batch_of(&identity(), records).unwrap()
+}

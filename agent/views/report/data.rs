@@ -1,0 +1,330 @@
+//! What the report shows, computed from the lake's rows: per-GPU timelines of XIDs and of the
+//! CUDA failures of the processes they hit, incidents, per-function call statistics. No
+//! formatting here; [`super::html`] and [`super::timeline`] render it. Per-function call
+//! statistics are in [`super::functions`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::functions::{self, FunctionStats};
+use crate::lake::{AccountingTotals, TimeRange, Unreadable};
+use crate::views::rows::{CudaCall, Xid};
+
+/// A GPU: host and PCI bus id.
+pub type GpuKey = (String, String);
+
+/// Everything the report shows.
+#[derive(Debug, Clone)]
+pub struct ReportData {
+    /// Where the rows came from.
+    pub location: String,
+    /// The range asked for.
+    pub range: TimeRange,
+    /// Hosts that wrote any row of the range.
+    pub hosts: Vec<String>,
+    /// Row and file counts.
+    pub totals: Totals,
+    /// One timeline per GPU that reported an XID.
+    pub gpus: Vec<GpuTimeline>,
+    /// Processes with failed calls that no XID links to a GPU.
+    pub unlinked: Vec<ProcessLane>,
+    /// XID incidents, oldest first.
+    pub incidents: Vec<Incident>,
+    /// Per CUDA function, most called first.
+    pub functions: Vec<FunctionStats>,
+    /// Delivery counters from the lake's accounting documents.
+    pub accounting: AccountingTotals,
+}
+
+/// Counts for the header.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    /// XID rows.
+    pub xids: usize,
+    /// CUDA call rows.
+    pub cuda_calls: usize,
+    /// Calls that returned an error.
+    pub cuda_failures: usize,
+    /// Driver operation rows.
+    pub driver_ops: usize,
+    /// Parquet files read.
+    pub files_read: usize,
+    /// Files that could not be read (their rows are missing).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// One GPU's XIDs and the processes they affected.
+#[derive(Debug, Clone)]
+pub struct GpuTimeline {
+    /// Host and bus id.
+    pub key: GpuKey,
+    /// `GPU-...`, when the agent knew it.
+    pub uuid: Option<String>,
+    /// Model name, when the agent knew it.
+    pub model: Option<String>,
+    /// Its XIDs, oldest first.
+    pub xids: Vec<Xid>,
+    /// Processes its XIDs named or whose failed calls share its incidents.
+    pub processes: Vec<ProcessLane>,
+}
+
+/// One process's failed CUDA calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLane {
+    /// Process id.
+    pub pid: i32,
+    /// Its name (from the XID or its calls).
+    pub comm: String,
+    /// Failed calls, oldest first.
+    pub failures: Vec<CudaCall>,
+}
+
+/// A cascade of XIDs on one GPU.
+#[derive(Debug, Clone)]
+pub struct Incident {
+    /// `incident_id` (or, for rows without one, host/bus/time of the XID).
+    pub id: String,
+    /// Host and bus id.
+    pub gpu: GpuKey,
+    /// The root-cause candidate: the row marked `root_candidate`, else the first.
+    pub root: Xid,
+    /// Codes in time order.
+    pub codes: Vec<u32>,
+    /// The most severe severity in the cascade.
+    pub worst_severity: String,
+    /// Processes named by its XIDs, with names.
+    pub affected: Vec<(i32, String)>,
+    /// Failed CUDA calls carrying its id.
+    pub failed_calls: usize,
+}
+
+/// Rank of a severity, for "worst of".
+pub fn severity_rank(severity: &str) -> u8 {
+    match severity {
+        "fatal" => 4,
+        "error" => 3,
+        "warning" => 2,
+        "info" => 1,
+        _ => 0,
+    }
+}
+
+/// The report of these rows.
+pub fn aggregate(
+    location: String,
+    range: TimeRange,
+    calls: &[CudaCall],
+    xids: &[Xid],
+    totals: Totals,
+    hosts: BTreeSet<String>,
+    accounting: AccountingTotals,
+) -> ReportData {
+    let incidents = incidents(xids, calls);
+    let (gpus, unlinked) = timelines(xids, calls);
+    ReportData {
+        location,
+        range,
+        hosts: hosts.into_iter().collect(),
+        totals,
+        gpus,
+        unlinked,
+        incidents,
+        functions: functions::per_function(calls, range.seconds()),
+        accounting,
+    }
+}
+
+fn gpu_of(xid: &Xid) -> GpuKey {
+    (xid.host.clone(), xid.pci_bus_id.clone())
+}
+
+fn incident_id(xid: &Xid) -> String {
+    xid.incident_id
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}/{}", xid.host, xid.pci_bus_id, xid.time_ns))
+}
+
+fn named_pids(xid: &Xid) -> impl Iterator<Item = i32> + '_ {
+    xid.pid.into_iter().chain(xid.affected_pids.iter().copied())
+}
+
+fn incidents(xids: &[Xid], calls: &[CudaCall]) -> Vec<Incident> {
+    let mut groups: BTreeMap<String, Vec<&Xid>> = BTreeMap::new();
+    for xid in xids {
+        groups.entry(incident_id(xid)).or_default().push(xid);
+    }
+    let mut failed: BTreeMap<&str, usize> = BTreeMap::new();
+    for call in calls.iter().filter(|c| c.failed()) {
+        if let Some(id) = &call.incident_id {
+            *failed.entry(id.as_str()).or_default() += 1;
+        }
+    }
+    let mut incidents: Vec<Incident> = groups
+        .into_iter()
+        .filter_map(|(id, members)| {
+            let first = *members.first()?;
+            let root = members
+                .iter()
+                .find(|x| x.root_candidate == Some(true))
+                .copied()
+                .unwrap_or(first);
+            let worst_severity = members
+                .iter()
+                .map(|x| x.display_severity())
+                .max_by_key(|s| severity_rank(s))
+                .unwrap_or_default();
+            let mut affected: Vec<(i32, String)> = Vec::new();
+            for xid in &members {
+                for pid in named_pids(xid) {
+                    if !affected.iter().any(|(p, _)| *p == pid) {
+                        let comm = (xid.pid == Some(pid)).then(|| xid.comm.clone()).flatten();
+                        affected.push((pid, comm.unwrap_or_default()));
+                    }
+                }
+            }
+            Some(Incident {
+                failed_calls: failed.get(id.as_str()).copied().unwrap_or(0),
+                gpu: gpu_of(root),
+                root: root.clone(),
+                codes: members.iter().map(|x| x.code).collect(),
+                worst_severity,
+                affected,
+                id,
+            })
+        })
+        .collect();
+    incidents.sort_by(|a, b| a.root.time_ns.cmp(&b.root.time_ns).then(a.id.cmp(&b.id)));
+    incidents
+}
+
+fn timelines(xids: &[Xid], calls: &[CudaCall]) -> (Vec<GpuTimeline>, Vec<ProcessLane>) {
+    let mut gpus: BTreeMap<GpuKey, GpuTimeline> = BTreeMap::new();
+    let mut by_incident: BTreeMap<String, GpuKey> = BTreeMap::new();
+    let mut by_process: BTreeMap<(String, i32), BTreeSet<GpuKey>> = BTreeMap::new();
+    let mut lanes: BTreeMap<(GpuKey, i32), ProcessLane> = BTreeMap::new();
+    for xid in xids {
+        let key = gpu_of(xid);
+        let gpu = gpus.entry(key.clone()).or_insert_with(|| GpuTimeline {
+            key: key.clone(),
+            uuid: None,
+            model: None,
+            xids: Vec::new(),
+            processes: Vec::new(),
+        });
+        gpu.uuid = gpu.uuid.take().or_else(|| xid.gpu_uuid.clone());
+        gpu.model = gpu.model.take().or_else(|| xid.gpu_model.clone());
+        gpu.xids.push(xid.clone());
+        if let Some(id) = &xid.incident_id {
+            by_incident.insert(id.clone(), key.clone());
+        }
+        for pid in named_pids(xid) {
+            by_process
+                .entry((xid.host.clone(), pid))
+                .or_default()
+                .insert(key.clone());
+            let comm = (xid.pid == Some(pid)).then(|| xid.comm.clone()).flatten();
+            let lane = lanes
+                .entry((key.clone(), pid))
+                .or_insert_with(|| ProcessLane {
+                    pid,
+                    comm: String::new(),
+                    failures: Vec::new(),
+                });
+            if lane.comm.is_empty() {
+                lane.comm = comm.unwrap_or_default();
+            }
+        }
+    }
+    let mut unlinked: BTreeMap<i32, ProcessLane> = BTreeMap::new();
+    for call in calls.iter().filter(|c| c.failed()) {
+        let targets: Vec<GpuKey> =
+            match call.incident_id.as_ref().and_then(|id| by_incident.get(id)) {
+                Some(key) => vec![key.clone()],
+                None => by_process
+                    .get(&(call.host.clone(), call.pid))
+                    .map(|keys| keys.iter().cloned().collect())
+                    .unwrap_or_default(),
+            };
+        let new_lane = || ProcessLane {
+            pid: call.pid,
+            comm: call.comm.clone(),
+            failures: Vec::new(),
+        };
+        if targets.is_empty() {
+            unlinked
+                .entry(call.pid)
+                .or_insert_with(new_lane)
+                .failures
+                .push(call.clone());
+        }
+        for key in targets {
+            let lane = lanes.entry((key, call.pid)).or_insert_with(new_lane);
+            if lane.comm.is_empty() {
+                lane.comm = call.comm.clone();
+            }
+            lane.failures.push(call.clone());
+        }
+    }
+    for ((key, _), lane) in lanes {
+        if let Some(gpu) = gpus.get_mut(&key) {
+            gpu.processes.push(lane);
+        }
+    }
+    (
+        gpus.into_values().collect(),
+        unlinked.into_values().collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::rows::{cuda_calls, xids};
+
+    #[test]
+    fn xids_group_into_incidents_and_failures_land_on_their_gpu() {
+        let bus = "0000:3b:00.0";
+        let mut cascade = vec![
+            xid_record(1_000, 31, bus, "error", "fault"),
+            xid_record(2_000, 13, bus, "error", "warp"),
+            xid_record(5_000, 79, "0000:86:00.0", "fatal", "off the bus"),
+        ];
+        cascade[1].annotations.incident_id = cascade[0].annotations.incident_id.clone();
+        cascade[1].annotations.root_candidate = Some(false);
+        cascade[2].pid = None;
+        cascade[2].annotations.affected_pids.clear();
+        let xids = xids(&[xid_batch(&cascade)]);
+        let mut failing = cuda_row(3_000, "cuCtxSynchronize", 700, 10);
+        failing.pid = 100;
+        let mut stranger = cuda_row(4_000, "cuMemAlloc_v2", 2, 10);
+        stranger.pid = 555;
+        let calls = cuda_calls(&[cuda_batch(&[
+            failing,
+            stranger,
+            cuda_row(3_500, "cuCtxSynchronize", 0, 30),
+        ])]);
+
+        let incidents = incidents(&xids, &calls);
+        assert_eq!(incidents.len(), 2);
+        assert_eq!(
+            (incidents[0].root.code, incidents[0].codes.clone()),
+            (31, vec![31, 13])
+        );
+        assert_eq!(incidents[0].affected, [(100, "train".to_string())]);
+        assert_eq!(incidents[1].worst_severity, "fatal");
+        assert_eq!(incidents[1].root.display_action(), "reboot_node");
+
+        let (gpus, unlinked) = timelines(&xids, &calls);
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[0].key.1, bus);
+        assert_eq!(gpus[0].processes.len(), 1);
+        assert_eq!(
+            gpus[0].processes[0].failures.len(),
+            1,
+            "through the XID's pid"
+        );
+        assert!(gpus[1].processes.is_empty());
+        assert_eq!(unlinked.len(), 1);
+        assert_eq!(unlinked[0].pid, 555);
+    }
+}

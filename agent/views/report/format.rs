@@ -1,0 +1,95 @@
+//! Values to report text: HTML escaping of everything that comes from data, and the way times,
+//! durations and rates are written. Every string the data lake supplies (XID messages, process
+//! names, function names, file names) goes through [`escape`] before it reaches the page.
+
+use std::fmt::Write as _;
+
+/// `text` with `& < > " '` replaced by entities, safe inside elements and quoted attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters have no business in a report and can confuse terminals.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `2026-11-22 03:43:20.123 UTC`.
+pub fn time(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns)
+        .format("%Y-%m-%d %H:%M:%S%.3f UTC")
+        .to_string()
+}
+
+/// `03:43:20.123`: an axis label.
+pub fn clock(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns)
+        .format("%H:%M:%S%.3f")
+        .to_string()
+}
+
+/// A duration with a unit that keeps three significant digits readable: `850 ns`, `12.3 µs`,
+/// `4.56 ms`, `1.20 s`.
+pub fn duration(ns: u64) -> String {
+    let ns_f = ns as f64;
+    let mut out = String::new();
+    let _ = match ns {
+        0..=999 => write!(out, "{ns} ns"),
+        1_000..=999_999 => write!(out, "{} µs", significant(ns_f / 1e3)),
+        1_000_000..=999_999_999 => write!(out, "{} ms", significant(ns_f / 1e6)),
+        _ => write!(out, "{} s", significant(ns_f / 1e9)),
+    };
+    out
+}
+
+fn significant(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Calls per second, three decimals (`0.003`, `120.500`).
+pub fn rate(per_second: f64) -> String {
+    format!("{per_second:.3}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_data_becomes_text() {
+        assert_eq!(
+            escape(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        assert_eq!(escape("a\u{1b}[31mb"), "a\u{fffd}[31mb");
+        assert_eq!(escape("plain µs"), "plain µs");
+    }
+
+    #[test]
+    fn times_durations_and_rates_read_well() {
+        assert_eq!(
+            time(1_795_319_000_123_456_789),
+            "2026-11-22 03:43:20.123 UTC"
+        );
+        assert_eq!(clock(1_795_319_000_123_456_789), "03:43:20.123");
+        assert_eq!(duration(850), "850 ns");
+        assert_eq!(duration(12_345), "12.3 µs");
+        assert_eq!(duration(4_560_000), "4.56 ms");
+        assert_eq!(duration(1_200_000_000), "1.20 s");
+        assert_eq!(rate(2.0 / 600.0), "0.003");
+    }
+}

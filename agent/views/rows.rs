@@ -1,0 +1,334 @@
+//! Typed rows out of the lake's record batches, for the views. Columns are looked up by name
+//! and a column that is missing or of another type reads as null, so files of older schema
+//! versions (and other writers') still show what they have. Rows without the columns that
+//! identify them (time, pid, function, code, ...) are left out.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType, UInt32Type, UInt64Type};
+use arrow_array::{
+    Array, ArrowPrimitiveType, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
+};
+
+/// Result name of entry-only calls (`[sources.cuda] entry_only`): no duration, no result.
+pub const NOT_CAPTURED: &str = "NOT_CAPTURED";
+
+/// One CUDA driver API call (`cuda` table). Each field is the column of the same name
+/// (`docs/schema.md`); `time_ns` falls back to `time`, and `grid`/`block` gather the
+/// `grid_*`/`block_*` columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaCall {
+    pub time_ns: i64,
+    pub host: String,
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    pub function: String,
+    pub duration_ns: u64,
+    pub result: u32,
+    pub result_name: String,
+    pub bytes: Option<u64>,
+    pub device_ptr: Option<u64>,
+    pub stream: Option<u64>,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+    pub shared_mem_bytes: Option<u32>,
+    pub incident_id: Option<String>,
+}
+
+impl CudaCall {
+    /// Recorded at entry only: no duration or result was captured.
+    pub fn entry_only(&self) -> bool {
+        self.result_name == NOT_CAPTURED
+    }
+
+    /// Returned something other than CUDA_SUCCESS.
+    pub fn failed(&self) -> bool {
+        self.result != 0 && !self.entry_only()
+    }
+}
+
+/// One XID report (`xid` table). Each field is the column of the same name (`name` is
+/// `xid_name`); the `display_*` methods fill what older files lack from the built-in catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Xid {
+    pub time_ns: i64,
+    pub host: String,
+    pub code: u32,
+    pub pci_bus_id: String,
+    pub gpu_uuid: Option<String>,
+    pub gpu_model: Option<String>,
+    pub message: String,
+    pub source: Option<String>,
+    pub pid: Option<i32>,
+    pub comm: Option<String>,
+    pub name: Option<String>,
+    pub severity: Option<String>,
+    pub action: Option<String>,
+    pub incident_id: Option<String>,
+    pub root_candidate: Option<bool>,
+    pub attribution: Option<String>,
+    pub affected_pids: Vec<i32>,
+}
+
+impl Xid {
+    /// The catalog name, from the row or (older files) from the built-in catalog.
+    pub fn display_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).name)
+    }
+
+    /// The severity, from the row or (older files) from the built-in catalog.
+    pub fn display_severity(&self) -> String {
+        self.severity
+            .clone()
+            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).severity.to_string())
+    }
+
+    /// The recommended action, from the row or (older files) from the built-in catalog.
+    pub fn display_action(&self) -> String {
+        self.action
+            .clone()
+            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).action.to_string())
+    }
+}
+
+/// One driver operation (`driver` table). Each field is the column of the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverOp {
+    pub time_ns: i64,
+    pub host: String,
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    pub hook: String,
+    pub device: Option<String>,
+    pub request: Option<u32>,
+    pub request_name: Option<String>,
+    pub duration_ns: u64,
+    pub result: Option<i64>,
+}
+
+/// Column accessors of one batch.
+struct Columns<'a>(&'a RecordBatch);
+
+impl<'a> Columns<'a> {
+    fn primitive<T: ArrowPrimitiveType>(&self, name: &str) -> Option<&'a PrimitiveArray<T>> {
+        self.0.column_by_name(name)?.as_primitive_opt::<T>()
+    }
+
+    fn strings(&self, name: &str) -> Option<&'a StringArray> {
+        self.0.column_by_name(name)?.as_string_opt::<i32>()
+    }
+
+    fn booleans(&self, name: &str) -> Option<&'a BooleanArray> {
+        self.0.column_by_name(name)?.as_boolean_opt()
+    }
+
+    /// Nanoseconds since the epoch, from `time_ns`, else from `time` (µs).
+    fn times(&self) -> Vec<Option<i64>> {
+        if let Some(ns) = self.primitive::<Int64Type>("time_ns") {
+            return ns.iter().collect();
+        }
+        match self.primitive::<TimestampMicrosecondType>("time") {
+            Some(us) => us
+                .iter()
+                .map(|t| t.map(|t| t.saturating_mul(1_000)))
+                .collect(),
+            None => vec![None; self.0.num_rows()],
+        }
+    }
+}
+
+fn value<T: ArrowPrimitiveType>(array: Option<&PrimitiveArray<T>>, i: usize) -> Option<T::Native> {
+    array.filter(|a| a.is_valid(i)).map(|a| a.value(i))
+}
+
+fn text(array: Option<&StringArray>, i: usize) -> Option<String> {
+    array
+        .filter(|a| a.is_valid(i))
+        .map(|a| a.value(i).to_string())
+}
+
+fn dims(c: &Columns<'_>, names: [&str; 3], i: usize) -> Option<[u32; 3]> {
+    let [x, y, z] = names.map(|n| value(c.primitive::<UInt32Type>(n), i));
+    Some([x?, y?, z?])
+}
+
+/// Every call in `batches`.
+pub fn cuda_calls(batches: &[RecordBatch]) -> Vec<CudaCall> {
+    let mut calls = Vec::new();
+    for batch in batches {
+        let c = Columns(batch);
+        let times = c.times();
+        let (pid, tid) = (
+            c.primitive::<Int32Type>("pid"),
+            c.primitive::<Int32Type>("tid"),
+        );
+        let (host, comm, function) = (c.strings("host"), c.strings("comm"), c.strings("function"));
+        let duration = c.primitive::<UInt64Type>("duration_ns");
+        let (result, result_name) = (
+            c.primitive::<UInt32Type>("result"),
+            c.strings("result_name"),
+        );
+        for (i, time_ns) in times.into_iter().enumerate() {
+            let (Some(time_ns), Some(pid), Some(function)) =
+                (time_ns, value(pid, i), text(function, i))
+            else {
+                continue;
+            };
+            calls.push(CudaCall {
+                time_ns,
+                host: text(host, i).unwrap_or_default(),
+                pid,
+                tid: value(tid, i).unwrap_or(pid),
+                comm: text(comm, i).unwrap_or_default(),
+                function,
+                duration_ns: value(duration, i).unwrap_or(0),
+                result: value(result, i).unwrap_or(0),
+                result_name: text(result_name, i).unwrap_or_default(),
+                bytes: value(c.primitive::<UInt64Type>("bytes"), i),
+                device_ptr: value(c.primitive::<UInt64Type>("device_ptr"), i),
+                stream: value(c.primitive::<UInt64Type>("stream"), i),
+                grid: dims(&c, ["grid_x", "grid_y", "grid_z"], i),
+                block: dims(&c, ["block_x", "block_y", "block_z"], i),
+                shared_mem_bytes: value(c.primitive::<UInt32Type>("shared_mem_bytes"), i),
+                incident_id: text(c.strings("incident_id"), i),
+            });
+        }
+    }
+    calls.sort_by_key(|c| (c.time_ns, c.pid, c.tid));
+    calls
+}
+
+/// Every XID in `batches`.
+pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
+    let mut xids = Vec::new();
+    for batch in batches {
+        let c = Columns(batch);
+        let affected = batch
+            .column_by_name("affected_pids")
+            .and_then(|a| a.as_list_opt::<i32>());
+        for (i, time_ns) in c.times().into_iter().enumerate() {
+            let (Some(time_ns), Some(code)) =
+                (time_ns, value(c.primitive::<UInt32Type>("code"), i))
+            else {
+                continue;
+            };
+            let affected_pids = affected
+                .filter(|a| a.is_valid(i))
+                .and_then(|a| {
+                    let values = a.value(i);
+                    values
+                        .as_primitive_opt::<Int32Type>()
+                        .map(|v| v.iter().flatten().collect())
+                })
+                .unwrap_or_default();
+            xids.push(Xid {
+                time_ns,
+                host: text(c.strings("host"), i).unwrap_or_default(),
+                code,
+                pci_bus_id: text(c.strings("pci_bus_id"), i).unwrap_or_default(),
+                gpu_uuid: text(c.strings("gpu_uuid"), i),
+                gpu_model: text(c.strings("gpu_model"), i),
+                message: text(c.strings("message"), i).unwrap_or_default(),
+                source: text(c.strings("source"), i),
+                pid: value(c.primitive::<Int32Type>("pid"), i),
+                comm: text(c.strings("comm"), i),
+                name: text(c.strings("xid_name"), i),
+                severity: text(c.strings("severity"), i),
+                action: text(c.strings("action"), i),
+                incident_id: text(c.strings("incident_id"), i),
+                root_candidate: c
+                    .booleans("root_candidate")
+                    .filter(|a| a.is_valid(i))
+                    .map(|a| a.value(i)),
+                attribution: text(c.strings("attribution"), i),
+                affected_pids,
+            });
+        }
+    }
+    xids.sort_by_key(|x| x.time_ns);
+    xids
+}
+
+/// Every driver operation in `batches`.
+pub fn driver_ops(batches: &[RecordBatch]) -> Vec<DriverOp> {
+    let mut ops = Vec::new();
+    for batch in batches {
+        let c = Columns(batch);
+        for (i, time_ns) in c.times().into_iter().enumerate() {
+            let (Some(time_ns), Some(pid)) = (time_ns, value(c.primitive::<Int32Type>("pid"), i))
+            else {
+                continue;
+            };
+            ops.push(DriverOp {
+                time_ns,
+                host: text(c.strings("host"), i).unwrap_or_default(),
+                pid,
+                tid: value(c.primitive::<Int32Type>("tid"), i).unwrap_or(pid),
+                comm: text(c.strings("comm"), i).unwrap_or_default(),
+                hook: text(c.strings("hook"), i).unwrap_or_else(|| "driver".into()),
+                device: text(c.strings("device"), i),
+                request: value(c.primitive::<UInt32Type>("request"), i),
+                request_name: text(c.strings("request_name"), i),
+                duration_ns: value(c.primitive::<UInt64Type>("duration_ns"), i).unwrap_or(0),
+                result: value(c.primitive::<Int64Type>("result"), i),
+            });
+        }
+    }
+    ops.sort_by_key(|o| (o.time_ns, o.pid, o.tid));
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+
+    #[test]
+    fn rows_come_out_typed_with_their_arguments() {
+        let batch = cuda_batch(&[
+            cuda_row(2_000, "cuLaunchKernel", 0, 0),
+            cuda_row(1_000, "cuCtxSynchronize", 700, 50),
+        ]);
+        let calls = cuda_calls(&[batch]);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].function, "cuCtxSynchronize", "sorted by time");
+        assert!(calls[0].failed());
+        assert!(calls[1].entry_only() && !calls[1].failed());
+        assert_eq!(calls[1].grid, Some([1, 2, 3]));
+        assert_eq!(calls[1].block, Some([4, 5, 6]));
+        assert_eq!(calls[1].stream, Some(0x5000));
+        assert_eq!(calls[0].host, "node-a");
+
+        let xids = xids(&[xid_batch(&[xid_record(
+            5,
+            79,
+            "0000:3b:00.0",
+            "fatal",
+            "off the bus",
+        )])]);
+        assert_eq!(xids[0].affected_pids, [100]);
+        assert_eq!(
+            xids[0].display_name(),
+            "GPU fell off the PCIe bus",
+            "from the catalog"
+        );
+        assert_eq!(xids[0].display_severity(), "fatal");
+    }
+
+    #[test]
+    fn missing_columns_read_as_null() {
+        let batch = cuda_batch(&[cuda_row(1_000, "cuInit", 0, 10)]);
+        let keep: Vec<usize> = ["time", "pid", "function"]
+            .iter()
+            .map(|n| batch.schema().index_of(n).unwrap())
+            .collect();
+        let narrow = batch.project(&keep).unwrap();
+        let calls = cuda_calls(&[narrow]);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].time_ns, calls[0].tid), (1_000, 100));
+        assert_eq!(calls[0].stream, None);
+    }
+}
