@@ -1,6 +1,6 @@
 //! `gpuship report` end to end: the real agent records the stand-in libcuda workload (one forced
 //! failure beside the allocation that always fails) and two XIDs of different severities
-//! injected through /dev/kmsg; its summary is kept as the lake's accounting document. The report
+//! injected through /dev/kmsg, plus the accounting document it keeps beside the data. The report
 //! must hold exactly those counts, incidents and markers, and must render in headless Chromium
 //! with the severity colors on screen and the timeline's markers in the DOM.
 
@@ -183,13 +183,19 @@ fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
     std::thread::sleep(Duration::from_millis(600));
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
-    // The lake's accounting document: exactly what `gpuship run --summary-json` wrote.
-    std::fs::create_dir_all(data.path().join("_accounting")).unwrap();
-    std::fs::write(
-        data.path().join("_accounting/run.json"),
-        serde_json::to_vec_pretty(&stopped.outcome).unwrap(),
-    )
-    .unwrap();
+    // The agent keeps its accounting beside the data: one document for the run, rewritten at
+    // shutdown with the final counters, exactly those of the run's outcome.
+    let documents: Vec<_> = std::fs::read_dir(data.path().join("_accounting"))
+        .expect("the agent wrote _accounting/")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(documents.len(), 1, "{documents:?}");
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&documents[0]).unwrap()).unwrap();
+    assert_eq!(document["accounting"], stopped.outcome["accounting"]);
+    assert!(
+        document["window"]["start"].as_str().unwrap() < document["window"]["end"].as_str().unwrap()
+    );
     let until = Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(60);
     let seconds = (until - since).num_seconds() as f64;
 

@@ -3,9 +3,9 @@
 //! range. This is what lets a view say how complete the rows it shows are.
 //!
 //! A document may say which span of time its counters cover with
-//! `"window": {"start": RFC 3339, "end": RFC 3339}`; one that does not (the end-of-run summary
-//! today) is counted in every range. Counters are added as they are, so documents must cover
-//! disjoint windows (deltas, not running totals).
+//! `"window": {"start": RFC 3339, "end": RFC 3339}` (the agent's own documents, one per run,
+//! do: `run::ledger`); one that does not is counted in every range. Counters are added as they
+//! are, so documents must cover disjoint windows (deltas, not running totals).
 
 use std::collections::BTreeMap;
 

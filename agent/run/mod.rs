@@ -3,6 +3,7 @@
 //! batches, close sinks, and report the final accounting.
 
 mod command;
+mod ledger;
 mod privileges;
 mod progress;
 mod sinks;
@@ -106,6 +107,12 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
     }
     let accounting = Arc::new(accounting);
+    let ledger = ledger::Ledger::for_sinks(&config.sinks, &identity.host, chrono::Utc::now());
+    if let Some(ledger) = &ledger {
+        tracing::info!(files = ?ledger.files(), "accounting documents kept beside the data");
+        let period = Duration::from_secs(config.agent.stats_interval_secs.clamp(1, 60));
+        runtime.spawn(ledger.clone().keep_written(accounting.clone(), period));
+    }
     let health = Arc::new(Health::default());
     let live = Arc::new(LiveTap::new());
     if config.metrics.enabled {
@@ -292,6 +299,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
 
     let snapshot = accounting.snapshot();
+    if let Some(ledger) = &ledger {
+        ledger.write(&snapshot);
+    }
     let summary = summary.lock().map(|s| s.clone()).unwrap_or_default();
     for broken in snapshot.broken_identities() {
         tracing::error!(identity = %broken, "accounting identity does not hold");
