@@ -71,7 +71,8 @@ pub struct RangeArgs {
     /// End (exclusive), in the same forms; default now.
     #[arg(long)]
     pub until: Option<String>,
-    /// The data lake: the Parquet sink's `path`.
+    /// The data lake: the Parquet sink's `path`, a folder or s3://bucket/prefix (AWS_ENDPOINT,
+    /// AWS_REGION and credentials from the environment).
     #[arg(long, default_value = "./gpuship-data")]
     pub data: String,
 }

@@ -6,7 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::agent::{data_dir, Agent};
+use std::process::Command;
+
+use common::agent::{binary, data_dir, Agent};
 use common::lake::duckdb_s3;
 use common::metrics::{get, scrape};
 use common::peers::{free_port, Moto};
@@ -94,6 +96,39 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
         ),
         1
     );
+
+    // The views read the bucket directly: every CUDA row is one trace event.
+    let out = tempfile::tempdir().unwrap();
+    let trace_path = out.path().join("trace.json");
+    let export = Command::new(binary())
+        .args(["export-trace", "--since", "30m", "--data"])
+        .arg(format!("s3://{BUCKET}/fleet"))
+        .arg("--output")
+        .arg(&trace_path)
+        .envs(CREDENTIALS)
+        .env("AWS_ENDPOINT", moto.endpoint())
+        .env("AWS_ALLOW_HTTP", "true")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running export-trace");
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert!(export.status.success(), "{stderr}");
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).unwrap();
+    let launches = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "cuLaunchKernel" && e["pid"] == pid)
+        .count();
+    assert_eq!(launches, 5000, "{stderr}");
+    let xids = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("XID 79")))
+        .count();
+    assert_eq!(xids, 1, "{stderr}");
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod accounting;
 pub mod local;
 pub mod partition;
 pub mod range;
+pub mod remote;
 pub mod storage;
 pub mod table;
 
@@ -25,8 +26,10 @@ use arrow_array::RecordBatch;
 use gpuship_sinks::EventKind;
 
 pub use accounting::{AccountingTotals, KmsgTotals, RingTotals, SinkTotals};
+use gpuship_sinks::parquet::S3Url;
 pub use local::LocalStorage;
 pub use range::{RangeError, TimeRange};
+pub use remote::ObjectStoreStorage;
 pub use storage::{LakeStorage, StorageError};
 
 /// A file (or accounting document) that was skipped, and why.
@@ -74,13 +77,15 @@ impl std::fmt::Debug for Lake {
 }
 
 impl Lake {
-    /// Opens the lake at `location`: a local folder (the Parquet sink's `path`).
+    /// Opens the lake at `location`: the Parquet sink's `path`, a local folder or
+    /// `s3://bucket/prefix` (client settings from the AWS environment).
     pub fn open(location: &str) -> anyhow::Result<Lake> {
+        if let Some(url) = S3Url::parse(location) {
+            let url = url.map_err(|err| anyhow::anyhow!(err))?;
+            return Ok(Self::with_storage(Box::new(ObjectStoreStorage::open(url)?)));
+        }
         if let Some((scheme, _)) = location.split_once("://") {
-            anyhow::bail!(
-                "{location}: {scheme}:// lakes are not supported yet; copy the files to a local \
-                 folder and pass that"
-            );
+            anyhow::bail!("{location}: {scheme}:// lakes are not supported; use a folder or s3://");
         }
         let storage = LocalStorage::open(Path::new(location)).with_context(|| {
             format!("no data lake at {location} (the Parquet sink's `path`; pass it with --data)")
@@ -286,8 +291,10 @@ mod tests {
 
     #[test]
     fn open_refuses_what_it_cannot_read() {
-        let err = Lake::open("s3://bucket/prefix").unwrap_err();
-        assert!(err.to_string().contains("not supported yet"), "{err}");
+        let err = Lake::open("gs://bucket/prefix").unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
+        let err = Lake::open("s3://B/prefix").unwrap_err();
+        assert!(err.to_string().contains("bucket name"), "{err}");
         let err = Lake::open("/nonexistent/gpuship-data").unwrap_err();
         assert!(format!("{err:#}").contains("--data"), "{err:#}");
     }
