@@ -53,7 +53,10 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
     moto.create_bucket(BUCKET);
     let fixtures = Fixtures::build();
     let config = s3_config(&fixtures, &moto.endpoint(), "fleet", "");
-    let agent = Agent::start_with_env(&config, &[], &CREDENTIALS);
+    // As in the DaemonSet: the node's name from the downward API names the rows and files.
+    let mut env = CREDENTIALS.to_vec();
+    env.push(("K8S_NODE_NAME", "gpu-node-7"));
+    let agent = Agent::start_with_env(&config, &[], &env);
     let (pid, _) = fixtures.run_workload(&["launches", "5000"], &[]);
     kmsg("<3>NVRM: Xid (PCI:0000:5e:00): 79, pid=4242, name=trainer, GPU has fallen off the bus.");
     agent.wait_for_log("code=79", Duration::from_secs(10));
@@ -73,11 +76,14 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
             && key
                 .rsplit('/')
                 .next()
-                .is_some_and(|name| name.starts_with("part-"));
+                .is_some_and(|name| name.starts_with("part-gpu-node-7-"));
         assert!(layout, "unexpected object {key} in {keys:?}");
     }
 
-    assert_eq!(rows_in_s3(&moto, "fleet", "cuda", ""), delivered_cuda);
+    assert_eq!(
+        rows_in_s3(&moto, "fleet", "cuda", "WHERE host = 'gpu-node-7'"),
+        delivered_cuda
+    );
     assert_eq!(
         rows_in_s3(
             &moto,

@@ -6,9 +6,16 @@ use gpuship_sinks::schema::HostIdentity;
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
-/// This machine's identity; `host_override` comes from `[agent] host_name`.
+/// Environment variable holding the Kubernetes node's name (the downward API's
+/// `spec.nodeName`, set by deploy/kubernetes/gpuship.yaml): inside a pod `uname` gives the pod's
+/// name, not the node's.
+pub const NODE_NAME_ENV: &str = "K8S_NODE_NAME";
+
+/// This machine's identity; `host_override` comes from `[agent] host_name`, else
+/// `$K8S_NODE_NAME`, else the kernel's node name.
 pub fn host_identity(host_override: Option<&str>) -> HostIdentity {
-    let host = host_override.map(str::to_string).unwrap_or_else(node_name);
+    let node_env = std::env::var(NODE_NAME_ENV).ok();
+    let host = pick_host(host_override, node_env.as_deref(), node_name);
     let boot_id = std::fs::read_to_string(BOOT_ID_PATH)
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|err| {
@@ -26,6 +33,20 @@ pub fn machine_id() -> Option<String> {
     let id = std::fs::read_to_string("/etc/machine-id").ok()?;
     let id = id.trim();
     (!id.is_empty()).then(|| id.to_string())
+}
+
+/// The host name by precedence: the config's, the Kubernetes node's, the kernel's.
+fn pick_host(
+    host_override: Option<&str>,
+    node_env: Option<&str>,
+    uname: impl FnOnce() -> String,
+) -> String {
+    [host_override, node_env]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|name| !name.is_empty())
+        .map_or_else(uname, str::to_string)
 }
 
 fn node_name() -> String {
@@ -58,9 +79,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_config_wins_then_the_kubernetes_node_then_uname() {
+        let uname = || "pod-abc".to_string();
+        assert_eq!(pick_host(Some("cfg"), Some("node-7"), uname), "cfg");
+        assert_eq!(pick_host(None, Some("node-7"), uname), "node-7");
+        assert_eq!(pick_host(None, Some(" "), uname), "pod-abc");
+        assert_eq!(pick_host(None, None, uname), "pod-abc");
+    }
+
+    #[test]
     fn identity_has_this_hosts_name_and_boot_id() {
         let id = host_identity(None);
         let expected = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let expected = std::env::var(NODE_NAME_ENV).unwrap_or(expected);
         assert_eq!(&*id.host, expected.trim());
         assert_eq!(id.boot_id.len(), 36, "{}", id.boot_id);
         assert_eq!(&*host_identity(Some("override")).host, "override");
