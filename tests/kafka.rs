@@ -94,6 +94,32 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         assert_eq!(record.headers["encoding"], "json");
     }
     assert_eq!(by_code.keys().copied().collect::<Vec<_>>(), [31, 48, 79]);
+
+    // The Kafka -> lake path of docs/rca.md: the json topic's values as lines, queried with
+    // the doc's DuckDB query as written there.
+    let landed = tempfile::tempdir().unwrap();
+    let lines: Vec<u8> = xids
+        .iter()
+        .flat_map(|r| r.payload.iter().copied().chain([b'\n']))
+        .collect();
+    std::fs::write(landed.path().join("xid.jsonl"), lines).unwrap();
+    let rows = common::lake::duckdb(
+        &rca_query("kafka_json_xids")
+            .replace("gpuship-kafka", &landed.path().display().to_string()),
+    );
+    let codes: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| (r[0].as_str(), r[4].as_str(), r[5].as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("79", "node-k", "kmsg"),
+            ("31", "node-k", "kmsg"),
+            ("48", "node-k", "kmsg")
+        ],
+        "{rows:?}"
+    );
     assert_eq!(by_code[&79].key, "node-k/0000:3b:00.0");
     assert_eq!(by_code[&48].key, "node-k/0000:3b:00.0");
     assert_eq!(by_code[&31].key, "node-k/0000:86:00.0");
@@ -163,6 +189,15 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         .collect();
     assert_eq!(cuda_records.len(), 60);
     assert!(cuda_records.iter().all(|r| r.event_name == "cuda.call"));
+}
+
+/// A query of docs/rca.md, by its `-- rca:<name>` marker.
+fn rca_query(name: &str) -> String {
+    let doc = std::fs::read_to_string(common::repo_root().join("docs/rca.md")).unwrap();
+    let marker = format!("-- rca:{name}\n");
+    let start = doc.find(&marker).expect("query in docs/rca.md") + marker.len();
+    let end = start + doc[start..].find(';').expect("query ends with ;");
+    doc[start..end].to_string()
 }
 
 fn metric(address: &str, series: &str) -> u64 {
