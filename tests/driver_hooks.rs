@@ -31,7 +31,7 @@ print(os.getpid())
 fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
     let data = data_dir();
     let config = format!(
-        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nenabled = false\n\n\
          [sources.driver]\nioctl = true\ndevice_majors = [1]\n\
          functions = [\"gpuship_no_such_function|__x64_sys_ioctl\"]\n\n\
@@ -58,6 +58,11 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
         .trim()
         .parse()
         .unwrap();
+    // An XID that names the process, for the driver join of docs/rca.md.
+    common::kmsg(&format!(
+        "<4>NVRM: Xid (PCI:0000:3b:00): 31, pid={pid}, name=python3, channel 0x00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f01_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"
+    ));
+    agent.wait_for_log("code=31", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(500));
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
@@ -166,6 +171,26 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
     assert!(others
         .iter()
         .all(|r| r.3 == 0x5401 && r.5 == "none" && r.6 == 0 && r.7 == -25));
+    // docs/rca.md's driver join: the process's named escapes in the minute before its XID.
+    let doc = std::fs::read_to_string(common::repo_root().join("docs/rca.md")).unwrap();
+    let marker = "-- rca:driver_before_xid\n";
+    let start = doc.find(marker).expect("query in docs/rca.md") + marker.len();
+    let end = start + doc[start..].find(';').expect("query ends with ;");
+    let sql = doc[start..end].replace("gpuship-data", &data.path().display().to_string());
+    let rows: Vec<Vec<String>> = common::lake::duckdb(&sql)
+        .into_iter()
+        .map(|r| r[..5].to_vec())
+        .collect();
+    let row = |name: &str, n: &str| {
+        ["31", &pid.to_string(), name, n, n]
+            .map(str::to_string)
+            .to_vec()
+    };
+    assert_eq!(
+        rows,
+        [row("NV_ESC_RM_ALLOC", "3"), row("NV_ESC_RM_CONTROL", "5")]
+    );
+
     // The function hook: its first alternative does not exist; the second attaches where the
     // kernel allows fentry (then Python's eight ioctls are among its calls), else the reason says
     // why not, and no function rows appear.
