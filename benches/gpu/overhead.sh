@@ -93,10 +93,17 @@ kill -INT $agent; wait $agent
 sysctl -qw kernel.bpf_stats_enabled="$old"
 
 echo "== PyTorch launch loop, $LAUNCHES launches, $ROUNDS interleaved rounds"
+# The order of the four modes rotates each round, so a drift of the machine's speed during the
+# run does not always penalize the same mode.
+MODES=(untraced default entry nolaunch)
 for round in $(seq "$ROUNDS"); do
-	echo "round $round untraced: $(python3 "$HERE/launch_loop.py" "$LAUNCHES")"
-	for mode in default entry nolaunch; do
-		echo "round $round $mode: $(traced "$OUT/real-$mode.toml" "real-$mode-$round" python3 "$HERE/launch_loop.py" "$LAUNCHES")"
+	for i in 0 1 2 3; do
+		mode=${MODES[$(((i + round - 1) % 4))]}
+		if [ "$mode" = untraced ]; then
+			echo "round $round untraced: $(python3 "$HERE/launch_loop.py" "$LAUNCHES")"
+		else
+			echo "round $round $mode: $(traced "$OUT/real-$mode.toml" "real-$mode-$round" python3 "$HERE/launch_loop.py" "$LAUNCHES")"
+		fi
 	done
 done
 rm -rf "$OUT/data"
