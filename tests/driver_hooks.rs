@@ -172,11 +172,11 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
         .iter()
         .all(|r| r.3 == 0x5401 && r.5 == "none" && r.6 == 0 && r.7 == -25));
     // docs/rca.md's driver join: the process's named escapes in the minute before its XID.
-    let doc = std::fs::read_to_string(common::repo_root().join("docs/rca.md")).unwrap();
-    let marker = "-- rca:driver_before_xid\n";
-    let start = doc.find(marker).expect("query in docs/rca.md") + marker.len();
-    let end = start + doc[start..].find(';').expect("query ends with ;");
-    let sql = doc[start..end].replace("gpuship-data", &data.path().display().to_string());
+    let sql = common::lake::rca_query(
+        "driver_before_xid",
+        "gpuship-data",
+        &data.path().display().to_string(),
+    );
     let rows: Vec<Vec<String>> = common::lake::duckdb(&sql)
         .into_iter()
         .map(|r| r[..5].to_vec())

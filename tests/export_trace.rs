@@ -18,15 +18,14 @@ use serde_json::Value;
 
 /// A fake /proc/driver/nvidia/gpus with one GPU, on a bus no other test uses.
 fn gpu_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let bus = "0000:c1:00.0";
-    std::fs::create_dir_all(dir.path().join(bus)).unwrap();
-    std::fs::write(
-        dir.path().join(bus).join("information"),
-        format!("Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t GPU-c1c1c1c1-0000-1111-2222-333333333333\nBus Location: \t {bus}\nDevice Minor: \t 0\n"),
+    common::lake::fake_gpu_dir(
+        "NVIDIA H100 80GB HBM3",
+        &[(
+            0,
+            "0000:c1:00.0",
+            "GPU-c1c1c1c1-0000-1111-2222-333333333333",
+        )],
     )
-    .unwrap();
-    dir
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {

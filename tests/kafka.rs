@@ -103,10 +103,11 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         .flat_map(|r| r.payload.iter().copied().chain([b'\n']))
         .collect();
     std::fs::write(landed.path().join("xid.jsonl"), lines).unwrap();
-    let rows = common::lake::duckdb(
-        &rca_query("kafka_json_xids")
-            .replace("gpuship-kafka", &landed.path().display().to_string()),
-    );
+    let rows = common::lake::duckdb(&common::lake::rca_query(
+        "kafka_json_xids",
+        "gpuship-kafka",
+        &landed.path().display().to_string(),
+    ));
     let codes: Vec<(&str, &str, &str)> = rows
         .iter()
         .map(|r| (r[0].as_str(), r[4].as_str(), r[5].as_str()))
@@ -189,15 +190,6 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         .collect();
     assert_eq!(cuda_records.len(), 60);
     assert!(cuda_records.iter().all(|r| r.event_name == "cuda.call"));
-}
-
-/// A query of docs/rca.md, by its `-- rca:<name>` marker.
-fn rca_query(name: &str) -> String {
-    let doc = std::fs::read_to_string(common::repo_root().join("docs/rca.md")).unwrap();
-    let marker = format!("-- rca:{name}\n");
-    let start = doc.find(&marker).expect("query in docs/rca.md") + marker.len();
-    let end = start + doc[start..].find(';').expect("query ends with ;");
-    doc[start..end].to_string()
 }
 
 fn metric(address: &str, series: &str) -> u64 {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use std::process::Command;
 
 use common::agent::{binary, data_dir, Agent};
-use common::lake::duckdb_s3;
+use common::lake::{duckdb_s3, rca_query};
 use common::metrics::{get, scrape};
 use common::peers::{free_port, Moto};
 use common::{kmsg, Fixtures};
@@ -104,11 +104,11 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
     );
 
     // The analyst's query of docs/rca.md, as written there, over the bucket.
-    let doc = std::fs::read_to_string(common::repo_root().join("docs/rca.md")).unwrap();
-    let marker = "-- rca:s3_calls_per_host\n";
-    let start = doc.find(marker).expect("query in docs/rca.md") + marker.len();
-    let end = start + doc[start..].find(';').expect("query ends with ;");
-    let sql = doc[start..end].replace("s3://gpu-lake/fleet", &format!("s3://{BUCKET}/fleet"));
+    let sql = rca_query(
+        "s3_calls_per_host",
+        "s3://gpu-lake/fleet",
+        &format!("s3://{BUCKET}/fleet"),
+    );
     let rows = duckdb_s3(&format!("127.0.0.1:{}", moto.port), &sql);
     let launches: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
     let failed: u64 = rows.iter().map(|r| r[4].parse::<u64>().unwrap()).sum();

@@ -22,16 +22,13 @@ const GPU_B: &str = "0000:d2:00.0";
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs, on buses no other test uses.
 fn gpu_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (minor, bus) in [(0, GPU_A), (1, GPU_B)] {
-        std::fs::create_dir_all(dir.path().join(bus)).unwrap();
-        std::fs::write(
-            dir.path().join(bus).join("information"),
-            format!("Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{minor}d{minor}d-0000-1111-2222-333333333333\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"),
-        )
-        .unwrap();
-    }
-    dir
+    common::lake::fake_gpu_dir(
+        "NVIDIA H200",
+        &[
+            (0, GPU_A, "GPU-0d0d-0000-1111-2222-333333333333"),
+            (1, GPU_B, "GPU-1d1d-0000-1111-2222-333333333333"),
+        ],
+    )
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {

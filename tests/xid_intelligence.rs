@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::agent::{data_dir, Agent};
-use common::lake::duckdb;
+use common::lake::{duckdb, rca_query};
 use common::{repo_root, Fixtures};
 
 /// The tests here each read the whole kernel log: they take turns.
@@ -27,27 +27,21 @@ fn kmsg(line: &str) {
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs (minors 0 and 1).
 fn gpu_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (minor, bus, uuid) in [
-        (
-            0,
-            "0000:3b:00.0",
-            "GPU-3b3b3b3b-0000-1111-2222-333333333333",
-        ),
-        (
-            1,
-            "0000:86:00.0",
-            "GPU-86868686-0000-1111-2222-333333333333",
-        ),
-    ] {
-        std::fs::create_dir_all(dir.path().join(bus)).unwrap();
-        std::fs::write(
-            dir.path().join(bus).join("information"),
-            format!("Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\nGPU Firmware: \t 580.159.04\n"),
-        )
-        .unwrap();
-    }
-    dir
+    common::lake::fake_gpu_dir(
+        "NVIDIA H100 80GB HBM3",
+        &[
+            (
+                0,
+                "0000:3b:00.0",
+                "GPU-3b3b3b3b-0000-1111-2222-333333333333",
+            ),
+            (
+                1,
+                "0000:86:00.0",
+                "GPU-86868686-0000-1111-2222-333333333333",
+            ),
+        ],
+    )
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {
@@ -63,18 +57,6 @@ fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {
         dev.display(),
         lake.display()
     )
-}
-
-/// A query of docs/rca.md, by its `-- rca:<name>` marker, pointed at `lake`.
-fn rca_query(name: &str, lake: &Path) -> String {
-    let doc = std::fs::read_to_string(repo_root().join("docs/rca.md")).unwrap();
-    let marker = format!("-- rca:{name}\n");
-    let start = doc
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no query {name}"))
-        + marker.len();
-    let end = start + doc[start..].find(';').expect("query ends with ;");
-    doc[start..end].replace("gpuship-data", &lake.display().to_string())
 }
 
 fn xid_rows(lake: &Path, columns: &str) -> Vec<Vec<String>> {
@@ -209,7 +191,11 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
     assert!(stopped.status.success(), "{}", stopped.log);
 
     let lake = data.path();
-    let incidents = duckdb(&rca_query("incidents", lake));
+    let incidents = duckdb(&rca_query(
+        "incidents",
+        "gpuship-data",
+        &lake.display().to_string(),
+    ));
     assert_eq!(incidents.len(), 2, "{incidents:?}");
     let cell = |row: &Vec<String>, i: usize| row[i].clone();
     // incident_id, started, xids, root_code, root_name, codes, pci_bus_id
@@ -221,7 +207,11 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
     assert!(cell(&incidents[1], 0).starts_with("node-x/0000:86:00.0/"));
     assert_eq!(cell(&incidents[1], 5), "[79]");
 
-    let roots = duckdb(&rca_query("roots", lake));
+    let roots = duckdb(&rca_query(
+        "roots",
+        "gpuship-data",
+        &lake.display().to_string(),
+    ));
     assert_eq!(roots.len(), 2);
     // code, xid_name, severity, action, pci_bus_id, gpu_uuid, pid, comm, attribution, affected_pids
     let root: Vec<String> = roots[0].iter().take(10).cloned().collect();
@@ -242,7 +232,11 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
     );
     assert_eq!(roots[1][8], "none", "nobody used the other GPU");
 
-    let failed = duckdb(&rca_query("failed_calls", lake));
+    let failed = duckdb(&rca_query(
+        "failed_calls",
+        "gpuship-data",
+        &lake.display().to_string(),
+    ));
     assert_eq!(
         failed,
         [
@@ -266,7 +260,11 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
             ],
         ]
     );
-    let faults = duckdb(&rca_query("page_faults", lake));
+    let faults = duckdb(&rca_query(
+        "page_faults",
+        "gpuship-data",
+        &lake.display().to_string(),
+    ));
     assert_eq!(faults.len(), 1);
     let fault: Vec<String> = faults[0].iter().skip(1).cloned().collect();
     assert_eq!(
@@ -281,7 +279,11 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
             "ACCESS_TYPE_VIRT_WRITE"
         ]
     );
-    let sources = duckdb(&rca_query("sources", lake));
+    let sources = duckdb(&rca_query(
+        "sources",
+        "gpuship-data",
+        &lake.display().to_string(),
+    ));
     assert_eq!(sources, [["kmsg", "3"]]);
     // Successful calls carry no incident.
     let linked = duckdb(&format!(

@@ -106,3 +106,31 @@ print(json.dumps([[None if v is None else str(v) for v in row] for row in rows])
         })
         .collect()
 }
+
+/// A query of docs/rca.md, by its `-- rca:<name>` marker, as written there, with the doc's lake
+/// location (`placeholder`: `gpuship-data`, `s3://gpu-lake/fleet`, ...) replaced by `location`.
+pub fn rca_query(name: &str, placeholder: &str, location: &str) -> String {
+    let doc = std::fs::read_to_string(super::repo_root().join("docs/rca.md")).unwrap();
+    let marker = format!("-- rca:{name}\n");
+    let start = doc
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no query {name} in docs/rca.md"))
+        + marker.len();
+    let end = start + doc[start..].find(';').expect("query ends with ;");
+    doc[start..end].replace(placeholder, location)
+}
+
+/// A fake `/proc/driver/nvidia/gpus`: one `<bus>/information` file per `(minor, bus, uuid)`,
+/// with `model`, as the driver writes it.
+pub fn fake_gpu_dir(model: &str, gpus: &[(u32, &str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (minor, bus, uuid) in gpus {
+        std::fs::create_dir_all(dir.path().join(bus)).unwrap();
+        std::fs::write(
+            dir.path().join(bus).join("information"),
+            format!("Model: \t\t {model}\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\nGPU Firmware: \t 580.159.04\n"),
+        )
+        .unwrap();
+    }
+    dir
+}
