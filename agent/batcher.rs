@@ -172,6 +172,7 @@ mod tests {
             device_ptr: None,
             stream: None,
             launch: None,
+            workload: None,
         }
     }
 

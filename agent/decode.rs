@@ -117,6 +117,7 @@ pub fn driver_row(
             request_name: request.name,
             duration_ns: event.duration_ns,
             result: Some(event.ret),
+            workload: None,
         });
     }
     let slot = event
@@ -146,6 +147,7 @@ pub fn driver_row(
         request_name: None,
         duration_ns: event.duration_ns,
         result: None,
+        workload: None,
     })
 }
 
@@ -222,6 +224,7 @@ impl Decoder {
                 block: event.block,
                 shared_mem_bytes: event.shared_mem_bytes,
             }),
+            workload: None,
         })
     }
 

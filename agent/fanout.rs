@@ -145,6 +145,7 @@ mod tests {
                 device_ptr: None,
                 stream: None,
                 launch: None,
+                workload: None,
             });
         }
         EventBatch::new(EventKind::Cuda, builder.finish().unwrap())

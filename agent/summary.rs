@@ -170,6 +170,7 @@ mod tests {
             device_ptr: None,
             stream: None,
             launch: None,
+            workload: None,
         }
     }
 

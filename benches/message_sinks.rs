@@ -60,6 +60,7 @@ fn batches(events: usize) -> Vec<EventBatch> {
                     block: [256, 1, 1],
                     shared_mem_bytes: 0,
                 }),
+                workload: None,
             });
         }
         out.push(EventBatch::new(EventKind::Cuda, builder.finish().unwrap()));

@@ -59,6 +59,7 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
                         block: [256, 1, 1],
                         shared_mem_bytes: 1024,
                     }),
+                    workload: None,
                 });
             }
             builder.finish().expect("batch")

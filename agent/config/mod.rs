@@ -114,6 +114,10 @@ pub struct EnrichConfig {
     /// The proc filesystem (processes' open files and cgroups).
     #[serde(default = "defaults::proc_dir")]
     pub proc_dir: PathBuf,
+    /// The kubelet's pod log folders (`<namespace>_<name>_<uid>`), which name the pods that
+    /// processes' cgroups give the UID of.
+    #[serde(default = "defaults::pod_log_dir")]
+    pub pod_log_dir: PathBuf,
 }
 
 mod defaults {
@@ -136,6 +140,9 @@ mod defaults {
     }
     pub fn proc_dir() -> PathBuf {
         PathBuf::from("/proc")
+    }
+    pub fn pod_log_dir() -> PathBuf {
+        PathBuf::from("/var/log/pods")
     }
     pub fn stats_interval_secs() -> u64 {
         10

@@ -23,8 +23,11 @@ use libbpf_rs::{MapHandle, RingBufferBuilder};
 use crate::accounting::Ring;
 use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
-use crate::config::{BatchConfig, CudaSourceConfig, DriverSourceConfig, XidSourceConfig};
+use crate::config::{
+    BatchConfig, CudaSourceConfig, DriverSourceConfig, EnrichConfig, XidSourceConfig,
+};
 use crate::decode::Decoder;
+use crate::enrich::WorkloadResolver;
 use crate::live::LivePublisher;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::sources::cuda::probes::{self, ProcessFilter};
@@ -45,6 +48,8 @@ pub struct ConsumerSettings {
     pub driver: DriverSourceConfig,
     /// `[batch]`.
     pub batch: BatchConfig,
+    /// `[enrich]` (where processes' cgroups and pod folders are).
+    pub enrich: EnrichConfig,
     /// Which processes CUDA probes record.
     pub filter: ProcessFilter,
     /// tracefs root, when found.
@@ -228,6 +233,7 @@ fn run(
             .unwrap_or_default(),
         active: HashMap::new(),
         last_active: (0, 0),
+        workloads: WorkloadResolver::new(&settings.enrich.proc_dir, &settings.enrich.pod_log_dir),
         live,
     });
     let accounting = &context.accounting;

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::batcher::{CudaBatcher, DriverBatcher};
 use crate::capture::CaptureContext;
 use crate::decode::{c_chars, cuda_event, driver_row, Decoder};
+use crate::enrich::WorkloadResolver;
 use crate::live::LivePublisher;
 use crate::sources::driver::devices::DeviceNames;
 use crate::summary::{CallTally, RunSummary};
@@ -30,6 +31,8 @@ pub(super) struct State {
     pub(super) active: HashMap<i32, i64>,
     /// The pid and time last written to `active` (most rows repeat them).
     pub(super) last_active: (i32, i64),
+    /// Container and pod of each process, cached.
+    pub(super) workloads: WorkloadResolver,
     /// Per-process counts for the live view, and its publication.
     pub(super) live: LivePublisher,
 }
@@ -65,7 +68,8 @@ pub(super) fn on_driver_record(raw: &[u8], state: &RefCell<State>, context: &Cap
         &state.slot_functions,
         &mut state.devices,
     ) {
-        Ok(row) => {
+        Ok(mut row) => {
+            row.workload = state.workloads.resolve(row.pid);
             if let Some(batch) = state.driver.push(row) {
                 accounting.batched.add(batch.kind, batch.len() as u64);
                 context.fanout.send_blocking(batch);
@@ -95,7 +99,9 @@ pub(super) fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &Captu
     let state = &mut *state;
     let decoded = cuda_event(raw).and_then(|event| {
         let comm = c_chars(&event.comm);
-        let row = state.decoder.cuda_row(&event, &comm)?;
+        let mut row = state.decoder.cuda_row(&event, &comm)?;
+        let workload = state.workloads.resolve(row.pid);
+        row.workload = workload.as_deref();
         state.calls.record(event.function_id, &row);
         if state.live.record(row.pid, &event.comm, row.result != 0) {
             state
@@ -140,6 +146,7 @@ pub(super) fn hand_on(state: &RefCell<State>, context: &CaptureContext, all: boo
             context.xid.activity.record(state.active.drain());
             state.last_active = (0, 0);
         }
+        state.workloads.expire_if_due(Instant::now());
         state
             .live
             .publish(&state.calls, &context.live, Instant::now(), all);

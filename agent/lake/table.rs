@@ -99,6 +99,7 @@ pub(crate) mod tests {
                 device_ptr: Some(0x1000),
                 stream: None,
                 launch: None,
+                workload: None,
             });
         }
         let batch = builder.finish().unwrap();

@@ -225,6 +225,7 @@ mod tests {
             device_ptr: None,
             stream: None,
             launch: None,
+            workload: None,
         }
     }
 

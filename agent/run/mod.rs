@@ -164,7 +164,8 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             &config.enrich.proc_dir,
             &config.enrich.dev_dir,
             Duration::from_secs(xid_settings.attribution_window_secs).as_nanos() as i64,
-        ),
+        )
+        .with_pod_log_dir(&config.enrich.pod_log_dir),
         fanout.clone(),
         accounting.clone(),
         summary.clone(),
@@ -187,6 +188,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             cuda: config.sources.cuda.clone(),
             driver: config.sources.driver.clone(),
             batch: config.batch.clone(),
+            enrich: config.enrich.clone(),
             filter,
             tracefs,
         },

@@ -45,6 +45,7 @@ pub fn cuda_row(
             block: [4, 5, 6],
             shared_mem_bytes: 0,
         }),
+        workload: None,
     }
 }
 

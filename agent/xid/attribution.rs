@@ -2,13 +2,15 @@
 //! it does not (the tracepoint alone, or XIDs the driver reports without a process), the
 //! candidates are the processes that made CUDA calls in the seconds before and hold the GPU's
 //! device file (`/dev/nvidia<minor>`) open. Each row says how it was attributed. The attributed
-//! process's container and Kubernetes pod come from its cgroup path.
+//! process's container and Kubernetes pod come from `enrich::read_workload`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use gpuship_sinks::schema::XidRecord;
+
+use crate::enrich::{read_workload, PodNames};
 
 /// Processes that made CUDA calls recently: pid -> time of its latest call.
 #[derive(Debug, Default)]
@@ -41,22 +43,31 @@ impl CudaActivity {
 pub struct Attributor {
     proc_dir: PathBuf,
     dev_dir: PathBuf,
+    pod_log_dir: PathBuf,
     window_ns: i64,
 }
 
 impl Attributor {
     /// Looks at processes under `proc_dir` and device files under `dev_dir`; CUDA activity
-    /// counts when it is at most `window_ns` older than the XID.
+    /// counts when it is at most `window_ns` older than the XID. Pods are named from the
+    /// folders under `pod_log_dir` (see [`with_pod_log_dir`](Self::with_pod_log_dir)).
     pub fn new(proc_dir: impl Into<PathBuf>, dev_dir: impl Into<PathBuf>, window_ns: i64) -> Self {
         Self {
             proc_dir: proc_dir.into(),
             dev_dir: dev_dir.into(),
+            pod_log_dir: PathBuf::from("/var/log/pods"),
             window_ns,
         }
     }
 
-    /// Fills `pid`/`comm` (when the log did not), `attribution`, `affected_pids`,
-    /// `container_id` and `pod_uid`.
+    /// Names pods from the kubelet's pod log folders under `dir`.
+    pub fn with_pod_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.pod_log_dir = dir.into();
+        self
+    }
+
+    /// Fills `pid`/`comm` (when the log did not), `attribution`, `affected_pids` and the
+    /// process's `workload` (container and pod).
     pub fn attribute(&self, record: &mut XidRecord, activity: &CudaActivity) {
         let device = record
             .gpu
@@ -88,9 +99,10 @@ impl Attributor {
             None => annotations.attribution = Some("none".into()),
         }
         if let Some(pid) = record.pid {
-            let (container, pod) = cgroup_ids(&self.proc_dir, pid);
-            record.annotations.container_id = container;
-            record.annotations.pod_uid = pod;
+            // XIDs are rare: the pod folder is read fresh for each.
+            let mut pods = PodNames::new(&self.pod_log_dir);
+            record.annotations.workload =
+                read_workload(&self.proc_dir, &mut pods, pid).map(Arc::new);
         }
     }
 }
@@ -111,76 +123,12 @@ fn comm(proc_dir: &Path, pid: i32) -> Option<String> {
         .map(|c| c.trim_end().to_string())
 }
 
-/// Container id and Kubernetes pod UID from `/proc/<pid>/cgroup`.
-pub fn cgroup_ids(proc_dir: &Path, pid: i32) -> (Option<String>, Option<String>) {
-    std::fs::read_to_string(proc_dir.join(pid.to_string()).join("cgroup"))
-        .map(|text| parse_cgroup(&text))
-        .unwrap_or((None, None))
-}
-
-/// Reads the ids out of cgroup lines (v1 or v2; Docker, containerd, CRI-O, Podman).
-pub fn parse_cgroup(text: &str) -> (Option<String>, Option<String>) {
-    let mut container = None;
-    let mut pod = None;
-    for line in text.lines() {
-        let path = line.splitn(3, ':').nth(2).unwrap_or("");
-        for segment in path.split('/') {
-            let name = segment
-                .trim_end_matches(".scope")
-                .trim_end_matches(".slice");
-            let name = ["docker-", "cri-containerd-", "crio-", "libpod-"]
-                .iter()
-                .find_map(|prefix| name.strip_prefix(prefix))
-                .unwrap_or(name);
-            if name.len() == 64 && name.chars().all(|c| c.is_ascii_hexdigit()) {
-                container = Some(name.to_string());
-            }
-            if let Some(at) = segment.rfind("pod") {
-                let uid = segment[at + 3..]
-                    .trim_end_matches(".slice")
-                    .replace('_', "-");
-                if uid.len() == 36 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-                    pod = Some(uid);
-                }
-            }
-        }
-    }
-    (container, pod)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use gpuship_sinks::schema::{GpuIdentity, XidSource};
-    use std::sync::Arc;
 
     const CONTAINER: &str = "4f3c1b2a9d8e7f60123456789abcdef0123456789abcdef0123456789abcdef0";
-
-    #[test]
-    fn cgroup_paths_of_common_runtimes() {
-        let v2 = format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_4a1b_9c8d_7e6f5a4b3c2d.slice/cri-containerd-{CONTAINER}.scope\n");
-        assert_eq!(
-            parse_cgroup(&v2),
-            (
-                Some(CONTAINER.into()),
-                Some("1b2c3d4e-5f60-4a1b-9c8d-7e6f5a4b3c2d".into())
-            )
-        );
-        let v1 = format!("12:memory:/kubepods/burstable/pod1b2c3d4e-5f60-4a1b-9c8d-7e6f5a4b3c2d/{CONTAINER}\n11:cpu:/\n");
-        assert_eq!(
-            parse_cgroup(&v1),
-            (
-                Some(CONTAINER.into()),
-                Some("1b2c3d4e-5f60-4a1b-9c8d-7e6f5a4b3c2d".into())
-            )
-        );
-        let docker = format!("0::/system.slice/docker-{CONTAINER}.scope\n");
-        assert_eq!(parse_cgroup(&docker), (Some(CONTAINER.into()), None));
-        assert_eq!(
-            parse_cgroup("0::/user.slice/user-0.slice/session-3.scope\n"),
-            (None, None)
-        );
-    }
 
     fn fake_proc(pids: &[(i32, &str, bool)], device: &Path) -> tempfile::TempDir {
         let proc = tempfile::tempdir().unwrap();
@@ -240,7 +188,8 @@ mod tests {
         assert_eq!(record.pid, Some(10));
         assert_eq!(record.comm.as_deref(), Some("trainer"));
         assert_eq!(record.annotations.affected_pids, [10]);
-        assert_eq!(record.annotations.container_id.as_deref(), Some(CONTAINER));
+        let workload = record.annotations.workload.as_deref().unwrap();
+        assert_eq!(workload.container_id.as_deref(), Some(CONTAINER));
     }
 
     #[test]

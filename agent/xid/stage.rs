@@ -198,6 +198,17 @@ impl XidStage {
         }
         for record in &records {
             let a = &record.annotations;
+            let pod = a
+                .workload
+                .as_deref()
+                .and_then(|w| {
+                    Some(format!(
+                        "{}/{}",
+                        w.pod_namespace.as_deref()?,
+                        w.pod_name.as_deref()?
+                    ))
+                })
+                .unwrap_or_default();
             tracing::warn!(
                 code = record.code,
                 name = a.name.as_deref().unwrap_or(""),
@@ -208,6 +219,7 @@ impl XidStage {
                 source = record.source.as_str(),
                 pid = ?record.pid,
                 comm = ?record.comm,
+                pod,
                 attribution = a.attribution.as_deref().unwrap_or(""),
                 incident_id = a.incident_id.as_deref().unwrap_or(""),
                 root_candidate = a.root_candidate.unwrap_or(false),

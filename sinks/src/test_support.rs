@@ -31,6 +31,7 @@ pub(crate) fn cuda_batch(rows: usize, tag: u32) -> EventBatch {
             device_ptr: None,
             stream: None,
             launch: None,
+            workload: None,
         });
     }
     EventBatch::new(EventKind::Cuda, builder.finish().unwrap())

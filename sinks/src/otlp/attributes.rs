@@ -5,6 +5,14 @@ use opentelemetry_semantic_conventions::attribute as semconv;
 
 use crate::EventKind;
 
+/// The workload columns (`schema::WORKLOAD_COLUMNS`) and their semantic-convention names.
+const WORKLOAD: [(&str, &str); 4] = [
+    ("container_id", semconv::CONTAINER_ID),
+    ("pod_uid", semconv::K8S_POD_UID),
+    ("pod_name", semconv::K8S_POD_NAME),
+    ("pod_namespace", semconv::K8S_NAMESPACE_NAME),
+];
+
 /// Column -> attribute name, per kind. Columns not listed here (`time`, `time_ns`, `host`,
 /// `boot_id`) go into the timestamp and the resource instead.
 pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
@@ -33,7 +41,7 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("attribution", "gpu.xid.attribution"),
             ("affected_pids", "gpu.xid.affected_pids"),
             ("container_id", semconv::CONTAINER_ID),
-            ("pod_uid", "k8s.pod.uid"),
+            ("pod_uid", semconv::K8S_POD_UID),
             ("driver_version", "gpu.driver.version"),
             ("fault_engine", "gpu.xid.fault.engine"),
             ("fault_address", "gpu.xid.fault.address"),
@@ -46,6 +54,8 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("mig_gpu_instance", "gpu.mig.gpu_instance"),
             ("mig_compute_instance", "gpu.mig.compute_instance"),
             ("caused_by_xid", "gpu.xid.caused_by"),
+            ("pod_name", "k8s.pod.name"),
+            ("pod_namespace", "k8s.namespace.name"),
         ],
         EventKind::Cuda => &[
             ("pid", semconv::PROCESS_PID),
@@ -66,6 +76,10 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("block_z", "cuda.block.z"),
             ("shared_mem_bytes", "cuda.shared_mem_bytes"),
             ("incident_id", "gpu.xid.incident_id"),
+            WORKLOAD[0],
+            WORKLOAD[1],
+            WORKLOAD[2],
+            WORKLOAD[3],
         ],
         EventKind::Driver => &[
             ("pid", semconv::PROCESS_PID),
@@ -78,6 +92,10 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("request_size", "gpu.driver.ioctl.size"),
             ("duration_ns", "gpu.driver.duration_ns"),
             ("result", "gpu.driver.result"),
+            WORKLOAD[0],
+            WORKLOAD[1],
+            WORKLOAD[2],
+            WORKLOAD[3],
         ],
     }
 }

@@ -124,6 +124,12 @@ fn xid_rows_become_error_records_with_gpu_attributes() {
 
 fn cuda_rows() -> arrow_array::RecordBatch {
     let mut builder = CudaBatchBuilder::new(identity(), 2);
+    let pod = crate::schema::Workload {
+        container_id: Some("c0ffee".into()),
+        pod_uid: Some("1b2c3d4e-5f60-4a1b-9c8d-7e6f5a4b3c2d".into()),
+        pod_name: Some("trainer-0".into()),
+        pod_namespace: Some("ml-team".into()),
+    };
     let base = CudaRow {
         time_ns: 5_000,
         pid: 77,
@@ -141,6 +147,7 @@ fn cuda_rows() -> arrow_array::RecordBatch {
             block: [256, 1, 1],
             shared_mem_bytes: 1024,
         }),
+        workload: None,
     };
     builder.append(&base);
     builder.append(&CudaRow {
@@ -151,6 +158,7 @@ fn cuda_rows() -> arrow_array::RecordBatch {
         bytes: Some(1 << 30),
         stream: None,
         launch: None,
+        workload: Some(&pod),
         ..base
     });
     builder.finish().unwrap()
@@ -179,6 +187,7 @@ fn cuda_calls_map_severity_from_their_result() {
     assert_eq!(attributes["cuda.block.x"], &Value::IntValue(256));
     assert_eq!(attributes["cuda.shared_mem_bytes"], &Value::IntValue(1024));
     assert!(!attributes.contains_key("error.type"));
+    assert!(!attributes.contains_key("k8s.pod.name"), "no workload");
     let alloc = &records[1];
     assert_eq!(alloc.severity_number, severity::ERROR);
     assert_eq!(
@@ -192,6 +201,13 @@ fn cuda_calls_map_severity_from_their_result() {
     );
     assert_eq!(attributes["cuda.bytes"], &Value::IntValue(1 << 30));
     assert!(!attributes.contains_key("cuda.grid.x"));
+    assert_eq!(attributes["container.id"], &string("c0ffee"));
+    assert_eq!(
+        attributes["k8s.pod.uid"],
+        &string("1b2c3d4e-5f60-4a1b-9c8d-7e6f5a4b3c2d")
+    );
+    assert_eq!(attributes["k8s.pod.name"], &string("trainer-0"));
+    assert_eq!(attributes["k8s.namespace.name"], &string("ml-team"));
 }
 
 #[test]

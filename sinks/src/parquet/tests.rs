@@ -37,6 +37,7 @@ fn cuda_batch(times_ns: &[i64]) -> arrow_array::RecordBatch {
             device_ptr: None,
             stream: None,
             launch: None,
+            workload: None,
         });
     }
     builder.finish().unwrap()
@@ -154,7 +155,7 @@ fn files_rotate_by_rows_and_carry_schema_metadata() {
             .find(|k| k.key == key)
             .and_then(|k| k.value.clone())
     };
-    assert_eq!(get("gpuship.schema_version").as_deref(), Some("2"));
+    assert_eq!(get("gpuship.schema_version").as_deref(), Some("3"));
     assert_eq!(get("gpuship.kind").as_deref(), Some("cuda"));
     assert_eq!(reader.metadata().file_metadata().num_rows(), 4);
 }

@@ -7,6 +7,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::common::{common_fields, CommonColumns, HostIdentity};
+use super::workload::{workload_fields, Workload, WorkloadColumns};
 use crate::EventKind;
 
 /// Grid and block dimensions of a kernel launch.
@@ -47,6 +48,8 @@ pub struct CudaRow<'a> {
     pub stream: Option<u64>,
     /// Launch geometry, for kernel launches.
     pub launch: Option<LaunchDims>,
+    /// The container and pod of the process, when it runs in one.
+    pub workload: Option<&'a Workload>,
 }
 
 /// The Arrow schema of the `cuda` table.
@@ -73,6 +76,8 @@ pub fn schema() -> Arc<Schema> {
         // Schema version 2: the XID incident a failed call belongs to.
         Field::new("incident_id", DataType::Utf8, true),
     ]);
+    // Schema version 3: the container and pod of the process.
+    fields.extend(workload_fields());
     super::with_metadata(EventKind::Cuda, fields)
 }
 
@@ -96,6 +101,7 @@ pub struct CudaBatchBuilder {
     stream: UInt64Builder,
     dims: [UInt32Builder; 7],
     incident_id: StringBuilder,
+    workload: WorkloadColumns,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -118,6 +124,7 @@ impl CudaBatchBuilder {
             stream: UInt64Builder::with_capacity(capacity),
             dims: std::array::from_fn(|_| UInt32Builder::with_capacity(capacity)),
             incident_id: StringBuilder::with_capacity(capacity, 0),
+            workload: WorkloadColumns::new(capacity),
             estimated_bytes: 0,
         }
     }
@@ -132,6 +139,7 @@ impl CudaBatchBuilder {
     #[inline]
     pub fn append_linked(&mut self, row: &CudaRow<'_>, incident_id: Option<&str>) {
         self.incident_id.append_option(incident_id);
+        self.workload.append(row.workload);
         self.common.append(row.time_ns);
         self.pid.append_value(row.pid);
         self.tid.append_value(row.tid);
@@ -208,6 +216,7 @@ impl CudaBatchBuilder {
                 .map(|b| Arc::new(b.finish()) as ArrayRef),
         );
         columns.push(Arc::new(self.incident_id.finish()));
+        columns.extend(self.workload.finish());
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -245,6 +254,7 @@ mod tests {
                 block: [4, 5, 6],
                 shared_mem_bytes: 7,
             }),
+            workload: None,
         }
     }
 

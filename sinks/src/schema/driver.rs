@@ -10,6 +10,7 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::common::{common_fields, CommonColumns, HostIdentity};
+use super::workload::{workload_fields, Workload, WorkloadColumns};
 use crate::EventKind;
 
 /// One driver operation.
@@ -49,6 +50,8 @@ pub struct DriverRow {
     pub duration_ns: u64,
     /// The syscall's return value (ioctl); null for function hooks.
     pub result: Option<i64>,
+    /// The container and pod of the process, when it runs in one.
+    pub workload: Option<Arc<Workload>>,
 }
 
 /// The Arrow schema of the `driver` table.
@@ -72,6 +75,8 @@ pub fn schema() -> Arc<Schema> {
         Field::new("duration_ns", DataType::UInt64, false),
         Field::new("result", DataType::Int64, true),
     ]);
+    // Schema version 3: the container and pod of the process.
+    fields.extend(workload_fields());
     super::with_metadata(EventKind::Driver, fields)
 }
 
@@ -119,7 +124,11 @@ impl DriverBatchBuilder {
         let u32s = |f: &dyn Fn(&DriverRow) -> Option<u32>| -> ArrayRef {
             Arc::new(UInt32Array::from_iter(rows.iter().map(f)))
         };
-        let columns: Vec<ArrayRef> = vec![
+        let mut workload = WorkloadColumns::new(rows.len());
+        for row in &rows {
+            workload.append(row.workload.as_deref());
+        }
+        let mut columns: Vec<ArrayRef> = vec![
             time,
             time_ns,
             host,
@@ -143,6 +152,7 @@ impl DriverBatchBuilder {
             )),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.result))),
         ];
+        columns.extend(workload.finish());
         RecordBatch::try_new(self.schema.clone(), columns)
     }
 }
@@ -176,8 +186,15 @@ mod tests {
             request_name: Some("NV_ESC_RM_CONTROL"),
             duration_ns: 1200,
             result: Some(0),
+            workload: Some(Arc::new(Workload {
+                pod_name: Some("trainer-0".into()),
+                ..Workload::default()
+            })),
         });
         let batch = builder.finish().unwrap();
+        let text = |name: &str| batch.column_by_name(name).unwrap().as_string::<i32>();
+        assert_eq!(text("pod_name").value(0), "trainer-0");
+        assert!(arrow_array::Array::is_null(text("pod_uid"), 0));
         assert_eq!(batch.num_rows(), 1);
         assert_eq!(batch.num_columns(), schema().fields().len());
         assert_eq!(

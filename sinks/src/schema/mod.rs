@@ -7,6 +7,7 @@
 mod common;
 pub mod cuda;
 pub mod driver;
+pub mod workload;
 pub mod xid;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use arrow_schema::Schema;
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
 pub use cuda::{CudaBatchBuilder, CudaRow, LaunchDims};
 pub use driver::{DriverBatchBuilder, DriverRow};
+pub use workload::{Workload, WORKLOAD_COLUMNS};
 pub use xid::{
     batch_of as xid_batch_of, GpuIdentity, XidAnnotations, XidBatchBuilder, XidDetails, XidRecord,
     XidSource,
@@ -24,7 +26,7 @@ pub use xid::{
 use crate::EventKind;
 
 /// Version of the column layout, stored in Parquet key-value metadata and Kafka headers.
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 /// Metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
 /// Metadata key holding the event kind (`xid`, `cuda`).

@@ -9,6 +9,7 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::common::{common_fields, CommonColumns, HostIdentity};
+use super::workload::Workload;
 use crate::EventKind;
 
 /// Where an XID row was observed.
@@ -100,10 +101,8 @@ pub struct XidAnnotations {
     pub attribution: Option<String>,
     /// Processes the XID affected (the attributed one first).
     pub affected_pids: Vec<i32>,
-    /// Container of the attributed process, from its cgroup.
-    pub container_id: Option<String>,
-    /// Kubernetes pod UID of the attributed process, from its cgroup.
-    pub pod_uid: Option<String>,
+    /// Container and Kubernetes pod of the attributed process.
+    pub workload: Option<Arc<Workload>>,
     /// NVIDIA driver version.
     pub driver_version: Option<String>,
 }
@@ -214,6 +213,10 @@ pub fn schema() -> Arc<Schema> {
         Field::new("mig_gpu_instance", DataType::UInt32, true),
         Field::new("mig_compute_instance", DataType::UInt32, true),
         Field::new("caused_by_xid", DataType::UInt32, true),
+        // Schema version 3: the attributed process's pod by name (`container_id` and `pod_uid`
+        // are above, where they have been since version 1).
+        text("pod_name"),
+        text("pod_namespace"),
     ]);
     super::with_metadata(EventKind::Xid, fields)
 }
@@ -232,6 +235,10 @@ fn strings<'a>(
     value: impl Fn(&'a XidRecord) -> Option<&'a str>,
 ) -> ArrayRef {
     Arc::new(StringArray::from_iter(rows.iter().map(value)))
+}
+
+fn workload(record: &XidRecord) -> Option<&Workload> {
+    record.annotations.workload.as_deref()
 }
 
 fn u32s(rows: &[XidRecord], value: impl Fn(&XidRecord) -> Option<u32>) -> ArrayRef {
@@ -322,8 +329,10 @@ impl XidBatchBuilder {
             )),
             strings(rows, |r| r.annotations.attribution.as_deref()),
             Arc::new(affected.finish()),
-            strings(rows, |r| r.annotations.container_id.as_deref()),
-            strings(rows, |r| r.annotations.pod_uid.as_deref()),
+            strings(rows, |r| {
+                workload(r).and_then(|w| w.container_id.as_deref())
+            }),
+            strings(rows, |r| workload(r).and_then(|w| w.pod_uid.as_deref())),
             strings(rows, |r| r.annotations.driver_version.as_deref()),
             strings(rows, |r| r.annotations.details.fault_engine.as_deref()),
             Arc::new(UInt64Array::from_iter(
@@ -338,6 +347,10 @@ impl XidBatchBuilder {
             u32s(rows, |r| r.annotations.details.mig_gpu_instance),
             u32s(rows, |r| r.annotations.details.mig_compute_instance),
             u32s(rows, |r| r.annotations.details.caused_by_xid),
+            strings(rows, |r| workload(r).and_then(|w| w.pod_name.as_deref())),
+            strings(rows, |r| {
+                workload(r).and_then(|w| w.pod_namespace.as_deref())
+            }),
         ];
         RecordBatch::try_new(self.schema.clone(), columns)
     }
