@@ -66,9 +66,19 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
     let xid_sink = stopped.sink("xid");
     assert_eq!(xid_sink["delivered"], 1, "{}", stopped.outcome);
 
-    // Same layout as on disk; nothing half-written or hidden is left in the bucket.
-    let keys = moto.keys(BUCKET);
+    // Same layout as on disk; nothing half-written or hidden is left in the bucket. The run's
+    // accounting document sits beside the tables.
+    let mut keys = moto.keys(BUCKET);
     assert!(!keys.is_empty());
+    let documents: Vec<String> = keys
+        .extract_if(.., |key| key.starts_with("fleet/_accounting/"))
+        .collect();
+    assert_eq!(documents.len(), 1, "{documents:?}");
+    assert!(
+        documents[0].starts_with("fleet/_accounting/accounting-gpu-node-7-")
+            && documents[0].ends_with(".json"),
+        "{documents:?}"
+    );
     for key in &keys {
         let layout = (key.starts_with("fleet/cuda/dt=") || key.starts_with("fleet/xid/dt="))
             && key.contains("/hour=")
@@ -146,6 +156,37 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
         .filter(|e| e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("XID 79")))
         .count();
     assert_eq!(xids, 1, "{stderr}");
+
+    // The report reads the bucket too, its accounting from the agent's document there.
+    let page = out.path().join("report.html");
+    let report = Command::new(binary())
+        .args(["report", "--since", "30m", "--data"])
+        .arg(format!("s3://{BUCKET}/fleet"))
+        .arg("--output")
+        .arg(&page)
+        .envs(CREDENTIALS)
+        .env("AWS_ENDPOINT", moto.endpoint())
+        .env("AWS_ALLOW_HTTP", "true")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running report");
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "{stderr}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let delivered: u64 = stopped.outcome["accounting"]["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["delivered"].as_u64().unwrap())
+        .sum();
+    assert_eq!(delivered, delivered_cuda + 1, "CUDA calls and the XID");
+    assert!(
+        html.contains(&format!(
+            "From 1 accounting document(s): {delivered} delivered, 0 dropped, 0 lost in the kernel."
+        )),
+        "{stderr}"
+    );
+    assert!(html.contains("data-code=\"79\" data-severity=\"fatal\""));
 }
 
 #[test]

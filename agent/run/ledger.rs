@@ -1,25 +1,27 @@
-//! The accounting ledger kept beside the data: each run writes one JSON document per local
-//! Parquet sink, `<path>/_accounting/accounting-<host>-<run start>.json`, holding the run's
-//! window (start, last update) and its cumulative accounting. It is rewritten (atomically:
-//! temporary file, then rename) every period and once more at shutdown, so a crash loses at
-//! most one period of counters. `gpuship report` sums these documents (`lake::accounting`);
-//! documents of different runs cover disjoint windows, so the sum is exact.
+//! The accounting ledger kept beside the data: each run writes one JSON document per Parquet
+//! sink, `<path>/_accounting/accounting-<host>-<run start>.json` (on local disk or in the
+//! sink's object store), holding the run's window (start, last update) and its cumulative
+//! accounting. It is rewritten every period and once more at shutdown through the sink's own
+//! destination, so each version appears whole (rename on disk, one PUT in a bucket) and a crash
+//! loses at most one period of counters. `gpuship report` sums these documents
+//! (`lake::accounting`); documents of different runs cover disjoint windows, so the sum is exact.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
+use gpuship_sinks::parquet::Destination;
 use serde::Serialize;
+use tokio::runtime::Handle;
 
 use crate::accounting::{Accounting, Snapshot};
 use crate::config::{SinkConfig, SinkEntry};
 
 /// Where and under which name one run's accounting documents go.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ledger {
-    files: Vec<PathBuf>,
+    destinations: Vec<Arc<dyn Destination>>,
+    key: String,
     start: DateTime<Utc>,
     host: String,
 }
@@ -38,37 +40,50 @@ struct Document<'a> {
 }
 
 impl Ledger {
-    /// A ledger for every local Parquet sink of `sinks`; `None` when there is none. Object-store
-    /// sinks keep no ledger yet.
-    pub fn for_sinks(sinks: &[SinkEntry], host: &str, start: DateTime<Utc>) -> Option<Ledger> {
-        let name = format!(
-            "accounting-{}-{}.json",
+    /// A ledger for every Parquet sink of `sinks`; `None` when there is none. Object-store
+    /// documents are uploaded through `handle`.
+    pub fn for_sinks(
+        sinks: &[SinkEntry],
+        host: &str,
+        start: DateTime<Utc>,
+        handle: &Handle,
+    ) -> Option<Ledger> {
+        let key = format!(
+            "_accounting/accounting-{}-{}.json",
             sanitize(host),
             start.format("%Y%m%dT%H%M%S%.6fZ")
         );
-        let files: Vec<PathBuf> = sinks
+        let destinations: Vec<Arc<dyn Destination>> = sinks
             .iter()
             .filter_map(|entry| match &entry.sink {
-                SinkConfig::Parquet(parquet) if parquet.s3_url().is_none() => {
-                    Some(parquet.path.join("_accounting").join(&name))
-                }
+                SinkConfig::Parquet(parquet) => match parquet.destination(handle) {
+                    Ok(destination) => Some(Arc::from(destination)),
+                    Err(unavailable) => {
+                        tracing::warn!(destination = %unavailable.destination, err = %unavailable.reason, "no accounting document for this sink");
+                        None
+                    }
+                },
                 _ => None,
             })
             .collect();
-        (!files.is_empty()).then(|| Ledger {
-            files,
+        (!destinations.is_empty()).then(|| Ledger {
+            destinations,
+            key,
             start,
             host: host.to_string(),
         })
     }
 
-    /// The documents this ledger writes.
-    pub fn files(&self) -> &[PathBuf] {
-        &self.files
+    /// Where the documents go (`/lake/_accounting/...`, `s3://bucket/prefix/_accounting/...`).
+    pub fn locations(&self) -> Vec<String> {
+        self.destinations
+            .iter()
+            .map(|d| format!("{}/{}", d.describe().trim_end_matches('/'), self.key))
+            .collect()
     }
 
-    /// Writes `snapshot` as the run's document, window ending now, into every file; a failure
-    /// is logged and the next write tries again.
+    /// Writes `snapshot` as the run's document, window ending now, to every destination; a
+    /// failure is logged and the next write tries again. Blocks (call off async workers).
     pub fn write(&self, snapshot: &Snapshot) {
         let document = Document {
             host: &self.host,
@@ -79,15 +94,15 @@ impl Ledger {
             accounting: snapshot,
         };
         let json = match serde_json::to_vec_pretty(&document) {
-            Ok(json) => json,
+            Ok(json) => bytes::Bytes::from(json),
             Err(err) => {
                 tracing::error!(%err, "cannot encode the accounting document");
                 return;
             }
         };
-        for file in &self.files {
-            if let Err(err) = write_atomically(file, &json) {
-                tracing::warn!(file = %file.display(), err = format!("{err:#}"), "accounting document not written");
+        for destination in &self.destinations {
+            if let Err(err) = destination.persist(&self.key, &json) {
+                tracing::warn!(destination = %destination.describe(), %err, "accounting document not written");
             }
         }
     }
@@ -103,21 +118,6 @@ impl Ledger {
             let _ = tokio::task::spawn_blocking(move || ledger.write(&snapshot)).await;
         }
     }
-}
-
-fn write_atomically(file: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = file.parent().context("document path has no folder")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = file
-        .file_name()
-        .context("document path has no name")?
-        .to_string_lossy();
-    let temporary = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&temporary, bytes)
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, file)
-        .with_context(|| format!("renaming {} into place", temporary.display()))?;
-    Ok(())
 }
 
 /// A host name as a file-name part: anything but letters, digits, `-` and `.` becomes `_`.
@@ -137,7 +137,14 @@ fn sanitize(host: &str) -> String {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
 
     fn sinks(toml: &str) -> Vec<SinkEntry> {
         Config::from_toml(toml, Path::new("test.toml"))
@@ -146,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn one_document_per_local_parquet_sink_named_after_host_and_start() {
+    fn one_document_per_parquet_sink_named_after_host_and_start() {
         let start = DateTime::parse_from_rfc3339("2026-11-23T10:00:00.5Z")
             .unwrap()
             .with_timezone(&Utc);
@@ -155,14 +162,17 @@ mod tests {
              [[sinks]]\ntype = \"parquet\"\npath = \"s3://gpu-lake/p\"\n\
              [[sinks]]\ntype = \"blackhole\"\n",
         );
-        let ledger = Ledger::for_sinks(&sinks, "node/7", start).expect("ledger");
+        let runtime = runtime();
+        let handle = runtime.handle();
+        let ledger = Ledger::for_sinks(&sinks, "node/7", start, handle).expect("ledger");
         assert_eq!(
-            ledger.files(),
-            [PathBuf::from(
-                "/lake/_accounting/accounting-node_7-20261123T100000.500000Z.json"
-            )]
+            ledger.locations(),
+            [
+                "/lake/_accounting/accounting-node_7-20261123T100000.500000Z.json",
+                "s3://gpu-lake/p/_accounting/accounting-node_7-20261123T100000.500000Z.json"
+            ]
         );
-        assert!(Ledger::for_sinks(&sinks[2..], "n", start).is_none());
+        assert!(Ledger::for_sinks(&sinks[2..], "n", start, handle).is_none());
     }
 
     #[test]
@@ -173,7 +183,9 @@ mod tests {
             dir.path().display()
         );
         let start = Utc::now();
-        let ledger = Ledger::for_sinks(&sinks(&toml), "n1", start).expect("ledger");
+        let runtime = runtime();
+        let ledger =
+            Ledger::for_sinks(&sinks(&toml), "n1", start, runtime.handle()).expect("ledger");
         let accounting = Accounting::default();
         ledger.write(&accounting.snapshot());
         ledger.write(&accounting.snapshot());
@@ -186,7 +198,7 @@ mod tests {
             1,
             "rewritten in place, no temporary left: {written:?}"
         );
-        let text = std::fs::read(&ledger.files()[0]).unwrap();
+        let text = std::fs::read(PathBuf::from(&ledger.locations()[0])).unwrap();
         let document: serde_json::Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(document["host"], "n1");
         assert!(document["accounting"]["sinks"].is_array());

@@ -107,9 +107,14 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
     }
     let accounting = Arc::new(accounting);
-    let ledger = ledger::Ledger::for_sinks(&config.sinks, &identity.host, chrono::Utc::now());
+    let ledger = ledger::Ledger::for_sinks(
+        &config.sinks,
+        &identity.host,
+        chrono::Utc::now(),
+        runtime.handle(),
+    );
     if let Some(ledger) = &ledger {
-        tracing::info!(files = ?ledger.files(), "accounting documents kept beside the data");
+        tracing::info!(documents = ?ledger.locations(), "accounting documents kept beside the data");
         let period = Duration::from_secs(config.agent.stats_interval_secs.clamp(1, 60));
         runtime.spawn(ledger.clone().keep_written(accounting.clone(), period));
     }

@@ -55,7 +55,7 @@ pub enum FileError {
 }
 
 /// Makes complete files visible.
-pub trait Destination: Send {
+pub trait Destination: Send + Sync {
     /// Stores `bytes` as `key` (relative, `/`-separated) and returns where it now is.
     fn persist(&self, key: &str, bytes: &bytes::Bytes) -> Result<String, FileError>;
 
@@ -65,6 +65,7 @@ pub trait Destination: Send {
 
 /// A destination that could not be set up: every file fails, so its rows are retried and
 /// spooled (and the sink reports unhealthy) instead of vanishing.
+#[derive(Debug, Clone)]
 pub struct Unavailable {
     /// The configured root.
     pub destination: String,

@@ -97,6 +97,33 @@ impl ParquetSinkConfig {
         S3Url::parse(self.path.to_str()?)
     }
 
+    /// Where this sink's files go: a local directory, or the object store of an `s3://`
+    /// root, uploading through `handle` (callers of `persist` are blocking threads).
+    pub fn destination(&self, handle: &Handle) -> Result<Box<dyn Destination>, Unavailable> {
+        let url = match self.s3_url() {
+            None => return Ok(Box::new(LocalDirectory::new(self.path.clone()))),
+            Some(Ok(url)) => url,
+            Some(Err(reason)) => {
+                return Err(Unavailable {
+                    destination: self.path.display().to_string(),
+                    reason,
+                })
+            }
+        };
+        let options = self.object_store.clone().unwrap_or_default();
+        match options.build(&url) {
+            Ok(store) => Ok(Box::new(ObjectStoreDestination::new(
+                store,
+                url,
+                handle.clone(),
+            ))),
+            Err(err) => Err(Unavailable {
+                destination: url.to_string(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+
     /// A config with every default and the given root.
     pub fn with_path(path: impl Into<PathBuf>) -> Self {
         Self {
@@ -203,18 +230,11 @@ impl ParquetSink {
     /// object-store client once, so a failure here is unexpected; it is logged and the rows
     /// then fail like any other write (retried, spooled), rather than being dropped.
     fn destination(&self, handle: &Handle) -> Box<dyn Destination> {
-        let Some(Ok(url)) = self.config.s3_url() else {
-            return Box::new(LocalDirectory::new(self.config.path.clone()));
-        };
-        let options = self.config.object_store.clone().unwrap_or_default();
-        match options.build(&url) {
-            Ok(store) => Box::new(ObjectStoreDestination::new(store, url, handle.clone())),
-            Err(err) => {
-                tracing::error!(sink = %self.name, %url, %err, "cannot build the object-store client");
-                Box::new(Unavailable {
-                    destination: url.to_string(),
-                    reason: err.to_string(),
-                })
+        match self.config.destination(handle) {
+            Ok(destination) => destination,
+            Err(unavailable) => {
+                tracing::error!(sink = %self.name, url = %unavailable.destination, err = %unavailable.reason, "cannot build the object-store client");
+                Box::new(unavailable)
             }
         }
     }
