@@ -43,7 +43,7 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
                     tid: 4242 + (n % 8) as i32,
                     comm: "pt_main_thread",
                     function: functions[n % 4],
-                    duration_ns: 1_800 + (n % 97) as u64 * 13,
+                    duration_ns: 1_800 + (n as u64 * 7_919) % 50_000,
                     result: if n.is_multiple_of(1000) { 700 } else { 0 },
                     result_name: if n.is_multiple_of(1000) {
                         "CUDA_ERROR_ILLEGAL_ADDRESS"

@@ -47,6 +47,25 @@ fn rows_in_s3(moto: &Moto, prefix: &str, table: &str, filter: &str) -> u64 {
         .expect("count")
 }
 
+/// Runs `gpuship <view> --since 30m --data s3://gpu-lake/fleet --output <output>` with the
+/// bucket's endpoint and credentials from the environment; asserts success, returns stderr.
+fn view_of_the_bucket(moto: &Moto, view: &str, output: &std::path::Path) -> String {
+    let run = Command::new(binary())
+        .args([view, "--since", "30m", "--data"])
+        .arg(format!("s3://{BUCKET}/fleet"))
+        .arg("--output")
+        .arg(output)
+        .envs(CREDENTIALS)
+        .env("AWS_ENDPOINT", moto.endpoint())
+        .env("AWS_ALLOW_HTTP", "true")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap_or_else(|e| panic!("running {view}: {e}"));
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{view}: {stderr}");
+    stderr
+}
+
 #[test]
 fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
     let moto = Moto::start(0);
@@ -127,19 +146,7 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
     // The views read the bucket directly: every CUDA row is one trace event.
     let out = tempfile::tempdir().unwrap();
     let trace_path = out.path().join("trace.json");
-    let export = Command::new(binary())
-        .args(["export-trace", "--since", "30m", "--data"])
-        .arg(format!("s3://{BUCKET}/fleet"))
-        .arg("--output")
-        .arg(&trace_path)
-        .envs(CREDENTIALS)
-        .env("AWS_ENDPOINT", moto.endpoint())
-        .env("AWS_ALLOW_HTTP", "true")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running export-trace");
-    let stderr = String::from_utf8_lossy(&export.stderr);
-    assert!(export.status.success(), "{stderr}");
+    let stderr = view_of_the_bucket(&moto, "export-trace", &trace_path);
     let trace: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).unwrap();
     let launches = trace["traceEvents"]
@@ -159,19 +166,7 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
 
     // The report reads the bucket too, its accounting from the agent's document there.
     let page = out.path().join("report.html");
-    let report = Command::new(binary())
-        .args(["report", "--since", "30m", "--data"])
-        .arg(format!("s3://{BUCKET}/fleet"))
-        .arg("--output")
-        .arg(&page)
-        .envs(CREDENTIALS)
-        .env("AWS_ENDPOINT", moto.endpoint())
-        .env("AWS_ALLOW_HTTP", "true")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running report");
-    let stderr = String::from_utf8_lossy(&report.stderr);
-    assert!(report.status.success(), "{stderr}");
+    let stderr = view_of_the_bucket(&moto, "report", &page);
     let html = std::fs::read_to_string(&page).unwrap();
     let delivered: u64 = stopped.outcome["accounting"]["sinks"]
         .as_array()

@@ -228,11 +228,15 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
     let xid_ticker = {
         let (stage, stop) = (xid_stage.clone(), stop.clone());
+        // Only paired sources hold reports back (for their twin); otherwise the tick has
+        // nothing to do and the thread wakes once a second. Unparked at stop.
+        let paired = tracepoint_runs && kmsg_thread.is_some();
+        let period = Duration::from_millis(if paired { 50 } else { 1000 });
         std::thread::Builder::new()
             .name("gpuship-xid".into())
             .spawn(move || {
                 while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::park_timeout(period);
                     stage.tick();
                 }
             })
@@ -290,6 +294,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             tracing::error!("kernel log thread panicked");
         }
     }
+    xid_ticker.thread().unpark();
     if xid_ticker.join().is_err() {
         tracing::error!("XID thread panicked");
     }

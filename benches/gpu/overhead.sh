@@ -7,8 +7,14 @@
 #
 # Prints the machine, the entry bytes of the probed launch functions, the stand-in library's
 # per-call latency (untraced / traced / entry-only) on this machine, then ROUNDS interleaved
-# rounds of the PyTorch launch loop in four modes. Results (logs, summaries) go to $OUT
+# rounds of the PyTorch launch loop in five modes: untraced; idle (the agent running with no
+# uprobes at all); nolaunch (default probes but launches excluded: probes in libcuda, none hit
+# by the loop); entry (launches entry-only); default. Results (logs, summaries) go to $OUT
 # (default /tmp/gpuship-overhead).
+#
+# SECTIONS=loop runs only the launch loop. LOOP=mlp runs the MLP training loop instead of the
+# tiny-kernel one (LAUNCHES is then the number of steps). MODES="untraced entry" picks modes. WORKLOAD_CPUS / AGENT_CPUS (taskset lists) pin the
+# loop and the agent to separate CPUs.
 set -uo pipefail
 LAUNCHES=${1:-200000}
 ROUNDS=${2:-5}
@@ -16,7 +22,16 @@ OUT=${OUT:-/tmp/gpuship-overhead}
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
 FIXTURES=${FIXTURES:-target/gpu-fixtures}
 LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
+SECTIONS=${SECTIONS:-all}
 HERE=$(dirname "$0")
+pin() { # $1 CPU list or empty, then the command
+	local cpus=$1; shift
+	if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
+# The agent is started directly (taskset execs it), so that $! is its pid and SIGINT reaches it:
+# a background shell function would ignore SIGINT and never stop the agent.
+AGENT_PIN=()
+[ -n "${AGENT_CPUS:-}" ] && AGENT_PIN=(taskset -c "$AGENT_CPUS")
 mkdir -p "$OUT"
 
 echo "== machine"
@@ -56,18 +71,22 @@ for lib in fake real; do
 	config "$OUT/$lib-default.toml" "$path" ''
 	config "$OUT/$lib-entry.toml" "$path" 'entry_only = ["cuLaunchKernel*"]'
 	config "$OUT/$lib-nolaunch.toml" "$path" "$EXCLUDE"
+	# No probes at all; the kernel log keeps one source running (an agent needs one).
+	config "$OUT/$lib-idle.toml" "$path" 'enabled = false'
+	sed -i 's/^kmsg = false/kmsg = true/' "$OUT/$lib-idle.toml"
 done
 
 # Runs "$@" under the agent with config $1; the agent's summary goes to $OUT/$2.json.
 traced() {
 	local cfg=$1 name=$2; shift 2
-	"$GPUSHIP" run --config "$cfg" --summary-json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 &
+	"${AGENT_PIN[@]}" "$GPUSHIP" run --config "$cfg" --summary-json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 &
 	local agent=$!
 	for _ in $(seq 200); do grep -q 'capture started' "$OUT/$name.log" && break; sleep 0.1; done
-	"$@"
+	pin "${WORKLOAD_CPUS:-}" "$@"
 	kill -INT $agent; wait $agent
 }
 
+if [ "$SECTIONS" = all ]; then
 echo "== stand-in library, per-call latency of 200,000 cuLaunchKernel calls"
 export CUDA_LIB=$FIXTURES/libcuda.so.1
 for round in 1 2 3; do
@@ -91,18 +110,20 @@ for fd in /proc/$agent/fdinfo/*; do
 done
 kill -INT $agent; wait $agent
 sysctl -qw kernel.bpf_stats_enabled="$old"
+fi
 
-echo "== PyTorch launch loop, $LAUNCHES launches, $ROUNDS interleaved rounds"
-# The order of the four modes rotates each round, so a drift of the machine's speed during the
-# run does not always penalize the same mode.
-MODES=(untraced default entry nolaunch)
+echo "== PyTorch launch loop, $LAUNCHES launches, $ROUNDS interleaved rounds (workload CPUs: ${WORKLOAD_CPUS:-any}, agent CPUs: ${AGENT_CPUS:-any})"
+# The order of the modes rotates each round, so a drift of the machine's speed during the run
+# does not always penalize the same mode.
+read -r -a MODES <<<"${MODES:-untraced idle nolaunch entry default}"
+LOOP=${LOOP:-tiny}
 for round in $(seq "$ROUNDS"); do
-	for i in 0 1 2 3; do
-		mode=${MODES[$(((i + round - 1) % 4))]}
+	for i in $(seq 0 $((${#MODES[@]} - 1))); do
+		mode=${MODES[$(((i + round - 1) % ${#MODES[@]}))]}
 		if [ "$mode" = untraced ]; then
-			echo "round $round untraced: $(python3 "$HERE/launch_loop.py" "$LAUNCHES")"
+			echo "round $round untraced: $(pin "${WORKLOAD_CPUS:-}" python3 "$HERE/launch_loop.py" "$LAUNCHES" "$LOOP")"
 		else
-			echo "round $round $mode: $(traced "$OUT/real-$mode.toml" "real-$mode-$round" python3 "$HERE/launch_loop.py" "$LAUNCHES")"
+			echo "round $round $mode: $(traced "$OUT/real-$mode.toml" "real-$mode-$round" python3 "$HERE/launch_loop.py" "$LAUNCHES" "$LOOP")"
 		fi
 	done
 done

@@ -124,7 +124,7 @@ impl CudaBatchBuilder {
             stream: UInt64Builder::with_capacity(capacity),
             dims: std::array::from_fn(|_| UInt32Builder::with_capacity(capacity)),
             incident_id: StringBuilder::with_capacity(capacity, 0),
-            workload: WorkloadColumns::new(capacity),
+            workload: WorkloadColumns::new(),
             estimated_bytes: 0,
         }
     }

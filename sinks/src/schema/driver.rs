@@ -124,7 +124,7 @@ impl DriverBatchBuilder {
         let u32s = |f: &dyn Fn(&DriverRow) -> Option<u32>| -> ArrayRef {
             Arc::new(UInt32Array::from_iter(rows.iter().map(f)))
         };
-        let mut workload = WorkloadColumns::new(rows.len());
+        let mut workload = WorkloadColumns::new();
         for row in &rows {
             workload.append(row.workload.as_deref());
         }
