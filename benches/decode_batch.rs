@@ -56,9 +56,9 @@ fn records() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn decode_to_batches(c: &mut Criterion) {
-    let raw = records();
-    let decoder = Decoder::new(
+/// A decoder knowing the four functions the records name, on a fixed clock.
+fn decoder() -> Decoder {
+    Decoder::new(
         Clocks::fixed(1_700_000_000_000_000_000, 0),
         FunctionTable::from_names([
             "cuLaunchKernel",
@@ -67,7 +67,12 @@ fn decode_to_batches(c: &mut Criterion) {
             "cuMemcpyHtoDAsync_v2",
         ]),
         Arc::new(GpuDirectory::default()),
-    );
+    )
+}
+
+fn decode_to_batches(c: &mut Criterion) {
+    let raw = records();
+    let decoder = decoder();
     let identity = HostIdentity {
         host: "gpu-node-017".into(),
         boot_id: "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b".into(),
@@ -105,16 +110,7 @@ fn decode_to_batches(c: &mut Criterion) {
 /// tallies (`gpuship top`), with the publication they trigger every 1,024 calls.
 fn count_calls(c: &mut Criterion) {
     let raw = records();
-    let decoder = Decoder::new(
-        Clocks::fixed(1_700_000_000_000_000_000, 0),
-        FunctionTable::from_names([
-            "cuLaunchKernel",
-            "cuLaunchKernelEx",
-            "cuMemAlloc_v2",
-            "cuMemcpyHtoDAsync_v2",
-        ]),
-        Arc::new(GpuDirectory::default()),
-    );
+    let decoder = decoder();
     let events: Vec<_> = raw
         .iter()
         .map(|r| decode::cuda_event(r).expect("valid record"))

@@ -29,18 +29,10 @@ fn gpu_dir() -> tempfile::TempDir {
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {
-    format!(
-        "[agent]\nstats_interval_secs = 1\nhost_name = \"node-t\"\n\n\
-         [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = [\"cuLaunchKernel*\"]\n\
-         drain_interval_ms = 20\n\n\
-         [batch]\ntimeout_ms = 200\n\n\
-         [enrich]\nnvidia_proc_dir = \"{}\"\ndev_dir = \"{}\"\n\n\
-         [[sinks]]\ntype = \"parquet\"\npath = \"{}\"\nmax_file_age_secs = 1\n",
-        fixtures.libcuda.display(),
-        gpus.display(),
-        dev.display(),
-        lake.display()
+    fixtures.lake_config(
+        "node-t",
+        "entry_only = [\"cuLaunchKernel*\"]\n",
+        (gpus, dev, lake),
     )
 }
 
@@ -129,13 +121,7 @@ fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
         &[],
     );
     let gate = dev.path().join("go");
-    let workload = fixtures
-        .workload(&["sequence", "1"])
-        .env("WORKLOAD_WAIT_FILE", &gate)
-        .env("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("workload");
+    let workload = fixtures.gated_sequence(&gate);
     let pid = workload.id() as i64;
     common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:c1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     agent.wait_for_log("code=31", Duration::from_secs(10));

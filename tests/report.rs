@@ -32,18 +32,7 @@ fn gpu_dir() -> tempfile::TempDir {
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {
-    format!(
-        "[agent]\nstats_interval_secs = 1\nhost_name = \"node-r\"\n\n\
-         [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
-         [batch]\ntimeout_ms = 200\n\n\
-         [enrich]\nnvidia_proc_dir = \"{}\"\ndev_dir = \"{}\"\n\n\
-         [[sinks]]\ntype = \"parquet\"\npath = \"{}\"\nmax_file_age_secs = 1\n",
-        fixtures.libcuda.display(),
-        gpus.display(),
-        dev.display(),
-        lake.display()
-    )
+    fixtures.lake_config("node-r", "", (gpus, dev, lake))
 }
 
 /// The `<tr ...>...</tr>` that starts with `start`.
@@ -164,13 +153,7 @@ fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
         &[],
     );
     let gate = dev.path().join("go");
-    let workload = fixtures
-        .workload(&["sequence", "1"])
-        .env("WORKLOAD_WAIT_FILE", &gate)
-        .env("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("workload");
+    let workload = fixtures.gated_sequence(&gate);
     let pid = workload.id();
     common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:d1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     common::kmsg("<4>NVRM: Xid (PCI:0000:d2:00): 79, GPU has fallen off the bus.");

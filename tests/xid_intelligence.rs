@@ -45,18 +45,7 @@ fn gpu_dir() -> tempfile::TempDir {
 }
 
 fn config(fixtures: &Fixtures, gpus: &Path, dev: &Path, lake: &Path) -> String {
-    format!(
-        "[agent]\nstats_interval_secs = 1\nhost_name = \"node-x\"\n\n\
-         [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
-         [batch]\ntimeout_ms = 200\n\n\
-         [enrich]\nnvidia_proc_dir = \"{}\"\ndev_dir = \"{}\"\n\n\
-         [[sinks]]\ntype = \"parquet\"\npath = \"{}\"\nmax_file_age_secs = 1\n",
-        fixtures.libcuda.display(),
-        gpus.display(),
-        dev.display(),
-        lake.display()
-    )
+    fixtures.lake_config("node-x", "", (gpus, dev, lake))
 }
 
 fn xid_rows(lake: &Path, columns: &str) -> Vec<Vec<String>> {
@@ -172,13 +161,7 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
         &[],
     );
     let gate = data.path().join("go");
-    let workload = fixtures
-        .workload(&["sequence", "1"])
-        .env("WORKLOAD_WAIT_FILE", &gate)
-        .env("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("workload");
+    let workload = fixtures.gated_sequence(&gate);
     let pid = workload.id();
     kmsg(&format!("NVRM: Xid (PCI:0000:3b:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     kmsg(&format!("NVRM: Xid (PCI:0000:3b:00): 13, pid={pid}, name=cuda_workload, Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"));

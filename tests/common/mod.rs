@@ -92,6 +92,41 @@ impl Fixtures {
         (pid, String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// Agent config of the views' tests: kernel-log XIDs, the default probes on this library
+    /// (plus `cuda_extra` lines), GPUs from the fake folder `gpus`, device files under `dev`,
+    /// Parquet into `lake` with files closed after a second, every row named `host`.
+    pub fn lake_config(
+        &self,
+        host: &str,
+        cuda_extra: &str,
+        (gpus, dev, lake): (&Path, &Path, &Path),
+    ) -> String {
+        format!(
+            "[agent]\nstats_interval_secs = 1\nhost_name = \"{host}\"\n\n\
+             [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
+             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n{cuda_extra}\
+             drain_interval_ms = 20\n\n\
+             [batch]\ntimeout_ms = 200\n\n\
+             [enrich]\nnvidia_proc_dir = \"{}\"\ndev_dir = \"{}\"\n\n\
+             [[sinks]]\ntype = \"parquet\"\npath = \"{}\"\nmax_file_age_secs = 1\n",
+            self.libcuda.display(),
+            gpus.display(),
+            dev.display(),
+            lake.display()
+        )
+    }
+
+    /// `cuda_workload sequence 1` with `cuCtxSynchronize` failing with 700, held before its
+    /// first call until `gate` exists (so that an XID can be logged for its pid first).
+    pub fn gated_sequence(&self, gate: &Path) -> std::process::Child {
+        self.workload(&["sequence", "1"])
+            .env("WORKLOAD_WAIT_FILE", gate)
+            .env("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the workload")
+    }
+
     /// Agent config text tracing only this library (no XID sources) into `data`.
     pub fn cuda_config(&self, data: &Path, functions: &str) -> String {
         format!(
