@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
+use common::agent::{binary, data_dir, Agent};
 use common::lake::{duckdb, rca_query};
 use common::Fixtures;
 
@@ -175,7 +175,7 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
         "workload: sequence iterations=1 calls=30"
     );
     common::kmsg(&format!(
-        "<4>NVRM: Xid (PCI:0000:5e:00): 31, pid={trainer_pid}, name=cuda_workload, channel 0x00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f01_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"
+        "<4>NVRM: Xid (PCI:0000:6e:00): 31, pid={trainer_pid}, name=cuda_workload, channel 0x00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f01_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"
     ));
     agent.wait_for_log(
         &format!("pod=\"{NAMESPACE}/{POD}\""),
@@ -233,7 +233,7 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
 
     let xid = duckdb(&format!(
         "select code, pid, attribution, pod_namespace, pod_name, pod_uid, container_id \
-         from read_parquet('{lake}/xid/**/*.parquet') where pci_bus_id = '0000:5e:00.0'"
+         from read_parquet('{lake}/xid/**/*.parquet') where pci_bus_id = '0000:6e:00.0'"
     ));
     assert_eq!(
         xid,
@@ -275,4 +275,42 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
             "31".into()
         ]]
     );
+
+    // The views name the pod too: the report's incident row and the trace's XID event.
+    let out = tempfile::tempdir().unwrap();
+    let (page, trace) = (
+        out.path().join("report.html"),
+        out.path().join("trace.json"),
+    );
+    for (view, output) in [("report", &page), ("export-trace", &trace)] {
+        let run = Command::new(binary())
+            .args([view, "--since", "30m", "--data"])
+            .arg(data.path())
+            .arg("--output")
+            .arg(output)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!(
+            "{trainer_pid} cuda_workload (pod {NAMESPACE}/{POD})"
+        )),
+        "no pod in the incident table"
+    );
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let pods: Vec<&serde_json::Value> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["args"]["pci_bus_id"] == "0000:6e:00.0")
+        .map(|e| &e["args"]["pod"])
+        .collect();
+    assert_eq!(pods, [&serde_json::json!(format!("{NAMESPACE}/{POD}"))]);
 }

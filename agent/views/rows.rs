@@ -68,6 +68,9 @@ pub struct Xid {
     pub root_candidate: Option<bool>,
     pub attribution: Option<String>,
     pub affected_pids: Vec<i32>,
+    /// `namespace/name` of the attributed process's Kubernetes pod (`pod_namespace`,
+    /// `pod_name`; schema version 3).
+    pub pod: Option<String>,
 }
 
 impl Xid {
@@ -245,6 +248,9 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                     .map(|a| a.value(i)),
                 attribution: text(c.strings("attribution"), i),
                 affected_pids,
+                pod: text(c.strings("pod_namespace"), i)
+                    .zip(text(c.strings("pod_name"), i))
+                    .map(|(namespace, name)| format!("{namespace}/{name}")),
             });
         }
     }

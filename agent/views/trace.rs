@@ -122,6 +122,7 @@ fn xid_args(xid: &Xid) -> Value {
         "action": xid.display_action(),
         "pid": xid.pid,
         "comm": xid.comm,
+        "pod": xid.pod,
         "attribution": xid.attribution,
         "affected_pids": xid.affected_pids,
         "incident_id": xid.incident_id,

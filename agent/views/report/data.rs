@@ -143,6 +143,19 @@ fn incident_id(xid: &Xid) -> String {
         .unwrap_or_else(|| format!("{}/{}/{}", xid.host, xid.pci_bus_id, xid.time_ns))
 }
 
+/// What the report says of `pid` beside the number: the XID's process name and pod when the
+/// XID was attributed to it, else nothing.
+fn process_label(xid: &Xid, pid: i32) -> String {
+    if xid.pid != Some(pid) {
+        return String::new();
+    }
+    let comm = xid.comm.clone().unwrap_or_default();
+    match &xid.pod {
+        Some(pod) => format!("{comm} (pod {pod})").trim_start().to_string(),
+        None => comm,
+    }
+}
+
 fn named_pids(xid: &Xid) -> impl Iterator<Item = i32> + '_ {
     xid.pid.into_iter().chain(xid.affected_pids.iter().copied())
 }
@@ -176,8 +189,7 @@ fn incidents(xids: &[Xid], calls: &[CudaCall]) -> Vec<Incident> {
             for xid in &members {
                 for pid in named_pids(xid) {
                     if !affected.iter().any(|(p, _)| *p == pid) {
-                        let comm = (xid.pid == Some(pid)).then(|| xid.comm.clone()).flatten();
-                        affected.push((pid, comm.unwrap_or_default()));
+                        affected.push((pid, process_label(xid, pid)));
                     }
                 }
             }
@@ -293,7 +305,15 @@ mod tests {
         cascade[1].annotations.root_candidate = Some(false);
         cascade[2].pid = None;
         cascade[2].annotations.affected_pids.clear();
+        cascade[0].annotations.workload =
+            Some(std::sync::Arc::new(gpuship_sinks::schema::Workload {
+                pod_name: Some("trainer-0".into()),
+                pod_namespace: Some("ml-team".into()),
+                ..Default::default()
+            }));
         let xids = xids(&[xid_batch(&cascade)]);
+        assert_eq!(xids[0].pod.as_deref(), Some("ml-team/trainer-0"));
+        assert_eq!(xids[1].pod, None);
         let mut failing = cuda_row(3_000, "cuCtxSynchronize", 700, 10);
         failing.pid = 100;
         let mut stranger = cuda_row(4_000, "cuMemAlloc_v2", 2, 10);
@@ -310,7 +330,10 @@ mod tests {
             (incidents[0].root.code, incidents[0].codes.clone()),
             (31, vec![31, 13])
         );
-        assert_eq!(incidents[0].affected, [(100, "train".to_string())]);
+        assert_eq!(
+            incidents[0].affected,
+            [(100, "train (pod ml-team/trainer-0)".to_string())]
+        );
         assert_eq!(incidents[1].worst_severity, "fatal");
         assert_eq!(incidents[1].root.display_action(), "reboot_node");
 
