@@ -82,6 +82,34 @@ impl Ledger {
             .collect()
     }
 
+    /// The final write at shutdown: like [`write`](Self::write), but waits at most `limit`
+    /// (an unreachable object store retries for a minute or more, longer than a service
+    /// manager waits for a stop). Returns whether it finished; if not, the document written one
+    /// period earlier stands and the write goes on in the background until the process exits.
+    pub fn write_within(&self, snapshot: &Snapshot, limit: Duration) -> bool {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (ledger, owned) = (self.clone(), snapshot.clone());
+        let spawned = std::thread::Builder::new()
+            .name("gpuship-ledger".into())
+            .spawn(move || {
+                ledger.write(&owned);
+                let _ = done_tx.send(());
+            });
+        if spawned.is_err() {
+            self.write(snapshot);
+            return true;
+        }
+        let finished = done_rx.recv_timeout(limit).is_ok();
+        if !finished {
+            tracing::warn!(
+                limit_s = limit.as_secs(),
+                documents = ?self.locations(),
+                "final accounting document not written in time; the previous one stands"
+            );
+        }
+        finished
+    }
+
     /// Writes `snapshot` as the run's document, window ending now, to every destination; a
     /// failure is logged and the next write tries again. Blocks (call off async workers).
     pub fn write(&self, snapshot: &Snapshot) {
@@ -173,6 +201,42 @@ mod tests {
             ]
         );
         assert!(Ledger::for_sinks(&sinks[2..], "n", start, handle).is_none());
+    }
+
+    /// A destination that takes `delay` per document.
+    struct Slow(Duration);
+
+    impl Destination for Slow {
+        fn persist(
+            &self,
+            key: &str,
+            _bytes: &bytes::Bytes,
+        ) -> Result<String, gpuship_sinks::parquet::FileError> {
+            std::thread::sleep(self.0);
+            Ok(key.to_string())
+        }
+
+        fn describe(&self) -> String {
+            "slow://".into()
+        }
+    }
+
+    fn ledger_to(destination: Slow) -> Ledger {
+        Ledger {
+            destinations: vec![Arc::new(destination)],
+            key: "_accounting/a.json".into(),
+            start: Utc::now(),
+            host: "n".into(),
+        }
+    }
+
+    #[test]
+    fn the_final_write_waits_only_so_long() {
+        let snapshot = Accounting::default().snapshot();
+        assert!(ledger_to(Slow(Duration::ZERO)).write_within(&snapshot, Duration::from_secs(5)));
+        // Returning false means it stopped waiting before the 30 s write finished.
+        let stuck = ledger_to(Slow(Duration::from_secs(30)));
+        assert!(!stuck.write_within(&snapshot, Duration::from_millis(100)));
     }
 
     #[test]

@@ -34,6 +34,10 @@ use crate::xid::{XidStage, XidStageSettings};
 pub use privileges::{can_trace, effective_capabilities};
 pub use sinks::{build_sink, sink_names};
 
+/// How long the final accounting document may take at shutdown (a stop must finish within
+/// the service manager's limit: 60 s in deploy/).
+const LEDGER_SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
+
 /// What to trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -312,7 +316,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
 
     let snapshot = accounting.snapshot();
     if let Some(ledger) = &ledger {
-        ledger.write(&snapshot);
+        ledger.write_within(&snapshot, LEDGER_SHUTDOWN_LIMIT);
     }
     let summary = summary.lock().map(|s| s.clone()).unwrap_or_default();
     for broken in snapshot.broken_identities() {
