@@ -120,14 +120,11 @@ fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
         &config(&fixtures, gpus.path(), dev.path(), data.path()),
         &[],
     );
-    let gate = dev.path().join("go");
-    let workload = fixtures.gated_sequence(&gate);
-    let pid = workload.id() as i64;
+    let workload = fixtures.gated_sequence(dev.path());
+    let pid = workload.pid() as i64;
     common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:c1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     agent.wait_for_log("code=31", Duration::from_secs(10));
-    std::fs::write(&gate, b"").unwrap();
-    assert!(workload.wait_with_output().unwrap().status.success());
-    std::thread::sleep(Duration::from_millis(600));
+    workload.release();
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     let delivered = stopped.assert_nothing_lost("cuda", "cuda");

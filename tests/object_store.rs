@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::process::Command;
 
@@ -205,15 +205,12 @@ fn an_object_store_outage_spools_then_replays_without_loss() {
         .workload(&["launches", "0", "20000"])
         .spawn()
         .expect("workload");
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while metric("gpuship_component_spooled_events_total") == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "nothing spooled while the store was down:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_until(
+        Duration::from_secs(40),
+        "nothing spooled while the store was down",
+        || metric("gpuship_component_spooled_events_total") > 0,
+        || agent.log(),
+    );
 
     // The workload stops so the spool can drain to zero; the store comes up (empty, as after
     // a restart) and the spool drains into it.
@@ -222,15 +219,12 @@ fn an_object_store_outage_spools_then_replays_without_loss() {
     workload.wait().expect("workload exit");
     let moto = Moto::start(port);
     moto.create_bucket(BUCKET);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric("gpuship_spool_events") > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the spool was not replayed:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_until(
+        Duration::from_secs(60),
+        "the spool was not replayed",
+        || metric("gpuship_spool_events") == 0,
+        || agent.log(),
+    );
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     let delivered = stopped.assert_nothing_lost("cuda", "cuda");

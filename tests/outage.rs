@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::agent::{data_dir, Agent};
 use common::lake::read_table;
@@ -42,32 +42,27 @@ fn a_destination_outage_spools_then_replays_without_loss() {
     let moved = base.path().join("lake.before-outage");
     std::fs::rename(&lake, &moved).unwrap();
     std::fs::write(&lake, b"not a directory").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while metric(
-        &address,
-        &format!("gpuship_component_spooled_events_total{{{SINK}}}"),
-    ) == 0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "nothing was spooled during the outage:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_until(
+        Duration::from_secs(20),
+        "nothing was spooled during the outage",
+        || {
+            metric(
+                &address,
+                &format!("gpuship_component_spooled_events_total{{{SINK}}}"),
+            ) > 0
+        },
+        || agent.log(),
+    );
     std::thread::sleep(Duration::from_millis(500));
 
     // Recovery.
     std::fs::remove_file(&lake).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while metric(&address, &format!("gpuship_spool_events{{{SINK}}}")) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the spool was not replayed:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_until(
+        Duration::from_secs(40),
+        "the spool was not replayed",
+        || metric(&address, &format!("gpuship_spool_events{{{SINK}}}")) == 0,
+        || agent.log(),
+    );
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(workload.id() as i32, libc::SIGTERM) };
     workload.wait().unwrap();

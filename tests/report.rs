@@ -152,15 +152,12 @@ fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
         &config(&fixtures, gpus.path(), dev.path(), data.path()),
         &[],
     );
-    let gate = dev.path().join("go");
-    let workload = fixtures.gated_sequence(&gate);
-    let pid = workload.id();
+    let workload = fixtures.gated_sequence(dev.path());
+    let pid = workload.pid();
     common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:d1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     common::kmsg("<4>NVRM: Xid (PCI:0000:d2:00): 79, GPU has fallen off the bus.");
     agent.wait_for_log("code=79", Duration::from_secs(10));
-    std::fs::write(&gate, b"").unwrap();
-    assert!(workload.wait_with_output().unwrap().status.success());
-    std::thread::sleep(Duration::from_millis(600));
+    workload.release();
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     // The agent keeps its accounting beside the data: one document for the run, rewritten at

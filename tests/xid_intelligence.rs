@@ -160,16 +160,13 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
         &config(&fixtures, gpus.path(), dev.path(), data.path()),
         &[],
     );
-    let gate = data.path().join("go");
-    let workload = fixtures.gated_sequence(&gate);
-    let pid = workload.id();
+    let workload = fixtures.gated_sequence(data.path());
+    let pid = workload.pid();
     kmsg(&format!("NVRM: Xid (PCI:0000:3b:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     kmsg(&format!("NVRM: Xid (PCI:0000:3b:00): 13, pid={pid}, name=cuda_workload, Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"));
     kmsg("NVRM: Xid (PCI:0000:86:00): 79, GPU has fallen off the bus.");
     agent.wait_for_log("code=79", Duration::from_secs(10));
-    std::fs::write(&gate, b"").unwrap();
-    assert!(workload.wait_with_output().unwrap().status.success());
-    std::thread::sleep(Duration::from_millis(600));
+    workload.release();
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
 

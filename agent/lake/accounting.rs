@@ -190,7 +190,7 @@ impl AccountingTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::range::parse_instant;
+    use crate::lake::range::range_of as range;
 
     const DOC: &str = r#"{
       "sources": [["cuda_uprobes", true, "ok"]],
@@ -212,15 +212,6 @@ mod tests {
       "summary": {"calls": {}, "bytes_allocated": 0, "bytes_copied": 0, "failures": {}, "xids": {}},
       "command_exit_code": null
     }"#;
-
-    fn range(since: &str, until: &str) -> TimeRange {
-        let now = Utc::now();
-        TimeRange::new(
-            parse_instant(since, now).unwrap(),
-            parse_instant(until, now).unwrap(),
-        )
-        .unwrap()
-    }
 
     #[test]
     fn documents_without_a_window_count_in_every_range_and_add_up() {

@@ -55,16 +55,7 @@ pub fn may_overlap(key: &str, range: &TimeRange) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::range::parse_instant;
-
-    fn range(since: &str, until: &str) -> TimeRange {
-        let now = Utc::now();
-        TimeRange::new(
-            parse_instant(since, now).unwrap(),
-            parse_instant(until, now).unwrap(),
-        )
-        .unwrap()
-    }
+    use crate::lake::range::range_of as range;
 
     #[test]
     fn one_listing_per_day_of_the_range() {

@@ -155,6 +155,17 @@ fn parse_duration(text: &str) -> Option<Option<Duration>> {
     )
 }
 
+/// The range between two `--since`/`--until` texts, relative to now; for tests.
+#[cfg(test)]
+pub(crate) fn range_of(since: &str, until: &str) -> TimeRange {
+    let now = Utc::now();
+    TimeRange::new(
+        parse_instant(since, now).expect("since"),
+        parse_instant(until, now).expect("until"),
+    )
+    .expect("range")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

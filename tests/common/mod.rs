@@ -26,6 +26,25 @@ pub fn kmsg(line: &str) {
         .expect("write /dev/kmsg");
 }
 
+/// Polls `done` every 200 ms until it holds; after `limit` panics with `what` and `context()`
+/// (typically the agent's log).
+pub fn wait_until(
+    limit: std::time::Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}:\n{}",
+            context()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 /// Root of the repository.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -117,14 +136,20 @@ impl Fixtures {
     }
 
     /// `cuda_workload sequence 1` with `cuCtxSynchronize` failing with 700, held before its
-    /// first call until `gate` exists (so that an XID can be logged for its pid first).
-    pub fn gated_sequence(&self, gate: &Path) -> std::process::Child {
-        self.workload(&["sequence", "1"])
-            .env("WORKLOAD_WAIT_FILE", gate)
+    /// first call until released (so that XIDs naming its pid can be logged first); the gate
+    /// file goes in `gate_dir`.
+    pub fn gated_sequence(&self, gate_dir: &Path) -> GatedWorkload {
+        let child = self
+            .workload(&["sequence", "1"])
+            .env("WORKLOAD_WAIT_FILE", gate_dir.join("go"))
             .env("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")
             .stdout(std::process::Stdio::null())
             .spawn()
-            .expect("starting the workload")
+            .expect("starting the workload");
+        GatedWorkload {
+            child,
+            gate: gate_dir.join("go"),
+        }
     }
 
     /// Agent config text tracing only this library (no XID sources) into `data`.
@@ -136,5 +161,29 @@ impl Fixtures {
             self.libcuda.display(),
             data.display()
         )
+    }
+}
+
+/// A workload waiting for its gate file (`Fixtures::gated_sequence`).
+pub struct GatedWorkload {
+    child: std::process::Child,
+    gate: PathBuf,
+}
+
+impl GatedWorkload {
+    /// The workload's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Opens the gate, waits for the workload to succeed, then for the agent's next drain.
+    pub fn release(self) {
+        std::fs::write(&self.gate, b"").expect("writing the gate file");
+        let output = self
+            .child
+            .wait_with_output()
+            .expect("waiting for the workload");
+        assert!(output.status.success(), "workload: {:?}", output.status);
+        std::thread::sleep(std::time::Duration::from_millis(600));
     }
 }
