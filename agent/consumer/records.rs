@@ -69,7 +69,7 @@ pub(super) fn on_driver_record(raw: &[u8], state: &RefCell<State>, context: &Cap
         &mut state.devices,
     ) {
         Ok(mut row) => {
-            row.workload = state.workloads.resolve(row.pid);
+            row.workload = state.workloads.resolve(row.pid).cloned();
             if let Some(batch) = state.driver.push(row) {
                 accounting.batched.add(batch.kind, batch.len() as u64);
                 context.fanout.send_blocking(batch);
@@ -100,8 +100,7 @@ pub(super) fn on_cuda_record(raw: &[u8], state: &RefCell<State>, context: &Captu
     let decoded = cuda_event(raw).and_then(|event| {
         let comm = c_chars(&event.comm);
         let mut row = state.decoder.cuda_row(&event, &comm)?;
-        let workload = state.workloads.resolve(row.pid);
-        row.workload = workload.as_deref();
+        row.workload = state.workloads.resolve(row.pid).map(|w| &**w);
         state.calls.record(event.function_id, &row);
         if state.live.record(row.pid, &event.comm, row.result != 0) {
             state
