@@ -172,9 +172,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         Attributor::new(
             &config.enrich.proc_dir,
             &config.enrich.dev_dir,
+            &config.enrich.pod_log_dir,
             Duration::from_secs(xid_settings.attribution_window_secs).as_nanos() as i64,
-        )
-        .with_pod_log_dir(&config.enrich.pod_log_dir),
+        ),
         fanout.clone(),
         accounting.clone(),
         summary.clone(),

@@ -48,22 +48,21 @@ pub struct Attributor {
 }
 
 impl Attributor {
-    /// Looks at processes under `proc_dir` and device files under `dev_dir`; CUDA activity
-    /// counts when it is at most `window_ns` older than the XID. Pods are named from the
-    /// folders under `pod_log_dir` (see [`with_pod_log_dir`](Self::with_pod_log_dir)).
-    pub fn new(proc_dir: impl Into<PathBuf>, dev_dir: impl Into<PathBuf>, window_ns: i64) -> Self {
+    /// Looks at processes under `proc_dir`, device files under `dev_dir` and the kubelet's pod
+    /// log folders under `pod_log_dir`; CUDA activity counts when it is at most `window_ns`
+    /// older than the XID.
+    pub fn new(
+        proc_dir: impl Into<PathBuf>,
+        dev_dir: impl Into<PathBuf>,
+        pod_log_dir: impl Into<PathBuf>,
+        window_ns: i64,
+    ) -> Self {
         Self {
             proc_dir: proc_dir.into(),
             dev_dir: dev_dir.into(),
-            pod_log_dir: PathBuf::from("/var/log/pods"),
+            pod_log_dir: pod_log_dir.into(),
             window_ns,
         }
-    }
-
-    /// Names pods from the kubelet's pod log folders under `dir`.
-    pub fn with_pod_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.pod_log_dir = dir.into();
-        self
     }
 
     /// Fills `pid`/`comm` (when the log did not), `attribution`, `affected_pids` and the
@@ -178,7 +177,7 @@ mod tests {
         );
         let activity = CudaActivity::default();
         activity.record([(10, 90_000), (11, 95_000), (12, 1_000)]);
-        let attributor = Attributor::new(proc.path(), dev.path(), 50_000);
+        let attributor = Attributor::new(proc.path(), dev.path(), dev.path().join("pods"), 50_000);
         let mut record = xid_on_gpu(None);
         attributor.attribute(&mut record, &activity);
         assert_eq!(
@@ -199,7 +198,7 @@ mod tests {
         let proc = fake_proc(&[(10, "trainer", true), (20, "python3", false)], &device);
         let activity = CudaActivity::default();
         activity.record([(10, 90_000)]);
-        let attributor = Attributor::new(proc.path(), dev.path(), 50_000);
+        let attributor = Attributor::new(proc.path(), dev.path(), dev.path().join("pods"), 50_000);
         let mut from_log = xid_on_gpu(Some(20));
         attributor.attribute(&mut from_log, &activity);
         assert_eq!(
