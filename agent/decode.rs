@@ -73,7 +73,11 @@ pub fn c_chars(chars: &[i8]) -> Cow<'_, str> {
     // SAFETY: i8 and u8 have the same size and alignment; this reinterprets the same bytes.
     let bytes = unsafe { std::slice::from_raw_parts(chars.as_ptr().cast::<u8>(), chars.len()) };
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end])
+    // Names are almost always valid UTF-8: check that first, without the lossy path's chunking.
+    match std::str::from_utf8(&bytes[..end]) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(&bytes[..end]),
+    }
 }
 
 /// A driver record as a row: the hook's name, the device's name and the decoded request.

@@ -4,6 +4,8 @@
 //!
 //! `cargo bench --bench load` runs every scenario (root and a BPF-capable kernel required).
 //! Under `cargo test` (no `--bench` flag) it runs one small scenario as a smoke test.
+//! `LOAD_SCENARIO=<text>` keeps only the scenarios whose name contains it, e.g.
+//! `LOAD_SCENARIO="2 threads, parquet" cargo bench --bench load`.
 
 #[path = "support/fixtures.rs"]
 mod fixtures;
@@ -199,6 +201,15 @@ fn main() {
             sink: "parquet",
         }]
     };
+    let wanted = std::env::var("LOAD_SCENARIO").unwrap_or_default();
+    let scenarios: Vec<Scenario> = scenarios
+        .into_iter()
+        .filter(|s| s.name.contains(wanted.as_str()))
+        .collect();
+    assert!(
+        !scenarios.is_empty(),
+        "no scenario matches LOAD_SCENARIO={wanted:?}"
+    );
     println!("| scenario | events | lost in kernel | events/s (workload wall time) | agent CPU per event | agent peak RSS |");
     println!("| --- | --- | --- | --- | --- | --- |");
     let mut results = Vec::new();

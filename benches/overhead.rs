@@ -6,6 +6,9 @@
 //!   a JSON line per call to a file). Added latency = traced - untraced, at p50 and p99.
 //! - Throughput: 2 threads call as fast as they can (`threads 2 N`, 2 calls per iteration);
 //!   events captured per second of workload time and events lost, gpuship vs bpftrace.
+//! - The kernel's floor: the same latency under bpftrace with empty programs on
+//!   `cuLaunchKernel` (an entry probe alone, then entry and return probes), i.e. what the
+//!   uprobe and uretprobe traps cost on this machine before any tracer does any work.
 //! - BPF run time per program invocation (`kernel.bpf_stats_enabled`, read with bpftool).
 //!
 //! `cargo bench --bench overhead` (root; `make bench` installs bpftrace). Under `cargo test` it
@@ -121,16 +124,30 @@ fn stop_gpuship(mut child: Child, dir: &Path) -> (u64, u64) {
     )
 }
 
-fn start_bpftrace(fixtures: &Path, output: &Path) -> Child {
-    let lib = fixtures.join("libcuda.so.1");
-    let script = format!(
+/// The original notes' kind of script: every `cu*` of the library, one JSON line per call.
+fn json_lines_script(fixtures: &Path) -> String {
+    format!(
         "uprobe:{}:cu* {{ printf(\"{{\\\"ts\\\":%llu,\\\"pid\\\":%d,\\\"tid\\\":%d,\\\"fn\\\":\\\"%s\\\"}}\\n\", nsecs, pid, tid, func); }}",
-        lib.display()
-    );
+        fixtures.join("libcuda.so.1").display()
+    )
+}
+
+/// Empty programs on `cuLaunchKernel`: the trap's cost with no tracer work.
+fn empty_probes_script(fixtures: &Path, with_return: bool) -> String {
+    let lib = fixtures.join("libcuda.so.1");
+    let entry = format!("uprobe:{}:cuLaunchKernel {{ }}", lib.display());
+    if with_return {
+        format!("{entry} uretprobe:{}:cuLaunchKernel {{ }}", lib.display())
+    } else {
+        entry
+    }
+}
+
+fn start_bpftrace(script: &str, output: &Path) -> Child {
     let child = Command::new("bpftrace")
         .args(["-q", "-o"])
         .arg(output)
-        .args(["-e", &script])
+        .args(["-e", script])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -223,7 +240,7 @@ fn main() {
     );
     if full {
         let out = dir.path().join("bpftrace.out");
-        let tracer = start_bpftrace(fx, &out);
+        let tracer = start_bpftrace(&json_lines_script(fx), &out);
         let (b_p50, b_p99) = latency(fx, calls);
         let (b_events, b_lost) = stop_bpftrace(tracer, &out);
         println!(
@@ -231,6 +248,20 @@ fn main() {
             added(b_p50, base_p50),
             added(b_p99, base_p99)
         );
+        for (with_return, mode) in [
+            (false, "kernel floor: empty uprobe (bpftrace)"),
+            (true, "kernel floor: empty uprobe + uretprobe (bpftrace)"),
+        ] {
+            let out = dir.path().join("bpftrace-empty.out");
+            let tracer = start_bpftrace(&empty_probes_script(fx, with_return), &out);
+            let (f_p50, f_p99) = latency(fx, calls);
+            let _ = stop_bpftrace(tracer, &out);
+            println!(
+                "| {mode} | {f_p50} ns | {f_p99} ns | {} ns | {} ns | | |",
+                added(f_p50, base_p50),
+                added(f_p99, base_p99)
+            );
+        }
 
         // Throughput at the workload's maximum rate.
         let per_thread = 500_000u64;
@@ -254,7 +285,7 @@ fn main() {
             (events - lost) as f64 / seconds
         );
         let out = dir.path().join("bpftrace-max.out");
-        let tracer = start_bpftrace(fx, &out);
+        let tracer = start_bpftrace(&json_lines_script(fx), &out);
         let cpu0 = cpu_seconds(Some(tracer.id()));
         let (_, seconds) = workload(fx, &["threads", "2", &per_thread.to_string()]);
         std::thread::sleep(Duration::from_millis(500));

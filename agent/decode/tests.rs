@@ -165,3 +165,20 @@ fn xid_tracepoint_record_is_enriched_with_the_gpu() {
     assert_eq!((record.pid, record.source), (None, XidSource::Tracepoint));
     assert!(!record.message_truncated);
 }
+
+#[test]
+fn thread_names_are_text_whatever_their_bytes() {
+    let chars = |bytes: &[u8]| bytes.iter().map(|&b| b as i8).collect::<Vec<i8>>();
+    // NUL-padded, as the kernel writes them.
+    assert_eq!(c_chars(&comm("trainer")), "trainer");
+    assert!(matches!(
+        c_chars(&comm("trainer")),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    // All 16 bytes used, no NUL.
+    assert_eq!(c_chars(&chars(b"0123456789abcdef")), "0123456789abcdef");
+    assert_eq!(c_chars(&chars(b"\0junk")), "");
+    // Invalid UTF-8 (a name cut inside a multi-byte character) is replaced, not rejected.
+    assert_eq!(c_chars(&chars(b"gpu\xe2\x82\0")), "gpu\u{fffd}");
+    assert_eq!(c_chars(&chars(b"\xff\xfeok\0")), "\u{fffd}\u{fffd}ok");
+}

@@ -17,10 +17,9 @@ use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 
 use super::destination::{Destination, FileError, LocalDirectory};
 use super::layout::{new_file_key, HourPartition};
@@ -278,17 +277,7 @@ fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterPrope
         }
         super::ParquetCompression::None => Compression::UNCOMPRESSED,
     };
-    let mut builder = WriterProperties::builder();
-    // Timestamps and durations almost never repeat: a dictionary attempt on them is wasted
-    // hashing (and it falls back to plain once the dictionary page fills). Times are near-
-    // monotonic, so deltas encode them small before compression.
-    for column in ["time", "time_ns"] {
-        builder = builder
-            .set_column_dictionary_enabled(ColumnPath::from(column), false)
-            .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
-    }
-    builder = builder.set_column_dictionary_enabled(ColumnPath::from("duration_ns"), false);
-    builder
+    super::encodings::column_encodings(WriterProperties::builder())
         .set_compression(compression)
         .set_max_row_group_row_count(Some(config.row_group_rows))
         .set_key_value_metadata(Some(vec![

@@ -5,6 +5,7 @@
 //! runtime and never stalls the async sinks beside it.
 
 mod destination;
+mod encodings;
 mod files;
 mod layout;
 mod remote;
