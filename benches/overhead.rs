@@ -4,6 +4,7 @@
 //!   latency N`) untraced, under gpuship (default probes, blackhole sink) and under bpftrace
 //!   running the original notes' kind of script (`uprobe` on every `cu*` of the library printing
 //!   a JSON line per call to a file). Added latency = traced - untraced, at p50 and p99.
+//!   Five rounds, every mode once per round in rotated order; the table shows the medians.
 //! - Throughput: 2 threads call as fast as they can (`threads 2 N`, 2 calls per iteration);
 //!   events captured per second of workload time and events lost, gpuship vs bpftrace.
 //! - The kernel's floor: the same latency under bpftrace with empty programs on
@@ -48,16 +49,131 @@ fn field(text: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {text:?}"))
 }
 
-/// p50 and p99 of `count` timed calls: the median of three runs each.
+/// p50 and p99 of `count` timed calls, one run.
 fn latency(fixtures: &Path, count: u64) -> (u64, u64) {
-    let mut runs: Vec<(u64, u64)> = (0..3)
-        .map(|_| {
-            let (out, _) = workload(fixtures, &["latency", &count.to_string()]);
-            (field(&out, "p50_ns="), field(&out, "p99_ns="))
-        })
-        .collect();
-    runs.sort();
-    runs[1]
+    let (out, _) = workload(fixtures, &["latency", &count.to_string()]);
+    (field(&out, "p50_ns="), field(&out, "p99_ns="))
+}
+
+/// What traces the latency runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Untraced,
+    Gpuship,
+    GpushipLaunchesEntryOnly,
+    BpftraceJsonLines,
+    FloorEntry,
+    FloorEntryReturn,
+}
+
+impl Mode {
+    const ALL: [Mode; 6] = [
+        Mode::Untraced,
+        Mode::Gpuship,
+        Mode::GpushipLaunchesEntryOnly,
+        Mode::BpftraceJsonLines,
+        Mode::FloorEntry,
+        Mode::FloorEntryReturn,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Untraced => "untraced",
+            Mode::Gpuship => "gpuship (entry + return probes)",
+            Mode::GpushipLaunchesEntryOnly => "gpuship, launches entry-only",
+            Mode::BpftraceJsonLines => "bpftrace (uprobe cu*, JSON line per call)",
+            Mode::FloorEntry => "kernel floor: empty uprobe (bpftrace)",
+            Mode::FloorEntryReturn => "kernel floor: empty uprobe + uretprobe (bpftrace)",
+        }
+    }
+}
+
+/// A running tracer and where its output goes.
+enum Tracer {
+    None,
+    Gpuship(Child, tempfile::TempDir),
+    Bpftrace(Child, tempfile::TempDir),
+}
+
+impl Tracer {
+    fn start(mode: Mode, fx: &Path) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bpftrace = |script: String, dir: tempfile::TempDir| {
+            Tracer::Bpftrace(start_bpftrace(&script, &dir.path().join("out")), dir)
+        };
+        match mode {
+            Mode::Untraced => Tracer::None,
+            Mode::Gpuship => Tracer::Gpuship(start_gpuship(dir.path(), fx, false), dir),
+            Mode::GpushipLaunchesEntryOnly => {
+                Tracer::Gpuship(start_gpuship(dir.path(), fx, true), dir)
+            }
+            Mode::BpftraceJsonLines => bpftrace(json_lines_script(fx), dir),
+            Mode::FloorEntry => bpftrace(empty_probes_script(fx, false), dir),
+            Mode::FloorEntryReturn => bpftrace(empty_probes_script(fx, true), dir),
+        }
+    }
+
+    /// Stops the tracer; returns (events captured, events lost).
+    fn stop(self) -> (u64, u64) {
+        match self {
+            Tracer::None => (0, 0),
+            Tracer::Gpuship(child, dir) => stop_gpuship(child, dir.path()),
+            Tracer::Bpftrace(child, dir) => stop_bpftrace(child, &dir.path().join("out")),
+        }
+    }
+}
+
+/// Every mode's latency runs, `rounds` times in rotated order (so that a slow spell of a
+/// shared machine does not land on one mode); BPF stats are on during gpuship's default runs.
+/// Returns, per mode, each round's (p50, p99) and the total events captured and lost, and
+/// gpuship's BPF run time per program.
+#[allow(clippy::type_complexity)]
+fn latency_rounds(
+    fx: &Path,
+    modes: &[Mode],
+    rounds: usize,
+    calls: u64,
+) -> (Vec<(Vec<(u64, u64)>, u64, u64)>, Vec<(String, u64, u64)>) {
+    let mut results: Vec<(Vec<(u64, u64)>, u64, u64)> = vec![(Vec::new(), 0, 0); modes.len()];
+    let mut stats: Vec<(String, u64, u64)> = Vec::new();
+    for round in 0..rounds {
+        for offset in 0..modes.len() {
+            let index = (round + offset) % modes.len();
+            let mode = modes[index];
+            let tracer = Tracer::start(mode, fx);
+            let with_stats = mode == Mode::Gpuship;
+            if with_stats {
+                let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+            }
+            let percentiles = latency(fx, calls);
+            if with_stats {
+                for (name, run_time_ns, run_cnt) in bpf_run_time() {
+                    match stats.iter_mut().find(|(n, _, _)| *n == name) {
+                        Some(total) => {
+                            total.1 += run_time_ns;
+                            total.2 += run_cnt;
+                        }
+                        None => stats.push((name, run_time_ns, run_cnt)),
+                    }
+                }
+                let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0");
+            }
+            let (events, lost) = tracer.stop();
+            if matches!(mode, Mode::Gpuship | Mode::GpushipLaunchesEntryOnly) {
+                assert_eq!(events, calls, "gpuship saw every call");
+            }
+            let result = &mut results[index];
+            result.0.push(percentiles);
+            result.1 += events;
+            result.2 += lost;
+        }
+    }
+    (results, stats)
+}
+
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values[values.len() / 2]
 }
 
 fn wait_for_line(child: &mut Child, needle: &str) {
@@ -209,60 +325,37 @@ fn main() {
     let fx = fixtures.path();
     let calls: u64 = if full { 200_000 } else { 20_000 };
 
-    let (base_p50, base_p99) = latency(fx, calls);
-    let dir = tempfile::tempdir().unwrap();
-    let agent = start_gpuship(dir.path(), fx, false);
-    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
-    let (g_p50, g_p99) = latency(fx, calls);
-    let stats = bpf_run_time();
-    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0");
-    let (g_events, g_lost) = stop_gpuship(agent, dir.path());
-    assert_eq!(g_events, 3 * calls, "gpuship saw every call");
-
+    let modes: Vec<Mode> = Mode::ALL
+        .into_iter()
+        .filter(|m| full || matches!(m, Mode::Untraced | Mode::Gpuship))
+        .collect();
+    let rounds = if full { 5 } else { 1 };
+    let (results, stats) = latency_rounds(fx, &modes, rounds, calls);
+    println!("Latency of {calls} timed cuLaunchKernel calls per run; median of {rounds} rounds, modes in rotated order.");
+    println!();
     println!("| mode | per call p50 | per call p99 | added p50 | added p99 | events | lost |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    println!("| untraced | {base_p50} ns | {base_p99} ns | | | | |");
-    let added = |a: u64, b: u64| a.saturating_sub(b);
-    println!(
-        "| gpuship (entry + return probes) | {g_p50} ns | {g_p99} ns | {} ns | {} ns | {g_events} | {g_lost} |",
-        added(g_p50, base_p50),
-        added(g_p99, base_p99)
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let agent = start_gpuship(dir.path(), fx, true);
-    let (e_p50, e_p99) = latency(fx, calls);
-    let (e_events, e_lost) = stop_gpuship(agent, dir.path());
-    assert_eq!(e_events, 3 * calls, "gpuship saw every call");
-    println!(
-        "| gpuship, launches entry-only | {e_p50} ns | {e_p99} ns | {} ns | {} ns | {e_events} | {e_lost} |",
-        added(e_p50, base_p50),
-        added(e_p99, base_p99)
-    );
-    if full {
-        let out = dir.path().join("bpftrace.out");
-        let tracer = start_bpftrace(&json_lines_script(fx), &out);
-        let (b_p50, b_p99) = latency(fx, calls);
-        let (b_events, b_lost) = stop_bpftrace(tracer, &out);
-        println!(
-            "| bpftrace (uprobe cu*, JSON line per call) | {b_p50} ns | {b_p99} ns | {} ns | {} ns | {b_events} | {b_lost} |",
-            added(b_p50, base_p50),
-            added(b_p99, base_p99)
-        );
-        for (with_return, mode) in [
-            (false, "kernel floor: empty uprobe (bpftrace)"),
-            (true, "kernel floor: empty uprobe + uretprobe (bpftrace)"),
-        ] {
-            let out = dir.path().join("bpftrace-empty.out");
-            let tracer = start_bpftrace(&empty_probes_script(fx, with_return), &out);
-            let (f_p50, f_p99) = latency(fx, calls);
-            let _ = stop_bpftrace(tracer, &out);
+    let p50 = |runs: &[(u64, u64)]| median(runs.iter().map(|r| r.0).collect());
+    let p99 = |runs: &[(u64, u64)]| median(runs.iter().map(|r| r.1).collect());
+    let (base_p50, base_p99) = (p50(&results[0].0), p99(&results[0].0));
+    for (mode, (runs, events, lost)) in modes.iter().zip(&results) {
+        let (m50, m99) = (p50(runs), p99(runs));
+        let counts = match mode {
+            Mode::Untraced | Mode::FloorEntry | Mode::FloorEntryReturn => " | ".to_string(),
+            _ => format!("{events} | {lost}"),
+        };
+        if *mode == Mode::Untraced {
+            println!("| {} | {m50} ns | {m99} ns | | | | |", mode.label());
+        } else {
             println!(
-                "| {mode} | {f_p50} ns | {f_p99} ns | {} ns | {} ns | | |",
-                added(f_p50, base_p50),
-                added(f_p99, base_p99)
+                "| {} | {m50} ns | {m99} ns | {} ns | {} ns | {counts} |",
+                mode.label(),
+                m50.saturating_sub(base_p50),
+                m99.saturating_sub(base_p99)
             );
         }
-
+    }
+    if full {
         // Throughput at the workload's maximum rate.
         let per_thread = 500_000u64;
         let expected = 2 * per_thread * 2;
