@@ -42,6 +42,8 @@ fn main() {
             .clang_args([
                 format!("-I{}", include.display()),
                 format!("-I{}", vmlinux.display()),
+                // v3: atomic compare-and-swap and exchange (the CUDA call slots); Linux >= 5.12.
+                "-mcpu=v3".to_string(),
                 "-Wall".to_string(),
                 "-Werror".to_string(),
             ])

@@ -6,7 +6,11 @@
  * which function fired and where its arguments live (see gpuship_events.h), so adding a function
  * is a table row in the agent, not new BPF code. Entry stores the decoded arguments in an LRU
  * table keyed by (thread, function); return completes the record with the result and duration
- * and submits it. Calls are frequent, so submits do not wake the consumer (a wakeup costs over a
+ * and submits it. Each thread has a slot in an array (indexed by its tid), claimed with one
+ * compare-and-swap and released with one exchange, so the usual call needs no hash-table insert
+ * and delete (lock, free list, rehash of the key); only a call whose slot is busy (tids equal
+ * modulo the slot count, or a nested call of another probed function) goes through the hash
+ * table. Calls are frequent, so submits do not wake the consumer (a wakeup costs over a
  * microsecond in the traced process) unless the ring passes a fill threshold; the agent drains
  * the ring on a short timer.
  */
@@ -61,6 +65,52 @@ struct {
 	__type(key, struct call_key);
 	__type(value, struct call_entry);
 } inflight SEC(".maps");
+
+/* The per-thread fast path for calls in flight. `owner` is (tid << 32 | function_id) of the call
+ * holding the slot, 0 when free; tid 0 is never a user thread. A thread killed mid-call leaves
+ * its slot held until its tid calls that function again; calls of other threads mapping to that
+ * slot meanwhile take the hash table, which is slower, never lossy. */
+#define CALL_SLOTS 16384 /* the default; the agent sizes the map and sets the mask */
+const volatile __u32 call_slot_mask = CALL_SLOTS - 1;
+
+struct call_slot {
+	__u64 owner;
+	struct call_entry entry;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CALL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct call_slot);
+} call_slots SEC(".maps");
+
+static __always_inline __u64 slot_owner(__u64 pid_tgid, __u64 cookie)
+{
+	return ((pid_tgid & 0xffffffff) << 32) | (__u32)cookie;
+}
+
+/* The calling thread's slot if it holds it for this function now, or if it could claim it. */
+static __always_inline struct call_slot *claim_slot(__u64 owner)
+{
+	__u32 index = (__u32)(owner >> 32) & call_slot_mask;
+	struct call_slot *slot = bpf_map_lookup_elem(&call_slots, &index);
+	__u64 previous;
+
+	if (!slot)
+		return NULL;
+	previous = __sync_val_compare_and_swap(&slot->owner, 0, owner);
+	return previous == 0 || previous == owner ? slot : NULL;
+}
+
+/* The calling thread's slot if it holds it for this function. */
+static __always_inline struct call_slot *held_slot(__u64 owner)
+{
+	__u32 index = (__u32)(owner >> 32) & call_slot_mask;
+	struct call_slot *slot = bpf_map_lookup_elem(&call_slots, &index);
+
+	return slot && slot->owner == owner ? slot : NULL;
+}
 
 /* Processes to record when filter_by_tgid is set; children join through handle_fork. */
 struct {
@@ -197,11 +247,15 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__u32 zero = 0, index;
 
 	struct call_args args;
+	struct call_slot *slot = NULL;
+	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
 
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	read_args(ctx, &args);
-	entry = bpf_map_lookup_elem(&entry_scratch, &zero);
+	if (!entry_only)
+		slot = claim_slot(slot_owner(pid_tgid, cookie));
+	entry = slot ? &slot->entry : bpf_map_lookup_elem(&entry_scratch, &zero);
 	if (!entry)
 		return 0;
 	__builtin_memset(entry, 0, sizeof(*entry));
@@ -240,11 +294,22 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
-	if ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1)
+	if (entry_only)
 		return submit_at_entry(ev);
+	if (slot)
+		return 0;
 	if (bpf_map_update_elem(&inflight, &key, entry, BPF_ANY) < 0)
 		count(GPUSHIP_STAT_INFLIGHT_FULL);
 	return 0;
+}
+
+/* Frees where a completed call was kept: its slot, or its hash-table entry. */
+static __always_inline void release(struct call_slot *slot, struct call_key *key)
+{
+	if (slot)
+		__sync_lock_test_and_set(&slot->owner, 0);
+	else
+		bpf_map_delete_elem(&inflight, key);
 }
 
 static __always_inline int on_return(struct pt_regs *ctx, long ret)
@@ -254,13 +319,15 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
 	struct call_entry *entry;
+	struct call_slot *slot;
 	struct cuda_event *ev;
 	__u64 device_ptr = 0;
 	__u64 avail;
 
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
-	entry = bpf_map_lookup_elem(&inflight, &key);
+	slot = held_slot(slot_owner(pid_tgid, cookie));
+	entry = slot ? &slot->entry : bpf_map_lookup_elem(&inflight, &key);
 	if (!entry) {
 		count(GPUSHIP_STAT_UNMATCHED_RETURN);
 		return 0;
@@ -268,7 +335,7 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
 	if (!ev) {
 		count(GPUSHIP_STAT_RESERVE_FAILED);
-		bpf_map_delete_elem(&inflight, &key);
+		release(slot, &key);
 		return 0;
 	}
 	__builtin_memcpy(ev, &entry->event, sizeof(*ev));
@@ -280,7 +347,7 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		ev->device_ptr = device_ptr;
 		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
 	}
-	bpf_map_delete_elem(&inflight, &key);
+	release(slot, &key);
 	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);

@@ -359,37 +359,3 @@ fn per_symbol_probes_capture_the_same_rows_as_uprobe_multi() {
         .collect();
     assert_eq!(calls, expected_sequence(1));
 }
-
-#[test]
-fn threads_are_told_apart_and_nothing_is_lost_under_load() {
-    let fixtures = Fixtures::build();
-    let data = data_dir();
-    let agent = Agent::start(&fixtures.cuda_config(data.path(), r#"["default"]"#), &[]);
-    let (pid, stdout) = fixtures.run_workload(&["threads", "4", "5000"], &[]);
-    assert_eq!(stdout.trim(), "workload: threads calls=40000");
-    let stopped = agent.stop();
-    assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 40_000);
-    let rows = rows(&read_table(data.path(), "cuda"));
-    let mut per_thread = std::collections::BTreeMap::<i32, (u64, u64)>::new();
-    for row in &rows {
-        assert_eq!(row.pid, pid as i32);
-        let entry = per_thread.entry(row.tid).or_default();
-        match row.call.function.as_str() {
-            "cuMemAlloc_v2" => {
-                assert_eq!(row.call.bytes, Some(4096));
-                entry.0 += 1;
-            }
-            "cuMemFree_v2" => entry.1 += 1,
-            other => panic!("unexpected {other}"),
-        }
-    }
-    assert_eq!(per_thread.len(), 4, "four worker threads");
-    assert!(
-        per_thread.values().all(|&counts| counts == (5000, 5000)),
-        "{per_thread:?}"
-    );
-    assert!(
-        !per_thread.contains_key(&(pid as i32)),
-        "the main thread made no calls"
-    );
-}

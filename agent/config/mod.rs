@@ -195,6 +195,9 @@ mod defaults {
     pub fn ring_size_mib() -> u32 {
         8
     }
+    pub fn inflight_slots() -> u32 {
+        16_384
+    }
     pub fn max_events() -> usize {
         8_192
     }

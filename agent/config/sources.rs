@@ -129,6 +129,12 @@ pub struct CudaSourceConfig {
     /// Size of the CUDA ring buffer in MiB (a power of two).
     #[serde(default = "defaults::ring_size_mib")]
     pub ring_size_mib: u32,
+    /// Per-thread slots for calls between entry and return (a power of two, at most 65536;
+    /// about 150 bytes of kernel memory each). A thread's id picks its slot; a call whose slot
+    /// is taken (another thread's id maps to it, or a nested call) goes through a hash table,
+    /// which costs more per call but loses nothing.
+    #[serde(default = "defaults::inflight_slots")]
+    pub inflight_slots: u32,
     /// Attach with one uprobe_multi link per library where the kernel has them (Linux >= 6.6);
     /// false attaches one probe per symbol (slower to attach and to detach).
     #[serde(default = "defaults::yes")]

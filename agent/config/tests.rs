@@ -71,6 +71,7 @@ fn every_bad_value_is_reported_with_its_line() {
     let text = "\
 [sources.cuda]
 ring_size_mib = 3
+inflight_slots = 1000
 drain_interval_ms = 0
 functions = [\"cu[\"]
 
@@ -91,17 +92,24 @@ zstd_level = 99
     assert_eq!(
         got,
         vec![
-            ("sources.cuda.functions".to_string(), Some(4)),
-            ("sources.cuda.drain_interval_ms".to_string(), Some(3)),
+            ("sources.cuda.functions".to_string(), Some(5)),
+            ("sources.cuda.drain_interval_ms".to_string(), Some(4)),
             ("sources.cuda.ring_size_mib".to_string(), Some(2)),
-            ("batch.max_events".to_string(), Some(7)),
-            ("sinks[0].zstd_level".to_string(), Some(12)),
+            ("sources.cuda.inflight_slots".to_string(), Some(3)),
+            ("batch.max_events".to_string(), Some(8)),
+            ("sinks[0].zstd_level".to_string(), Some(13)),
         ]
     );
     let text = err.to_string();
-    assert!(text.contains("5 problem(s)"), "{text}");
+    assert!(text.contains("6 problem(s)"), "{text}");
     assert!(
-        text.contains("line 12: sinks[0].zstd_level: 99 is outside 1..=22"),
+        text.contains("line 13: sinks[0].zstd_level: 99 is outside 1..=22"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "line 3: sources.cuda.inflight_slots: 1000 is not a power of two in 1..=65536"
+        ),
         "{text}"
     );
 }

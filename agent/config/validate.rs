@@ -233,6 +233,13 @@ impl Config {
                 format!("{} is not a power of two in 1..=1024", cuda.ring_size_mib),
             );
         }
+        if !(1..=65_536).contains(&cuda.inflight_slots) || !cuda.inflight_slots.is_power_of_two() {
+            report.add(
+                "sources.cuda",
+                "inflight_slots",
+                format!("{} is not a power of two in 1..=65536", cuda.inflight_slots),
+            );
+        }
 
         for (key, value) in [
             ("max_events", self.batch.max_events as u64),

@@ -105,6 +105,10 @@ pub fn load<'obj>(
         .cuda_ring
         .set_max_entries(ring_bytes)
         .context("sizing the CUDA ring")?;
+    open.maps
+        .call_slots
+        .set_max_entries(config.inflight_slots)
+        .context("sizing the in-flight call slots")?;
     let rodata = open
         .maps
         .rodata_data
@@ -113,6 +117,7 @@ pub fn load<'obj>(
     rodata.filter_by_tgid = filter == ProcessFilter::Selected;
     // Wake the consumer early when a quarter of the ring is waiting.
     rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
+    rodata.call_slot_mask = config.inflight_slots.saturating_sub(1);
     let multi = config.uprobe_multi && uprobe_multi_supported();
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
