@@ -4,9 +4,9 @@
  *
  * One entry program and one return program serve every probed function: the attach cookie says
  * which function fired and where its arguments live (see gpuship_events.h), so adding a function
- * is a table row in the agent, not new BPF code. Entry stores the decoded arguments in an LRU
- * table keyed by (thread, function); return completes the record with the result and duration
- * and submits it. Each thread has a slot in an array (indexed by its tid), claimed with one
+ * is a table row in the agent, not new BPF code. Entry stores the decoded arguments for
+ * (thread, function); return completes the record with the result and duration and submits
+ * it. Each thread has a slot in an array (indexed by its tid), claimed with one
  * compare-and-swap and released with one exchange, so the usual call needs no hash-table insert
  * and delete (lock, free list, rehash of the key); only a call whose slot is busy (tids equal
  * modulo the slot count, or a nested call of another probed function) goes through the hash

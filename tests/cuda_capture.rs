@@ -4,28 +4,14 @@
 
 mod common;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, RecordBatch};
 use common::agent::{data_dir, Agent};
+use common::cuda_rows::{rows, Call};
 use common::lake::{duckdb, files, read_table};
 use common::Fixtures;
 
 const S: u64 = 0x5000;
 const BASE: u64 = 0x7f00_0000_0000;
 const STEP: u64 = 0x10_0000;
-
-/// One row as the test compares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Call {
-    function: String,
-    result: u32,
-    result_name: String,
-    bytes: Option<u64>,
-    device_ptr: Option<u64>,
-    stream: Option<u64>,
-    launch: Option<[u32; 7]>,
-}
 
 fn call(function: &str, bytes: Option<u64>, device_ptr: Option<u64>, stream: Option<u64>) -> Call {
     Call {
@@ -102,74 +88,6 @@ fn expected_sequence(iterations: u64) -> Vec<Call> {
         ]);
     }
     calls
-}
-
-struct Row {
-    time_ns: i64,
-    pid: i32,
-    tid: i32,
-    comm: String,
-    duration_ns: u64,
-    call: Call,
-}
-
-fn rows(batches: &[RecordBatch]) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for batch in batches {
-        let col = |name: &str| {
-            batch
-                .column_by_name(name)
-                .unwrap_or_else(|| panic!("no column {name}"))
-        };
-        let u64_opt = |name: &str, i: usize| {
-            let a = col(name).as_primitive::<UInt64Type>();
-            (!a.is_null(i)).then(|| a.value(i))
-        };
-        let u32_at = |name: &str, i: usize| {
-            let a = col(name).as_primitive::<UInt32Type>();
-            (!a.is_null(i)).then(|| a.value(i))
-        };
-        for i in 0..batch.num_rows() {
-            let dims = [
-                "grid_x",
-                "grid_y",
-                "grid_z",
-                "block_x",
-                "block_y",
-                "block_z",
-                "shared_mem_bytes",
-            ]
-            .map(|name| u32_at(name, i));
-            let launch = dims
-                .iter()
-                .all(Option::is_some)
-                .then(|| dims.map(|d| d.unwrap_or_default()));
-            assert!(
-                launch.is_some() || dims.iter().all(Option::is_none),
-                "partial launch dims"
-            );
-            rows.push(Row {
-                time_ns: col("time_ns")
-                    .as_primitive::<arrow_array::types::Int64Type>()
-                    .value(i),
-                pid: col("pid").as_primitive::<Int32Type>().value(i),
-                tid: col("tid").as_primitive::<Int32Type>().value(i),
-                comm: col("comm").as_string::<i32>().value(i).to_string(),
-                duration_ns: col("duration_ns").as_primitive::<UInt64Type>().value(i),
-                call: Call {
-                    function: col("function").as_string::<i32>().value(i).to_string(),
-                    result: col("result").as_primitive::<UInt32Type>().value(i),
-                    result_name: col("result_name").as_string::<i32>().value(i).to_string(),
-                    bytes: u64_opt("bytes", i),
-                    device_ptr: u64_opt("device_ptr", i),
-                    stream: u64_opt("stream", i),
-                    launch,
-                },
-            });
-        }
-    }
-    rows.sort_by_key(|r| r.time_ns);
-    rows
 }
 
 const NAMED_EXTRAS: &str = r#"["default", "cuDriverGetVersion", "cuDeviceGetCount"]"#;

@@ -4,46 +4,10 @@
 
 mod common;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, UInt64Type};
-use arrow_array::Array;
 use common::agent::{data_dir, Agent};
+use common::cuda_rows::rows;
 use common::lake::read_table;
 use common::Fixtures;
-
-/// The columns these tests compare.
-struct Row {
-    pid: i32,
-    tid: i32,
-    function: String,
-    bytes: Option<u64>,
-    device_ptr: Option<u64>,
-}
-
-fn rows(root: &std::path::Path) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for batch in read_table(root, "cuda") {
-        let col = |name: &str| {
-            batch
-                .column_by_name(name)
-                .unwrap_or_else(|| panic!("no column {name}"))
-        };
-        let u64_opt = |name: &str, i: usize| {
-            let a = col(name).as_primitive::<UInt64Type>();
-            (!a.is_null(i)).then(|| a.value(i))
-        };
-        for i in 0..batch.num_rows() {
-            rows.push(Row {
-                pid: col("pid").as_primitive::<Int32Type>().value(i),
-                tid: col("tid").as_primitive::<Int32Type>().value(i),
-                function: col("function").as_string::<i32>().value(i).to_string(),
-                bytes: u64_opt("bytes", i),
-                device_ptr: u64_opt("device_ptr", i),
-            });
-        }
-    }
-    rows
-}
 
 #[test]
 fn threads_are_told_apart_and_nothing_is_lost_under_load() {
@@ -76,15 +40,15 @@ fn assert_threads_told_apart(extra: &str, threads: usize, per_thread: u64) {
     assert_eq!(stdout.trim(), format!("workload: threads calls={calls}"));
     let stopped = agent.stop();
     assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), calls);
-    let rows = rows(data.path());
+    let rows = rows(&read_table(data.path(), "cuda"));
     let mut per_thread_counts = std::collections::BTreeMap::<i32, (u64, u64)>::new();
     for row in &rows {
         assert_eq!(row.pid, pid as i32);
         let entry = per_thread_counts.entry(row.tid).or_default();
-        match row.function.as_str() {
+        match row.call.function.as_str() {
             "cuMemAlloc_v2" => {
-                assert_eq!(row.bytes, Some(4096));
-                assert!(row.device_ptr.is_some(), "an allocation's pointer");
+                assert_eq!(row.call.bytes, Some(4096));
+                assert!(row.call.device_ptr.is_some(), "an allocation's pointer");
                 entry.0 += 1;
             }
             "cuMemFree_v2" => entry.1 += 1,

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod cuda_rows;
 pub mod kafka;
 pub mod lake;
 pub mod metrics;
