@@ -50,26 +50,6 @@ struct Outcome {
     peak_rss_kib: u64,
 }
 
-impl Outcome {
-    fn of(m: &Measured) -> Self {
-        Self {
-            events: m.events,
-            lost: m.lost,
-            events_per_second: m.events as f64 / m.seconds,
-            cpu_per_event_us: m.cpu_seconds * 1e6 / (m.events - m.lost).max(1) as f64,
-            peak_rss_kib: m.peak_rss_kib,
-        }
-    }
-}
-
-struct Measured {
-    events: u64,
-    lost: u64,
-    seconds: f64,
-    cpu_seconds: f64,
-    peak_rss_kib: u64,
-}
-
 fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .ok()
@@ -137,7 +117,7 @@ fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
     child
 }
 
-fn run(scenario: &Scenario, fixtures: &Path) -> Measured {
+fn run(scenario: &Scenario, fixtures: &Path) -> Outcome {
     let dir = tempfile::tempdir().expect("tempdir");
     let libcuda = fixtures.join("libcuda.so.1");
     let mut agent = start_agent(dir.path(), &libcuda, scenario.sink);
@@ -174,11 +154,13 @@ fn run(scenario: &Scenario, fixtures: &Path) -> Measured {
         .and_then(|r| r.iter().find(|r| r["ring"] == "cuda"))
         .cloned()
         .unwrap_or_default();
-    Measured {
-        events: ring["emitted"].as_u64().unwrap_or(0),
-        lost: ring["lost_in_kernel"].as_u64().unwrap_or(0),
-        seconds,
-        cpu_seconds,
+    let events = ring["emitted"].as_u64().unwrap_or(0);
+    let lost = ring["lost_in_kernel"].as_u64().unwrap_or(0);
+    Outcome {
+        events,
+        lost,
+        events_per_second: events as f64 / seconds,
+        cpu_per_event_us: cpu_seconds * 1e6 / (events - lost).max(1) as f64,
         peak_rss_kib,
     }
 }
@@ -258,12 +240,12 @@ fn main() {
     let mut measured: Vec<Vec<Outcome>> = scenarios.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
         for (scenario, outcomes) in scenarios.iter().zip(&mut measured) {
-            let m = run(scenario, fixtures.path());
+            let outcome = run(scenario, fixtures.path());
             assert_eq!(
-                m.events,
+                outcome.events,
                 u64::from(scenario.threads) * u64::from(scenario.calls_per_thread) * 2
             );
-            outcomes.push(Outcome::of(&m));
+            outcomes.push(outcome);
         }
     }
     println!("| scenario | runs | events | lost in kernel | events/s (workload wall time) | agent CPU per event | agent peak RSS |");

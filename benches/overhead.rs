@@ -19,12 +19,17 @@
 mod fixtures;
 #[path = "support/proc_stats.rs"]
 mod proc_stats;
+#[path = "support/tracers.rs"]
+mod tracers;
 use fixtures::build_fixtures;
 use proc_stats::cpu_seconds;
+use tracers::{
+    bpf_run_time, empty_probes_script, json_lines_script, start_bpftrace, start_gpuship,
+    stop_bpftrace, stop_gpuship,
+};
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// Runs the workload; returns its stdout.
@@ -123,18 +128,27 @@ impl Tracer {
     }
 }
 
+/// One mode's latency runs over all rounds.
+#[derive(Debug, Clone, Default)]
+struct ModeRuns {
+    /// Each round's (p50, p99) in ns.
+    percentiles: Vec<(u64, u64)>,
+    /// Events the tracer captured and lost, over all rounds.
+    events: u64,
+    lost: u64,
+}
+
 /// Every mode's latency runs, `rounds` times in rotated order (so that a slow spell of a
 /// shared machine does not land on one mode); BPF stats are on during gpuship's default runs.
-/// Returns, per mode, each round's (p50, p99) and the total events captured and lost, and
-/// gpuship's BPF run time per program.
-#[allow(clippy::type_complexity)]
+/// Returns each mode's runs, and gpuship's BPF programs as (name, run time ns, runs) summed
+/// over the rounds.
 fn latency_rounds(
     fx: &Path,
     modes: &[Mode],
     rounds: usize,
     calls: u64,
-) -> (Vec<(Vec<(u64, u64)>, u64, u64)>, Vec<(String, u64, u64)>) {
-    let mut results: Vec<(Vec<(u64, u64)>, u64, u64)> = vec![(Vec::new(), 0, 0); modes.len()];
+) -> (Vec<ModeRuns>, Vec<(String, u64, u64)>) {
+    let mut results = vec![ModeRuns::default(); modes.len()];
     let mut stats: Vec<(String, u64, u64)> = Vec::new();
     for round in 0..rounds {
         for offset in 0..modes.len() {
@@ -162,10 +176,10 @@ fn latency_rounds(
             if matches!(mode, Mode::Gpuship | Mode::GpushipLaunchesEntryOnly) {
                 assert_eq!(events, calls, "gpuship saw every call");
             }
-            let result = &mut results[index];
-            result.0.push(percentiles);
-            result.1 += events;
-            result.2 += lost;
+            let runs = &mut results[index];
+            runs.percentiles.push(percentiles);
+            runs.events += events;
+            runs.lost += lost;
         }
     }
     (results, stats)
@@ -174,148 +188,6 @@ fn latency_rounds(
 fn median(mut values: Vec<u64>) -> u64 {
     values.sort_unstable();
     values[values.len() / 2]
-}
-
-fn wait_for_line(child: &mut Child, needle: &str) {
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let needle = needle.to_string();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && line.contains(&needle) {
-                let _ = tx.send(());
-                sent = true;
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("tracer started");
-}
-
-fn start_gpuship(dir: &Path, fixtures: &Path, entry_only: bool) -> Child {
-    let config = format!(
-        "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
-         [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
-         [[sinks]]\ntype = \"blackhole\"\n",
-        dir.join("state").display(),
-        fixtures.join("libcuda.so.1").display(),
-        if entry_only {
-            "[\"cuLaunchKernel*\"]"
-        } else {
-            "[]"
-        }
-    );
-    std::fs::write(dir.join("overhead.toml"), config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
-        .args(["run", "--config"])
-        .arg(dir.join("overhead.toml"))
-        .arg("--summary-json")
-        .arg(dir.join("summary.json"))
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpuship");
-    wait_for_line(&mut child, "capture started");
-    child
-}
-
-/// Stops gpuship; returns (events emitted, events lost in the kernel).
-fn stop_gpuship(mut child: Child, dir: &Path) -> (u64, u64) {
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    child.wait().expect("wait");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("summary.json")).expect("summary"))
-            .expect("json");
-    let ring = summary["accounting"]["rings"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["ring"] == "cuda"))
-        .cloned()
-        .unwrap_or_default();
-    (
-        ring["emitted"].as_u64().unwrap_or(0),
-        ring["lost_in_kernel"].as_u64().unwrap_or(0),
-    )
-}
-
-/// The original notes' kind of script: every `cu*` of the library, one JSON line per call.
-fn json_lines_script(fixtures: &Path) -> String {
-    format!(
-        "uprobe:{}:cu* {{ printf(\"{{\\\"ts\\\":%llu,\\\"pid\\\":%d,\\\"tid\\\":%d,\\\"fn\\\":\\\"%s\\\"}}\\n\", nsecs, pid, tid, func); }}",
-        fixtures.join("libcuda.so.1").display()
-    )
-}
-
-/// Empty programs on `cuLaunchKernel`: the trap's cost with no tracer work.
-fn empty_probes_script(fixtures: &Path, with_return: bool) -> String {
-    let lib = fixtures.join("libcuda.so.1");
-    let entry = format!("uprobe:{}:cuLaunchKernel {{ }}", lib.display());
-    if with_return {
-        format!("{entry} uretprobe:{}:cuLaunchKernel {{ }}", lib.display())
-    } else {
-        entry
-    }
-}
-
-fn start_bpftrace(script: &str, output: &Path) -> Child {
-    let child = Command::new("bpftrace")
-        .args(["-q", "-o"])
-        .arg(output)
-        .args(["-e", script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bpftrace (make bench installs it)");
-    // With -q bpftrace prints nothing when attached; give it the time attaching takes.
-    std::thread::sleep(Duration::from_secs(3));
-    child
-}
-
-/// Stops bpftrace; returns (lines written, events it reported lost).
-fn stop_bpftrace(child: Child, output: &Path) -> (u64, u64) {
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().expect("wait");
-    let text = std::fs::read_to_string(output).unwrap_or_default();
-    let lines = text.lines().filter(|l| l.starts_with('{')).count() as u64;
-    let lost = text
-        .lines()
-        .chain(String::from_utf8_lossy(&out.stderr).lines())
-        .filter_map(|l| {
-            l.strip_prefix("Lost ")
-                .and_then(|r| r.split_whitespace().next())
-        })
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum();
-    (lines, lost)
-}
-
-/// Average BPF run time per invocation of gpuship's CUDA programs, from bpftool.
-fn bpf_run_time() -> Vec<(String, u64, u64)> {
-    let output = Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output();
-    let Ok(output) = output else {
-        return Vec::new();
-    };
-    let progs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-    progs
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let name = p["name"].as_str()?;
-            name.starts_with("cuda_call").then(|| {
-                (
-                    name.to_string(),
-                    p["run_time_ns"].as_u64().unwrap_or(0),
-                    p["run_cnt"].as_u64().unwrap_or(0),
-                )
-            })
-        })
-        .collect()
 }
 
 fn main() {
@@ -335,24 +207,26 @@ fn main() {
     println!();
     println!("| mode | per call p50 | per call p99 | added p50 | added p99 | events | lost |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let p50 = |runs: &[(u64, u64)]| median(runs.iter().map(|r| r.0).collect());
-    let p99 = |runs: &[(u64, u64)]| median(runs.iter().map(|r| r.1).collect());
-    let (base_p50, base_p99) = (p50(&results[0].0), p99(&results[0].0));
-    for (mode, (runs, events, lost)) in modes.iter().zip(&results) {
+    let p50 = |runs: &ModeRuns| median(runs.percentiles.iter().map(|r| r.0).collect());
+    let p99 = |runs: &ModeRuns| median(runs.percentiles.iter().map(|r| r.1).collect());
+    let (base_p50, base_p99) = (p50(&results[0]), p99(&results[0]));
+    for (mode, runs) in modes.iter().zip(&results) {
         let (m50, m99) = (p50(runs), p99(runs));
-        let counts = match mode {
-            Mode::Untraced | Mode::FloorEntry | Mode::FloorEntryReturn => " | ".to_string(),
-            _ => format!("{events} | {lost}"),
-        };
-        if *mode == Mode::Untraced {
-            println!("| {} | {m50} ns | {m99} ns | | | | |", mode.label());
-        } else {
-            println!(
-                "| {} | {m50} ns | {m99} ns | {} ns | {} ns | {counts} |",
-                mode.label(),
-                m50.saturating_sub(base_p50),
-                m99.saturating_sub(base_p99)
-            );
+        match mode {
+            Mode::Untraced => println!("| {} | {m50} ns | {m99} ns | | | | |", mode.label()),
+            _ => {
+                // The empty bpftrace probes capture nothing; their counts stay blank.
+                let counts = match mode {
+                    Mode::FloorEntry | Mode::FloorEntryReturn => " | ".to_string(),
+                    _ => format!("{} | {}", runs.events, runs.lost),
+                };
+                println!(
+                    "| {} | {m50} ns | {m99} ns | {} ns | {} ns | {counts} |",
+                    mode.label(),
+                    m50.saturating_sub(base_p50),
+                    m99.saturating_sub(base_p99)
+                );
+            }
         }
     }
     if full {
