@@ -15,7 +15,7 @@ mod fixtures;
 #[path = "support/proc_stats.rs"]
 mod proc_stats;
 use fixtures::build_fixtures;
-use proc_stats::cpu_seconds;
+use proc_stats::{cpu_seconds, peak_rss_kib as peak_rss_kib_of};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -48,19 +48,6 @@ struct Outcome {
     events_per_second: f64,
     cpu_per_event_us: f64,
     peak_rss_kib: u64,
-}
-
-fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix(key)
-                    .map(|v| v.split_whitespace().next().unwrap_or("0").to_string())
-            })
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
@@ -143,7 +130,7 @@ fn run(scenario: &Scenario, fixtures: &Path) -> Outcome {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let mut peak_rss_kib = 0;
     while agent.try_wait().expect("wait").is_none() {
-        peak_rss_kib = peak_rss_kib.max(proc_field(pid, "status", "VmHWM:"));
+        peak_rss_kib = peak_rss_kib.max(peak_rss_kib_of(pid));
         std::thread::sleep(Duration::from_millis(10));
     }
     let summary: serde_json::Value =

@@ -5,8 +5,9 @@
 //!   running the original notes' kind of script (`uprobe` on every `cu*` of the library printing
 //!   a JSON line per call to a file). Added latency = traced - untraced, at p50 and p99.
 //!   Five rounds, every mode once per round in rotated order; the table shows the medians.
-//! - Throughput: 2 threads call as fast as they can (`threads 2 N`, 2 calls per iteration);
-//!   events captured per second of workload time and events lost, gpuship vs bpftrace.
+//! - Throughput: 2 threads call as fast as they can (`threads 2 N`, 2 calls per iteration),
+//!   then at a fixed rate (`threads 2 N RATE`); per tracer: the workload's calls/s, events
+//!   captured per second of workload time, events lost, tracer CPU per event and peak RSS.
 //! - The kernel's floor: the same latency under bpftrace with empty programs on
 //!   `cuLaunchKernel` (an entry probe alone, then entry and return probes), i.e. what the
 //!   uprobe and uretprobe traps cost on this machine before any tracer does any work.
@@ -101,6 +102,14 @@ enum Tracer {
 }
 
 impl Tracer {
+    /// The tracer's process, if one runs.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Tracer::None => None,
+            Tracer::Gpuship(child, _) | Tracer::Bpftrace(child, _) => Some(child.id()),
+        }
+    }
+
     fn start(mode: Mode, fx: &Path) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let bpftrace = |script: String, dir: tempfile::TempDir| {
@@ -185,6 +194,57 @@ fn latency_rounds(
     (results, stats)
 }
 
+/// Two workload threads of 250,000 allocation/free pairs each, at `calls_per_sec` per thread
+/// (0: flat out), untraced, under gpuship (default probes) and under bpftrace: the workload's
+/// calls/s, events captured and lost, and the tracer's CPU per captured event and peak RSS.
+fn throughput(fx: &Path, calls_per_sec: u64) {
+    let per_thread = 250_000u64;
+    let expected = 2 * per_thread * 2;
+    let rate = match calls_per_sec {
+        0 => "as fast as they can".to_string(),
+        r => format!("at {r} calls/s each"),
+    };
+    println!();
+    println!("2 threads, {expected} calls in all, {rate}:");
+    println!();
+    println!("| tracer | workload calls/s | events captured | events/s captured | lost | tracer CPU per event | tracer peak RSS |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let args = [
+        "threads".to_string(),
+        "2".to_string(),
+        per_thread.to_string(),
+        calls_per_sec.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for mode in [Mode::Untraced, Mode::Gpuship, Mode::BpftraceJsonLines] {
+        let tracer = Tracer::start(mode, fx);
+        let pid = tracer.pid();
+        let cpu0 = pid.map_or(0.0, |p| cpu_seconds(Some(p)));
+        let (_, seconds) = workload(fx, &args);
+        let calls_per_second = expected as f64 / seconds;
+        if mode == Mode::Untraced {
+            println!("| none | {calls_per_second:.0} | | | | | |");
+            continue;
+        }
+        // Let the tracer catch up with its buffers before reading its CPU and memory.
+        std::thread::sleep(Duration::from_millis(500));
+        let pid = pid.expect("a tracer process");
+        let cpu = cpu_seconds(Some(pid)) - cpu0;
+        let rss_mib = proc_stats::peak_rss_kib(pid) as f64 / 1024.0;
+        let (events, lost) = tracer.stop();
+        let captured = match mode {
+            Mode::Gpuship => events - lost,
+            _ => events,
+        };
+        println!(
+            "| {} | {calls_per_second:.0} | {captured} | {:.0} | {lost} | {:.2} µs | {rss_mib:.1} MiB |",
+            mode.label(),
+            captured as f64 / seconds,
+            cpu * 1e6 / captured.max(1) as f64
+        );
+    }
+}
+
 fn median(mut values: Vec<u64>) -> u64 {
     values.sort_unstable();
     values[values.len() / 2]
@@ -230,39 +290,9 @@ fn main() {
         }
     }
     if full {
-        // Throughput at the workload's maximum rate.
-        let per_thread = 500_000u64;
-        let expected = 2 * per_thread * 2;
-        println!();
-        println!("| tracer | workload calls/s | events captured | events/s captured | lost | tracer CPU s |");
-        println!("| --- | --- | --- | --- | --- | --- |");
-        let (_, untraced_s) = workload(fx, &["threads", "2", &per_thread.to_string()]);
-        println!("| none | {:.0} | | | | |", expected as f64 / untraced_s);
-        let dir = tempfile::tempdir().unwrap();
-        let agent = start_gpuship(dir.path(), fx, false);
-        let cpu0 = cpu_seconds(Some(agent.id()));
-        let (_, seconds) = workload(fx, &["threads", "2", &per_thread.to_string()]);
-        std::thread::sleep(Duration::from_millis(500));
-        let cpu = cpu_seconds(Some(agent.id())) - cpu0;
-        let (events, lost) = stop_gpuship(agent, dir.path());
-        println!(
-            "| gpuship | {:.0} | {} | {:.0} | {lost} | {cpu:.2} |",
-            expected as f64 / seconds,
-            events - lost,
-            (events - lost) as f64 / seconds
-        );
-        let out = dir.path().join("bpftrace-max.out");
-        let tracer = start_bpftrace(&json_lines_script(fx), &out);
-        let cpu0 = cpu_seconds(Some(tracer.id()));
-        let (_, seconds) = workload(fx, &["threads", "2", &per_thread.to_string()]);
-        std::thread::sleep(Duration::from_millis(500));
-        let cpu = cpu_seconds(Some(tracer.id())) - cpu0;
-        let (events, lost) = stop_bpftrace(tracer, &out);
-        println!(
-            "| bpftrace | {:.0} | {events} | {:.0} | {lost} | {cpu:.2} |",
-            expected as f64 / seconds,
-            events as f64 / seconds
-        );
+        // Two threads of allocations and frees, flat out and then paced.
+        throughput(fx, 0);
+        throughput(fx, 250_000);
     }
     println!();
     for (name, run_time_ns, run_cnt) in stats {

@@ -12,3 +12,18 @@ pub fn cpu_seconds(pid: Option<u32>) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     ticks as f64 / hz
 }
+
+/// Peak resident memory (`VmHWM`) of `pid` in KiB; 0 when it cannot be read.
+#[allow(dead_code)] // not every bench that includes this file reads memory
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|v| v.parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
