@@ -162,7 +162,7 @@ pub struct SinkSnapshot {
     pub failed: u64,
     /// Held by the sink, not yet acknowledged (queued events included).
     pub in_flight: u64,
-    /// Events waiting in the sink's queue (all kinds; repeated on each kind's row).
+    /// Events of this kind waiting in the sink's queue.
     pub queued_events: u64,
 }
 
@@ -279,7 +279,7 @@ impl Accounting {
                         spooled_pending: stats.spool_pending(kind),
                         failed: stats.failed.get(kind),
                         in_flight: stats.in_flight(kind),
-                        queued_events: stats.queued_events.load(Ordering::Relaxed),
+                        queued_events: stats.queued_events_of(kind),
                     })
                 })
                 .collect(),

@@ -144,6 +144,8 @@ pub struct SinkStats {
     pub filtered: KindCounters,
     /// Events waiting in the queue now.
     pub queued_events: AtomicU64,
+    /// Events waiting in the queue now, by kind.
+    queued_by_kind: [AtomicU64; 3],
     /// Bytes waiting in the queue now.
     pub queued_bytes: AtomicU64,
     /// Events lost to a destination error (e.g. a Parquet file that could not be written).
@@ -169,6 +171,16 @@ impl SinkStats {
     /// Sets the events of `kind` now in the spool.
     pub fn set_spool_pending(&self, kind: EventKind, events: u64) {
         self.spool_pending[KindCounters::slot(kind)].store(events, Ordering::Relaxed);
+    }
+
+    /// Sets the events of `kind` waiting in the queue now.
+    pub fn set_queued_events(&self, kind: EventKind, events: u64) {
+        self.queued_by_kind[KindCounters::slot(kind)].store(events, Ordering::Relaxed);
+    }
+
+    /// Events of `kind` waiting in the queue now.
+    pub fn queued_events_of(&self, kind: EventKind) -> u64 {
+        self.queued_by_kind[KindCounters::slot(kind)].load(Ordering::Relaxed)
     }
 
     /// Events of `kind` now in the spool.

@@ -104,6 +104,17 @@ pub struct Spool {
     segments: std::collections::VecDeque<Segment>,
     next_seq: u64,
     bytes: u64,
+    /// Segments found corrupt by `open` (quarantined): kind and events where the header said.
+    corrupt_at_open: Vec<(Option<EventKind>, u64)>,
+}
+
+/// A segment that failed its checks: what its header said it held, when it could be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorruptSegment {
+    /// The kind, when the header was readable.
+    pub kind: Option<EventKind>,
+    /// Events the header claimed (0 when unreadable).
+    pub events: u64,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -118,6 +129,7 @@ impl Spool {
     pub fn open(dir: &Path, config: SpoolConfig) -> Result<Spool, SpoolError> {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let mut segments = Vec::new();
+        let mut corrupt_at_open = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_err(dir))?.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -140,7 +152,10 @@ impl Spool {
                     kind,
                     events,
                 }),
-                Err(err) => quarantine(&path, &err),
+                Err(err) => {
+                    corrupt_at_open.push(claimed(&path));
+                    quarantine(&path, &err);
+                }
             }
         }
         segments.sort_by_key(|s| s.seq);
@@ -152,7 +167,52 @@ impl Spool {
             segments: segments.into(),
             next_seq,
             bytes,
+            corrupt_at_open,
         })
+    }
+
+    /// The folder of the segments.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Segments `open` found corrupt and quarantined (to be counted as `spool_corrupt`); taken
+    /// once.
+    pub fn take_corrupt_at_open(&mut self) -> Vec<CorruptSegment> {
+        std::mem::take(&mut self.corrupt_at_open)
+            .into_iter()
+            .map(|(kind, events)| CorruptSegment { kind, events })
+            .collect()
+    }
+
+    /// Sequence numbers of the segments, oldest first.
+    pub fn sequence_numbers(&self) -> Vec<u64> {
+        self.segments.iter().map(|s| s.seq).collect()
+    }
+
+    /// Reads the segment `seq` without removing it.
+    pub fn read(&self, seq: u64) -> Result<EventBatch, SpoolError> {
+        let segment = self
+            .segments
+            .iter()
+            .find(|s| s.seq == seq)
+            .ok_or_else(|| corrupt(&self.dir, &format!("no segment {seq:016x}")))?;
+        read_segment(&segment.path)
+    }
+
+    /// Deletes the segment `seq` wherever it is (a journal entry whose rows were delivered);
+    /// returns its event count, None when there is no such segment.
+    pub fn remove(&mut self, seq: u64) -> Option<u64> {
+        let index = self.segments.iter().position(|s| s.seq == seq)?;
+        let segment = self.segments.remove(index)?;
+        let _ = fs::remove_file(&segment.path);
+        self.bytes -= segment.bytes;
+        Some(segment.events)
+    }
+
+    /// The sequence number the next `store` gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// Events waiting, by kind.
@@ -271,6 +331,25 @@ fn kind_byte(kind: EventKind) -> u8 {
         EventKind::Cuda => 2,
         EventKind::Driver => 3,
     }
+}
+
+/// What a corrupt segment's header claims, as far as it can be read.
+fn claimed(path: &Path) -> (Option<EventKind>, u64) {
+    let mut header = [0u8; HEADER_LEN];
+    let readable = File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok();
+    if !readable || &header[..8] != MAGIC {
+        return (None, 0);
+    }
+    let kind = match header[8] {
+        1 => EventKind::Xid,
+        2 => EventKind::Cuda,
+        3 => EventKind::Driver,
+        _ => return (None, 0),
+    };
+    let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
+    (Some(kind), events)
 }
 
 fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {

@@ -11,10 +11,20 @@
 //! - CUDA batches obey `when_full`: `block` waits for room (the pipeline slows and any loss
 //!   happens, counted, in the kernel ring); `drop_newest` drops the incoming batch;
 //!   `drop_oldest` drops the oldest queued ones; both count `buffer_full`.
-//! - While the sink is failing, batches that do not fit go to the disk spool instead (and once
-//!   the spool holds anything, every new batch goes behind it, so order is kept). The spool is
-//!   replayed, oldest first, once memory is empty, and survives restarts. A full spool drops
-//!   CUDA batches (`spool_full`, by the policy), never XIDs.
+//! - With a spool, a full memory queue spills to disk instead of waiting, whatever the policy:
+//!   capture waits (`block`) or drops (`drop_*`) only when memory and spool are both full, or
+//!   when there is no spool. Once the spool holds anything, every new CUDA/driver batch goes
+//!   behind it, so order is kept; it is replayed, oldest first, once memory is empty, and
+//!   survives restarts. A full spool drops CUDA batches (`spool_full`, by the policy), never
+//!   XIDs.
+//! - A sink that holds work but has acknowledged nothing for `stall_timeout_ms` is *stalled*:
+//!   unhealthy, and every batch spilled meanwhile is counted as a failed attempt (`stalled`).
+//!   This is what makes a destination that stops answering without failing (a Kafka broker
+//!   that is down while librdkafka retries) spill to the spool instead of stopping capture.
+//! - XIDs are written ahead to the sink's XID journal (`<spool>/xid-journal`, fsynced) as they
+//!   arrive, stay in the memory XID lane (never behind the spool), and their journal entry is
+//!   deleted once the sink has settled every XID it was handed. A crash or SIGKILL therefore
+//!   loses no XID: the next run replays the journal first.
 //! - When every sender is gone the queue closes; the sink drains it. If that takes longer than
 //!   the shutdown timeout, what is left goes to the spool.
 //!
@@ -59,6 +69,17 @@ pub struct BufferConfig {
     /// Policy when full.
     #[serde(default)]
     pub when_full: WhenFull,
+    /// A sink holding work that acknowledges nothing for this long is stalled: unhealthy, and
+    /// what does not fit in memory is spooled (counted as `stalled` failed attempts).
+    #[serde(default = "default_stall_timeout_ms")]
+    pub stall_timeout_ms: u64,
+}
+
+/// The range `stall_timeout_ms` must be in.
+pub const STALL_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+fn default_stall_timeout_ms() -> u64 {
+    2_000
 }
 
 fn default_max_events() -> usize {
@@ -75,7 +96,38 @@ impl Default for BufferConfig {
             max_events: default_max_events(),
             max_bytes: default_max_bytes(),
             when_full: WhenFull::default(),
+            stall_timeout_ms: default_stall_timeout_ms(),
         }
+    }
+}
+
+impl BufferConfig {
+    /// Every problem with the values, as `(key, message)` pairs; empty when valid.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.max_events == 0 {
+            problems.push(("max_events", "must be greater than 0".to_string()));
+        }
+        if self.max_bytes == 0 {
+            problems.push(("max_bytes", "must be greater than 0".to_string()));
+        }
+        if !STALL_TIMEOUT_MS_RANGE.contains(&self.stall_timeout_ms) {
+            problems.push((
+                "stall_timeout_ms",
+                format!(
+                    "{} is outside {}..={}",
+                    self.stall_timeout_ms,
+                    STALL_TIMEOUT_MS_RANGE.start(),
+                    STALL_TIMEOUT_MS_RANGE.end()
+                ),
+            ));
+        }
+        problems
+    }
+
+    /// `stall_timeout_ms` as a duration.
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_millis(self.stall_timeout_ms)
     }
 }
 
@@ -83,15 +135,38 @@ impl Default for BufferConfig {
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// A batch waiting in memory.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) batch: EventBatch,
+    /// Arrow memory of the batch.
+    pub(crate) bytes: usize,
+    /// Its XID journal entry, for XID batches of a journaled queue.
+    pub(crate) journal: Option<u64>,
+}
+
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) xid: VecDeque<(EventBatch, usize)>,
-    pub(crate) cuda: VecDeque<(EventBatch, usize)>,
+    pub(crate) xid: VecDeque<Queued>,
+    pub(crate) cuda: VecDeque<Queued>,
     pub(crate) events: usize,
     pub(crate) bytes: usize,
     pub(crate) senders: usize,
     pub(crate) receiver_alive: bool,
     pub(crate) spool: Option<Spool>,
+    /// XIDs written ahead, until the sink settles them (only with a spool).
+    pub(crate) journal: Option<Spool>,
+    /// Journal entries of XID batches handed to the sink and not yet known settled.
+    pub(crate) journal_handed: Vec<u64>,
+    /// Events handed to the sink (taken), and handed back by it (rejected), by kind.
+    pub(crate) handed: [u64; 3],
+    pub(crate) returned: [u64; 3],
+    /// The last take or acknowledgement (or the start), for stall detection.
+    pub(crate) last_progress: Instant,
+    /// Since when the sink holds XIDs it has not settled.
+    pub(crate) xid_unsettled_since: Option<Instant>,
+    /// Set while the sink holds work and acknowledges nothing for the stall timeout.
+    pub(crate) stalled: bool,
     /// False from a rejected batch until the next delivered one.
     pub(crate) sink_healthy: bool,
     pub(crate) backoff: Duration,
@@ -100,26 +175,26 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn push(&mut self, batch: EventBatch, bytes: usize, front: bool) {
-        self.events += batch.len();
-        self.bytes += bytes;
-        let lane = match batch.kind {
+    pub(crate) fn push(&mut self, queued: Queued, front: bool) {
+        self.events += queued.batch.len();
+        self.bytes += queued.bytes;
+        let lane = match queued.batch.kind {
             EventKind::Xid => &mut self.xid,
             // Driver rows share the policy-governed lane with CUDA rows.
             EventKind::Cuda | EventKind::Driver => &mut self.cuda,
         };
         if front {
-            lane.push_front((batch, bytes));
+            lane.push_front(queued);
         } else {
-            lane.push_back((batch, bytes));
+            lane.push_back(queued);
         }
     }
 
-    pub(crate) fn pop(&mut self) -> Option<EventBatch> {
-        let (batch, bytes) = self.xid.pop_front().or_else(|| self.cuda.pop_front())?;
-        self.events -= batch.len();
-        self.bytes -= bytes;
-        Some(batch)
+    pub(crate) fn pop(&mut self) -> Option<Queued> {
+        let queued = self.xid.pop_front().or_else(|| self.cuda.pop_front())?;
+        self.events -= queued.batch.len();
+        self.bytes -= queued.bytes;
+        Some(queued)
     }
 
     pub(crate) fn has_room(&self, config: &BufferConfig, events: usize, bytes: usize) -> bool {
@@ -130,6 +205,27 @@ impl State {
 
     pub(crate) fn spool_backlog(&self) -> bool {
         self.spool.as_ref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// Events of `kind` handed to the sink that it has not yet settled (delivered, failed,
+    /// refused or handed back).
+    pub(crate) fn in_sink(&self, stats: &SinkStats, kind: EventKind) -> u64 {
+        let slot = kind_slot(kind);
+        let settled = stats.delivered.get(kind)
+            + stats.failed.get(kind)
+            + stats.dropped(DropReason::Rejected, kind);
+        self.handed[slot]
+            .saturating_sub(self.returned[slot])
+            .saturating_sub(settled)
+    }
+
+    /// Counts `events` of `kind` handed to the sink.
+    pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
+        self.handed[kind_slot(kind)] += events as u64;
+        self.last_progress = now;
+        if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
+            self.xid_unsettled_since = Some(now);
+        }
     }
 }
 
@@ -142,6 +238,8 @@ pub(crate) struct Shared {
     pub(crate) config: BufferConfig,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) stats: Arc<SinkStats>,
+    pub(crate) spool_warning: Mutex<RateLimit>,
+    pub(crate) journal_warning: Mutex<RateLimit>,
 }
 
 impl Shared {
@@ -159,6 +257,18 @@ impl Shared {
         self.stats
             .queued_bytes
             .store(state.bytes as u64, Ordering::Relaxed);
+        for kind in EventKind::ALL {
+            let lane = match kind {
+                EventKind::Xid => &state.xid,
+                EventKind::Cuda | EventKind::Driver => &state.cuda,
+            };
+            let queued = lane
+                .iter()
+                .filter(|q| q.batch.kind == kind)
+                .map(|q| q.batch.len() as u64)
+                .sum();
+            self.stats.set_queued_events(kind, queued);
+        }
         if let Some(spool) = &state.spool {
             for kind in EventKind::ALL {
                 self.stats
@@ -168,6 +278,88 @@ impl Shared {
                 .spool_bytes
                 .store(spool.bytes(), Ordering::Relaxed);
         }
+    }
+
+    /// Writes an XID batch ahead to the journal; its entry, None without a journal or when the
+    /// write failed (logged: the batch is still delivered from memory).
+    pub(crate) fn journal_store(&self, state: &mut State, batch: &EventBatch) -> Option<u64> {
+        let journal = state.journal.as_mut()?;
+        let seq = journal.next_seq();
+        match journal.store(batch) {
+            Ok(_) => Some(seq),
+            Err(err) => {
+                self.warn_limited(
+                    &self.journal_warning,
+                    "cannot write the XID journal; these XIDs are only in memory",
+                    &err,
+                );
+                None
+            }
+        }
+    }
+
+    /// Deletes the journal entries of handed XID batches once the sink holds nothing
+    /// unsettled: then every one of them was delivered, failed, refused, or handed back (and
+    /// journaled again).
+    pub(crate) fn release_journal(&self, state: &mut State) {
+        if state.in_sink(&self.stats, EventKind::Xid) > 0 {
+            return;
+        }
+        state.xid_unsettled_since = None;
+        if state.journal_handed.is_empty() {
+            return;
+        }
+        let handed = std::mem::take(&mut state.journal_handed);
+        if let Some(journal) = state.journal.as_mut() {
+            for seq in handed {
+                journal.remove(seq);
+            }
+        }
+    }
+
+    /// Marks the sink stalled when events wait in memory and it took or acknowledged nothing
+    /// for the stall timeout, or when it has held an XID unsettled that long (a sink may keep
+    /// CUDA rows for minutes, in an open Parquet file, but settles XIDs within seconds); true
+    /// while stalled.
+    pub(crate) fn check_stall(&self, state: &mut State, now: Instant) -> bool {
+        if state.stalled {
+            return true;
+        }
+        let timeout = self.config.stall_timeout();
+        let quiet = now.saturating_duration_since(state.last_progress);
+        let waiting = state.events > 0 && quiet >= timeout;
+        let xid_held = state
+            .xid_unsettled_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= timeout);
+        if waiting || xid_held {
+            state.stalled = true;
+            state.sink_healthy = false;
+            self.stats.set_healthy(false);
+            tracing::warn!(sink = %self.name, quiet_ms = quiet.as_millis() as u64, "sink stalled: no acknowledgement while holding events; spooling what does not fit in memory");
+        }
+        state.stalled
+    }
+
+    /// Logs `message` with `err` at most once per [`WARN_INTERVAL`] per `slot`, with the number
+    /// of repeats held back.
+    pub(crate) fn warn_limited(
+        &self,
+        slot: &Mutex<RateLimit>,
+        message: &str,
+        err: &dyn std::fmt::Display,
+    ) {
+        let mut limit = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if limit
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < WARN_INTERVAL)
+        {
+            limit.suppressed += 1;
+            return;
+        }
+        let suppressed = std::mem::take(&mut limit.suppressed);
+        limit.last = Some(now);
+        tracing::error!(sink = %self.name, %err, suppressed, "{message}");
     }
 
     /// Writes `batch` to the spool (the caller checked it is enabled), applying the policy when
@@ -199,12 +391,22 @@ impl Shared {
         match spool.store(&batch) {
             Ok(_) => self.stats.spooled.add(kind, events),
             Err(err) => {
-                tracing::error!(sink = %self.name, %err, events, "cannot spool; events dropped");
+                self.warn_limited(&self.spool_warning, "cannot spool; events dropped", &err);
                 self.stats
                     .drop_events(DropReason::SpoolFailed, kind, events);
             }
         }
     }
+}
+
+/// Repeated warnings are logged at most this often (with the count held back).
+pub(crate) const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// When a repeated warning was last logged, and how many were held back since.
+#[derive(Debug, Default)]
+pub(crate) struct RateLimit {
+    last: Option<Instant>,
+    suppressed: u64,
 }
 
 /// The producer side; clone one per producer thread. The queue closes when all are dropped.
@@ -234,26 +436,42 @@ pub struct QueueOptions {
 
 /// A queue for one sink, counting into `stats`.
 pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender, QueueReceiver) {
-    // Segments left by a previous run are offered to this run's sink.
-    if let Some(spool) = &options.spool {
+    let mut spool = options.spool;
+    // Segments left by a previous run are offered to this run's sink; corrupt ones are
+    // counted as offered and dropped, so the identities still hold.
+    if let Some(spool) = spool.as_mut() {
+        count_corrupt_at_open(&options.name, spool, &stats);
         for kind in EventKind::ALL {
             stats.received.add(kind, spool.pending_events(kind));
             stats.spooled.add(kind, spool.pending_events(kind));
         }
     }
-    let state = State {
+    let journal = spool
+        .as_ref()
+        .and_then(|spool| open_journal(&options.name, spool, &stats));
+    let mut state = State {
         xid: VecDeque::new(),
         cuda: VecDeque::new(),
         events: 0,
         bytes: 0,
         senders: 1,
         receiver_alive: true,
-        spool: options.spool,
+        spool,
+        journal: None,
+        journal_handed: Vec::new(),
+        handed: [0; 3],
+        returned: [0; 3],
+        last_progress: Instant::now(),
+        xid_unsettled_since: None,
+        stalled: false,
         sink_healthy: true,
         backoff: BACKOFF_FIRST,
         retry_at: None,
         closed_at: None,
     };
+    if let Some(journal) = journal {
+        replay_journal(&options.name, journal, &mut state, &stats);
+    }
     let shared = Arc::new(Shared {
         name: options.name,
         state: Mutex::new(state),
@@ -262,6 +480,8 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         config: options.buffer,
         shutdown_timeout: options.shutdown_timeout,
         stats,
+        spool_warning: Mutex::new(RateLimit::default()),
+        journal_warning: Mutex::new(RateLimit::default()),
     });
     shared.publish(&shared.lock());
     (
@@ -271,6 +491,83 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         QueueReceiver { shared },
     )
 }
+
+/// Counts the segments `spool` quarantined at open as received and dropped (`spool_corrupt`).
+fn count_corrupt_at_open(name: &str, spool: &mut Spool, stats: &SinkStats) {
+    for segment in spool.take_corrupt_at_open() {
+        // A header too damaged to name its kind still counts as one lost segment in the log.
+        let kind = segment.kind.unwrap_or(EventKind::Cuda);
+        stats.received.add(kind, segment.events);
+        stats.drop_events(DropReason::SpoolCorrupt, kind, segment.events);
+        tracing::error!(sink = %name, kind = %kind, events = segment.events, "corrupt spool segment found at start; its events are counted as dropped (spool_corrupt)");
+    }
+}
+
+/// The XID journal beside the spool; None (logged) when it cannot be opened.
+fn open_journal(name: &str, spool: &Spool, stats: &SinkStats) -> Option<Spool> {
+    let dir = spool.dir().join(JOURNAL_DIR);
+    let config = crate::spool::SpoolConfig {
+        enabled: true,
+        max_size: u64::MAX,
+        fsync: crate::spool::FsyncPolicy::Always,
+    };
+    match Spool::open(&dir, config) {
+        Ok(mut journal) => {
+            count_corrupt_at_open(name, &mut journal, stats);
+            Some(journal)
+        }
+        Err(err) => {
+            tracing::error!(sink = %name, %err, "cannot open the XID journal; XIDs are kept in memory only until delivered");
+            None
+        }
+    }
+}
+
+/// Puts the XIDs a previous run journaled but did not deliver at the head of the XID lane,
+/// still journaled until delivered.
+fn replay_journal(name: &str, mut journal: Spool, state: &mut State, stats: &SinkStats) {
+    let mut replayed = 0;
+    for seq in journal.sequence_numbers() {
+        match journal.read(seq) {
+            Ok(batch) => {
+                let events = batch.len() as u64;
+                stats.received.add(batch.kind, events);
+                replayed += events;
+                let bytes = batch.records.get_array_memory_size();
+                state.push(
+                    Queued {
+                        batch,
+                        bytes,
+                        journal: Some(seq),
+                    },
+                    false,
+                );
+            }
+            Err(err) => {
+                let events = journal.remove(seq).unwrap_or(0);
+                stats.received.add(EventKind::Xid, events);
+                stats.drop_events(DropReason::SpoolCorrupt, EventKind::Xid, events);
+                tracing::error!(sink = %name, %err, events, "corrupt XID journal entry; counted as dropped (spool_corrupt)");
+            }
+        }
+    }
+    if replayed > 0 {
+        tracing::warn!(sink = %name, events = replayed, "XIDs journaled by a previous run and not delivered: sending them first");
+    }
+    state.journal = Some(journal);
+}
+
+/// Index of `kind` in per-kind arrays.
+pub(crate) fn kind_slot(kind: EventKind) -> usize {
+    match kind {
+        EventKind::Xid => 0,
+        EventKind::Cuda => 1,
+        EventKind::Driver => 2,
+    }
+}
+
+/// The XID journal's folder inside a sink's spool folder.
+pub const JOURNAL_DIR: &str = "xid-journal";
 
 /// A memory-only queue (no spool), for tests and sinks that opt out of spooling.
 pub fn queue(buffer: BufferConfig, stats: Arc<SinkStats>) -> (QueueSender, QueueReceiver) {

@@ -1,37 +1,57 @@
 //! The sink side of a queue: taking batches (memory, then spool), retries after rejections,
-//! and the shutdown deadline.
+//! settling the XID journal, stall detection, and the shutdown deadline.
 
 use std::time::{Duration, Instant};
 
-use super::{QueueReceiver, State, BACKOFF_FIRST, BACKOFF_MAX};
+use super::{QueueReceiver, Queued, State, BACKOFF_FIRST, BACKOFF_MAX};
 use crate::sink::DropReason;
-use crate::EventBatch;
+use crate::{EventBatch, EventKind};
+
+/// How often a waiting receiver re-checks deadlines and stalls.
+const RECHECK: Duration = Duration::from_millis(200);
 
 impl QueueReceiver {
     /// The next batch to deliver: XIDs first, then CUDA, then spooled batches oldest first.
     /// None once the queue is closed and empty, or closed for longer than the shutdown timeout
     /// (what is left then goes to the spool).
     pub async fn recv(&mut self) -> Option<EventBatch> {
+        self.next(false).await
+    }
+
+    /// The next XID batch only (the other kinds stay queued): for a sink that stopped taking
+    /// batches because too many are unacknowledged, so XIDs still go out first. Pending
+    /// forever when no XID comes.
+    pub async fn recv_xid(&mut self) -> Option<EventBatch> {
+        self.next(true).await
+    }
+
+    async fn next(&mut self, xid_only: bool) -> Option<EventBatch> {
         let shared = &*self.shared;
         loop {
             let notified = shared.ready.notified();
             let wait = {
                 let mut state = shared.lock();
                 let now = Instant::now();
+                shared.check_stall(&mut state, now);
+                shared.release_journal(&mut state);
                 let deadline_passed = state
                     .closed_at
-                    .is_some_and(|t| now.duration_since(t) >= shared.shutdown_timeout);
-                if deadline_passed {
+                    .is_some_and(|t| now.saturating_duration_since(t) >= shared.shutdown_timeout);
+                if deadline_passed && !xid_only {
                     self.spool_the_rest(&mut state);
                     return None;
                 }
                 match state.retry_at {
                     Some(at) if at > now => Some(at - now),
                     _ => {
-                        if let Some(batch) = self.take(&mut state) {
+                        if let Some(batch) = self.take(&mut state, xid_only) {
                             return Some(batch);
                         }
-                        if state.senders == 0 && state.events == 0 && !state.spool_backlog() {
+                        if !xid_only
+                            && state.senders == 0
+                            && state.events == 0
+                            && !state.spool_backlog()
+                        {
                             return None;
                         }
                         None
@@ -39,29 +59,35 @@ impl QueueReceiver {
                 }
             };
             match wait {
-                Some(delay) => {
-                    let closing = shared.lock().closed_at.is_some();
-                    let delay = if closing {
-                        delay.min(Duration::from_millis(100))
-                    } else {
-                        delay
-                    };
-                    tokio::time::sleep(delay).await;
-                }
+                Some(delay) => tokio::time::sleep(delay.min(RECHECK)).await,
                 None => {
-                    // A closed queue is re-checked now and then for the shutdown deadline.
-                    let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+                    let _ = tokio::time::timeout(RECHECK, notified).await;
                 }
             }
         }
     }
 
-    fn take(&self, state: &mut State) -> Option<EventBatch> {
+    fn take(&self, state: &mut State, xid_only: bool) -> Option<EventBatch> {
         let shared = &*self.shared;
-        if let Some(batch) = state.pop() {
+        let queued = if xid_only {
+            state.xid.pop_front().inspect(|q| {
+                state.events -= q.batch.len();
+                state.bytes -= q.bytes;
+            })
+        } else {
+            state.pop()
+        };
+        if let Some(Queued { batch, journal, .. }) = queued {
+            state.hand(batch.kind, batch.len(), Instant::now());
+            if let Some(seq) = journal {
+                state.journal_handed.push(seq);
+            }
             shared.publish(state);
             shared.room.notify_all();
             return Some(batch);
+        }
+        if xid_only {
+            return None;
         }
         let spool = state.spool.as_mut()?;
         let (batch, corrupt) = spool.peek();
@@ -72,20 +98,30 @@ impl QueueReceiver {
         }
         let batch = batch?;
         spool.pop();
+        state.hand(batch.kind, batch.len(), Instant::now());
         shared.stats.replayed.add(batch.kind, batch.len() as u64);
         shared.publish(state);
+        // Room in the spool for a producer waiting on a full one.
+        shared.room.notify_all();
         Some(batch)
     }
 
-    fn spool_the_rest(&self, state: &mut State) {
+    pub(crate) fn spool_the_rest(&self, state: &mut State) {
         let shared = &*self.shared;
         let mut spooled = 0;
-        while let Some((batch, bytes)) = state.xid.pop_front().or_else(|| state.cuda.pop_front()) {
-            state.events -= batch.len();
-            state.bytes -= bytes;
+        while let Some(queued) = state.pop() {
+            let Queued {
+                batch,
+                bytes,
+                journal,
+            } = queued;
             spooled += batch.len();
             if state.spool.is_some() {
                 shared.spool_store(state, batch, bytes);
+                // Now in the spool: the journal entry has done its job.
+                if let (Some(seq), Some(j)) = (journal, state.journal.as_mut()) {
+                    j.remove(seq);
+                }
             } else {
                 shared.stats.drop_events(
                     DropReason::ShutdownTimeout,
@@ -110,9 +146,10 @@ impl QueueReceiver {
         }
         state.sink_healthy = false;
         shared.stats.set_healthy(false);
-        state.retry_at = Some(Instant::now() + state.backoff);
+        state.retry_at = Instant::now().checked_add(state.backoff);
         state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
         let bytes = batch.records.get_array_memory_size();
+        state.returned[super::kind_slot(batch.kind)] += batch.len() as u64;
         // A rejected batch was already counted as received; it only changes place.
         if state
             .closed_at
@@ -121,8 +158,23 @@ impl QueueReceiver {
         {
             shared.spool_store(&mut state, batch, bytes);
         } else {
-            state.push(batch, bytes, true);
+            // XIDs handed back are journaled again: the entry they had is released with the
+            // others the sink was handed.
+            let journal = if batch.kind == EventKind::Xid {
+                shared.journal_store(&mut state, &batch)
+            } else {
+                None
+            };
+            state.push(
+                Queued {
+                    batch,
+                    bytes,
+                    journal,
+                },
+                true,
+            );
         }
+        shared.release_journal(&mut state);
         shared.publish(&state);
         drop(state);
         shared.room.notify_all();
@@ -136,19 +188,27 @@ impl QueueReceiver {
         shared
             .lock()
             .closed_at
-            .map(|closed| closed + shared.shutdown_timeout)
+            .and_then(|closed| closed.checked_add(shared.shutdown_timeout))
     }
 
-    /// The sink delivered a batch: it is healthy again.
+    /// The sink delivered a batch (after counting it in its stats): it is healthy again, and
+    /// XIDs it has settled leave the journal.
     pub fn delivered(&self) {
-        let mut state = self.shared.lock();
+        let shared = &*self.shared;
+        let mut state = shared.lock();
         if !state.sink_healthy {
-            tracing::info!(sink = %self.shared.name, "sink recovered");
+            tracing::info!(sink = %shared.name, "sink recovered");
         }
         state.sink_healthy = true;
-        self.shared.stats.set_healthy(true);
+        state.stalled = false;
+        state.last_progress = Instant::now();
+        shared.stats.set_healthy(true);
         state.backoff = BACKOFF_FIRST;
         state.retry_at = None;
+        shared.release_journal(&mut state);
+        drop(state);
+        // A producer may be waiting for a decision that depended on the stall.
+        shared.room.notify_all();
     }
 }
 
@@ -157,10 +217,13 @@ impl Drop for QueueReceiver {
         let shared = &*self.shared;
         let mut state = shared.lock();
         state.receiver_alive = false;
-        while let Some(batch) = state.pop() {
-            shared
-                .stats
-                .drop_events(DropReason::SinkStopped, batch.kind, batch.len() as u64);
+        // Journaled XIDs stay journaled: the next run delivers them.
+        while let Some(queued) = state.pop() {
+            shared.stats.drop_events(
+                DropReason::SinkStopped,
+                queued.batch.kind,
+                queued.batch.len() as u64,
+            );
         }
         shared.publish(&state);
         drop(state);

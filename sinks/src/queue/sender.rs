@@ -1,11 +1,23 @@
-//! The producer side of a sink queue: admission under the `when_full` policy, the XID lane,
-//! and overflow to the spool while the sink fails.
+//! The producer side of a sink queue: admission under the `when_full` policy, the XID lane
+//! and its journal, and overflow to the spool when memory is full.
 
 use std::time::Instant;
 
-use super::{QueueSender, WhenFull};
+use super::{QueueSender, Queued, Shared, State, WhenFull};
 use crate::sink::DropReason;
 use crate::{EventBatch, EventKind};
+
+/// What to do with a batch that arrived.
+enum Admission {
+    /// Into memory.
+    Memory,
+    /// To the spool (done; nothing left to do).
+    Spooled,
+    /// Dropped by the policy (counted).
+    Dropped,
+    /// Wait for room, then decide again.
+    Wait,
+}
 
 impl QueueSender {
     /// Offers `batch` to the sink under the queue's policy. Must not be called from async code.
@@ -21,6 +33,19 @@ impl QueueSender {
         );
         shared.stats.received.add(kind, events as u64);
         let mut state = shared.lock();
+        if !state.receiver_alive {
+            shared
+                .stats
+                .drop_events(DropReason::SinkStopped, kind, events as u64);
+            return;
+        }
+        // XIDs: written ahead, then always in memory, ahead of everything else.
+        let journal = if kind == EventKind::Xid {
+            shared.journal_store(&mut state, &batch)
+        } else {
+            None
+        };
+        let mut batch = Some(batch);
         loop {
             if !state.receiver_alive {
                 shared
@@ -28,53 +53,98 @@ impl QueueSender {
                     .drop_events(DropReason::SinkStopped, kind, events as u64);
                 return;
             }
-            let spooling = state.spool.is_some();
-            // Behind a spool backlog, or while the sink fails and memory is full: to disk.
-            if spooling
-                && (state.spool_backlog()
-                    || (!state.sink_healthy && !state.has_room(&shared.config, events, bytes)))
-            {
-                shared.spool_store(&mut state, batch, bytes);
-                shared.publish(&state);
-                drop(state);
-                shared.ready.notify_one();
-                return;
-            }
-            if kind == EventKind::Xid || state.has_room(&shared.config, events, bytes) {
-                break;
-            }
-            match shared.config.when_full {
-                WhenFull::Block => {
-                    // Woken by a receive, a rejection (the sink may now be failing), or its end.
+            let admission = if journal.is_some() {
+                Admission::Memory
+            } else {
+                admit(shared, &mut state, kind, events, bytes)
+            };
+            match admission {
+                Admission::Memory => break,
+                Admission::Wait => {
+                    // Woken by a receive, a rejection, a delivery, or the sink's end.
                     state = shared.room.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
-                WhenFull::DropNewest => {
-                    shared
-                        .stats
-                        .drop_events(DropReason::BufferFull, kind, events as u64);
-                    return;
-                }
-                WhenFull::DropOldest => {
-                    while !state.has_room(&shared.config, events, bytes) {
-                        let Some((old, old_bytes)) = state.cuda.pop_front() else {
-                            break;
-                        };
-                        state.events -= old.len();
-                        state.bytes -= old_bytes;
-                        shared.stats.drop_events(
-                            DropReason::BufferFull,
-                            old.kind,
-                            old.len() as u64,
-                        );
+                Admission::Dropped => return,
+                Admission::Spooled => {
+                    if let Some(batch) = batch.take() {
+                        if state.stalled {
+                            shared.stats.count_error("stalled", batch.len() as u64);
+                        }
+                        shared.spool_store(&mut state, batch, bytes);
                     }
-                    break;
+                    shared.publish(&state);
+                    drop(state);
+                    shared.ready.notify_one();
+                    return;
                 }
             }
         }
-        state.push(batch, bytes, false);
+        if let Some(batch) = batch {
+            state.push(
+                Queued {
+                    batch,
+                    bytes,
+                    journal,
+                },
+                false,
+            );
+        }
         shared.publish(&state);
         drop(state);
         shared.ready.notify_one();
+    }
+}
+
+/// Decides where a batch goes. With a spool, a batch that does not fit in memory (or arrives
+/// behind a spool backlog) is spilled; capture only waits or drops when memory and spool are
+/// both full, or when there is no spool.
+fn admit(
+    shared: &Shared,
+    state: &mut State,
+    kind: EventKind,
+    events: usize,
+    bytes: usize,
+) -> Admission {
+    let fits = state.has_room(&shared.config, events, bytes);
+    shared.check_stall(state, Instant::now());
+    if let Some(spool) = &state.spool {
+        let backlog = !spool.is_empty();
+        if backlog || (!fits && kind != EventKind::Xid) {
+            // A full spool under `block` waits for the replay to make room, keeping order;
+            // the drop policies drop there (counted by `spool_store` as `spool_full`).
+            let spool_full = !spool.has_room(bytes as u64);
+            if spool_full && kind != EventKind::Xid && shared.config.when_full == WhenFull::Block {
+                return Admission::Wait;
+            }
+            return Admission::Spooled;
+        }
+    }
+    if kind == EventKind::Xid || fits {
+        return Admission::Memory;
+    }
+    match shared.config.when_full {
+        WhenFull::Block => Admission::Wait,
+        WhenFull::DropNewest => {
+            shared
+                .stats
+                .drop_events(DropReason::BufferFull, kind, events as u64);
+            Admission::Dropped
+        }
+        WhenFull::DropOldest => {
+            while !state.has_room(&shared.config, events, bytes) {
+                let Some(old) = state.cuda.pop_front() else {
+                    break;
+                };
+                state.events -= old.batch.len();
+                state.bytes -= old.bytes;
+                shared.stats.drop_events(
+                    DropReason::BufferFull,
+                    old.batch.kind,
+                    old.batch.len() as u64,
+                );
+            }
+            Admission::Memory
+        }
     }
 }
 

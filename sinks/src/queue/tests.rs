@@ -11,6 +11,7 @@ fn config(max_events: usize, when_full: WhenFull) -> BufferConfig {
         max_events,
         max_bytes: usize::MAX,
         when_full,
+        ..BufferConfig::default()
     }
 }
 
@@ -121,27 +122,58 @@ fn a_stopped_sink_counts_queued_and_later_batches_as_dropped() {
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
 
-#[test]
-fn a_failing_sink_spills_to_the_spool_and_replays_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let stats = Arc::new(SinkStats::default());
-    let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
+/// Segment files under `dir`, the XID journal's included.
+fn segments(dir: &std::path::Path) -> usize {
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            count += segments(&path);
+        } else if path.extension().is_some_and(|e| e == "seg") {
+            count += 1;
+        }
+    }
+    count
+}
+
+fn spooled_queue(
+    dir: &std::path::Path,
+    buffer: BufferConfig,
+    stats: &Arc<SinkStats>,
+) -> (QueueSender, QueueReceiver) {
+    let spool = crate::Spool::open(dir, crate::SpoolConfig::default()).unwrap();
     let options = QueueOptions {
         name: "t".into(),
-        buffer: config(8, WhenFull::Block),
+        buffer,
         spool: Some(spool),
         shutdown_timeout: Duration::from_secs(30),
     };
-    let (tx, mut rx) = queue_with(options, stats.clone());
+    queue_with(options, stats.clone())
+}
+
+/// What a sink does after its destination acknowledged `batch`.
+fn acknowledge(rx: &QueueReceiver, stats: &SinkStats, batch: &EventBatch) {
+    stats.delivered.add(batch.kind, batch.len() as u64);
+    rx.delivered();
+}
+
+#[test]
+fn a_failing_sink_spills_to_the_spool_and_replays_in_order_with_xids_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = spooled_queue(dir.path(), config(8, WhenFull::Block), &stats);
     tx.send_blocking(cuda(4, 1));
     let first = block_on(rx.recv()).unwrap();
     rx.reject(first); // the destination failed: batch 1 goes back, the sink is unhealthy
     tx.send_blocking(cuda(4, 2)); // fits in memory
-    tx.send_blocking(cuda(4, 3)); // memory full, sink failing: spooled, not blocked
-    tx.send_blocking(xid()); // behind a spool backlog: spooled too
-    tx.send_blocking(cuda(4, 4)); // still behind the backlog
+    tx.send_blocking(cuda(4, 3)); // memory full: spooled, not blocked
+    tx.send_blocking(xid()); // journaled, kept in memory ahead of everything
+    tx.send_blocking(cuda(4, 4)); // behind the backlog
     assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
-    assert_eq!(stats.spool_pending(EventKind::Xid), 1);
+    assert_eq!(stats.spool_pending(EventKind::Xid), 0);
+    assert_eq!(stats.queued_events_of(EventKind::Xid), 1);
+    assert_eq!(stats.queued_events_of(EventKind::Cuda), 8);
+    assert_eq!(segments(dir.path()), 3, "two CUDA segments and one journal entry");
     assert_eq!(
         stats.in_flight(EventKind::Cuda),
         8,
@@ -160,7 +192,7 @@ fn a_failing_sink_spills_to_the_spool_and_replays_in_order() {
                     0
                 },
             ));
-            rx.delivered();
+            acknowledge(&rx, &stats, &b);
         }
         v
     });
@@ -171,17 +203,162 @@ fn a_failing_sink_spills_to_the_spool_and_replays_in_order() {
     assert_eq!(
         order,
         vec![
+            (EventKind::Xid, 0),
             (EventKind::Cuda, 1),
             (EventKind::Cuda, 2),
             (EventKind::Cuda, 3),
-            (EventKind::Xid, 0),
             (EventKind::Cuda, 4)
         ]
     );
     assert_eq!(stats.replayed.get(EventKind::Cuda), 8);
     assert_eq!(stats.spool_pending(EventKind::Cuda), 0);
     assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert_eq!(segments(dir.path()), 0, "spool and journal empty");
+}
+
+#[test]
+fn an_xid_survives_a_crash_in_the_journal_and_is_sent_first_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let stats = Arc::new(SinkStats::default());
+        let (tx, mut rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
+        tx.send_blocking(xid());
+        assert_eq!(segments(dir.path()), 1, "written ahead at once");
+        // The sink took it, then the process died before the destination acknowledged.
+        let taken = block_on(rx.recv()).unwrap();
+        assert_eq!(taken.kind, EventKind::Xid);
+        std::mem::forget(rx);
+        std::mem::forget(tx);
+    }
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
+    assert_eq!(stats.received.get(EventKind::Xid), 1);
+    tx.send_blocking(cuda(2, 7));
+    let first = block_on(rx.recv()).unwrap();
+    assert_eq!(first.kind, EventKind::Xid);
+    assert_eq!(segments(dir.path()), 1, "kept until acknowledged");
+    acknowledge(&rx, &stats, &first);
+    assert_eq!(segments(dir.path()), 0, "released once settled");
+    let second = block_on(rx.recv()).unwrap();
+    assert_eq!(tag(&second), 7);
+    assert_eq!(stats.in_flight(EventKind::Xid), 0);
+}
+
+#[test]
+fn a_journal_entry_stays_while_any_handed_xid_is_unsettled() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
+    tx.send_blocking(xid());
+    tx.send_blocking(xid());
+    let a = block_on(rx.recv()).unwrap();
+    let b = block_on(rx.recv()).unwrap();
+    // b is acknowledged before a: a's entry must survive, so both stay for now.
+    acknowledge(&rx, &stats, &b);
+    assert_eq!(segments(dir.path()), 2);
+    // a fails and comes back: journaled again, the two old entries go.
+    rx.reject(a);
+    assert_eq!(segments(dir.path()), 1);
+    let again = block_on(rx.recv()).unwrap();
+    acknowledge(&rx, &stats, &again);
+    assert_eq!(segments(dir.path()), 0);
+    assert_eq!(stats.delivered.get(EventKind::Xid), 2);
+    drop(tx);
+}
+
+#[test]
+fn a_sink_that_stops_taking_is_stalled_and_block_spills_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let buffer = BufferConfig {
+        stall_timeout_ms: 100,
+        ..config(8, WhenFull::Block)
+    };
+    let (tx, rx) = spooled_queue(dir.path(), buffer, &stats);
+    // Nobody takes: the first two fit, the rest spill at once (never blocking this thread).
+    for t in 0..4 {
+        tx.send_blocking(cuda(4, t));
+    }
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
+    assert!(stats.healthy(), "not yet past the stall timeout");
+    std::thread::sleep(Duration::from_millis(150));
+    tx.send_blocking(cuda(4, 9));
+    assert!(!stats.healthy(), "stalled: events waiting, nothing taken or acknowledged");
+    assert_eq!(stats.errors().get("stalled"), Some(&4));
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 12);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    let mut rx = rx;
+    let b = block_on(rx.recv()).unwrap();
+    acknowledge(&rx, &stats, &b);
+    assert!(stats.healthy(), "an acknowledgement ends the stall");
+    drop(tx);
+}
+
+#[test]
+fn block_waits_only_when_memory_and_spool_are_both_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let spool_config = crate::SpoolConfig {
+        max_size: 1,
+        ..crate::SpoolConfig::default()
+    };
+    let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(4, WhenFull::Block),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, mut rx) = queue_with(options, stats.clone());
+    tx.send_blocking(cuda(4, 1)); // memory now full; the spool takes nothing (1 byte)
+    let producer = std::thread::spawn(move || {
+        tx.send_blocking(cuda(4, 2)); // waits for room
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!producer.is_finished(), "block waits when both are full");
+    let tags: Vec<u32> = block_on(async {
+        let mut v = vec![];
+        while let Some(b) = rx.recv().await {
+            v.push(tag(&b));
+            acknowledge(&rx, &stats, &b);
+        }
+        v
+    });
+    producer.join().unwrap();
+    assert_eq!(tags, vec![1, 2]);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+}
+
+#[test]
+fn corrupt_segments_found_at_start_are_counted_as_received_and_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let stats = Arc::new(SinkStats::default());
+        let (tx, mut rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
+        tx.send_blocking(cuda(5, 1));
+        drop(tx);
+        block_on(async {
+            let b = rx.recv().await.unwrap();
+            rx.reject(b);
+        });
+        // Leave it spooled: a shutdown past its deadline.
+        let mut state = rx.shared.lock();
+        rx.spool_the_rest(&mut state);
+    }
+    let seg = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let data = std::fs::read(&seg).unwrap();
+    std::fs::write(&seg, &data[..data.len() - 10]).unwrap(); // truncated
+    std::fs::write(dir.path().join("00000000000000ff.seg"), b"").unwrap(); // empty
+    let stats = Arc::new(SinkStats::default());
+    let (_tx, _rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
+    assert_eq!(stats.dropped(DropReason::SpoolCorrupt, EventKind::Cuda), 5);
+    assert_eq!(stats.received.get(EventKind::Cuda), 5);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
 
 #[test]
@@ -226,7 +403,7 @@ fn at_the_shutdown_deadline_undelivered_batches_are_spooled_for_the_next_run() {
         let mut v = vec![];
         while let Some(b) = rx.recv().await {
             v.push(b.kind);
-            rx.delivered();
+            acknowledge(&rx, &stats, &b);
         }
         v
     });
