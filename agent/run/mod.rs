@@ -212,6 +212,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         match kmsg::spawn(
             &config.sources.xid.kmsg_path,
             config.sources.xid.kmsg_start,
+            Some(&config.agent.state_dir),
             context,
         ) {
             Ok(handle) => Some(handle),
@@ -293,10 +294,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     if consumer_thread.join().is_err() {
         tracing::error!("consumer thread panicked");
     }
-    if let Some(handle) = kmsg_thread {
-        if handle.join().is_err() {
-            tracing::error!("kernel log thread panicked");
-        }
+    let mut kmsg_thread = kmsg_thread;
+    if let Some(thread) = kmsg_thread.as_mut() {
+        thread.join();
     }
     xid_ticker.thread().unpark();
     if xid_ticker.join().is_err() {
@@ -304,6 +304,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
     // Both sources are done: XIDs still waiting for a twin go out now.
     xid_stage.finish();
+    if let Some(thread) = &kmsg_thread {
+        thread.save_cursor(&xid_stage);
+    }
     drop(xid_stage);
     // Every producer is gone, so the sink queues are closed: sinks finish what they hold.
     for (name, task) in sink_tasks {

@@ -4,6 +4,7 @@
 //! and sent to the sinks at once. Unpaired reports while both sources run are counted (a
 //! tracepoint that stopped firing, or a kernel log that dropped lines) and logged.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,6 +56,9 @@ pub struct XidStage {
     finished: AtomicBool,
     /// The live view, told every XID as it goes to the sinks.
     live: Option<Arc<LiveTap>>,
+    /// Kernel-log sequence numbers reported and not yet handed to the sinks (waiting for a
+    /// twin, or being emitted): the kmsg cursor must not pass them.
+    kmsg_unsettled: Mutex<BTreeMap<u64, usize>>,
 }
 
 impl XidStage {
@@ -82,6 +86,7 @@ impl XidStage {
             links: Arc::new(IncidentLinks::default()),
             finished: AtomicBool::new(false),
             live: None,
+            kmsg_unsettled: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -105,8 +110,22 @@ impl XidStage {
         );
     }
 
+    /// The lowest kernel-log sequence number reported here and not yet handed to the sinks.
+    pub fn oldest_unsettled_kmsg(&self) -> Option<u64> {
+        self.unsettled().keys().next().copied()
+    }
+
+    fn unsettled(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, usize>> {
+        self.kmsg_unsettled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A report from a source.
     pub fn report(&self, record: XidRecord) {
+        if let Some(seq) = record.kmsg_seq {
+            *self.unsettled().entry(seq).or_default() += 1;
+        }
         let ready = {
             let mut inner = self.lock();
             let ready = inner.reconciler.offer(record, Instant::now());
@@ -236,6 +255,16 @@ impl XidStage {
         if let Some(batch) = xid_batch(&self.identity, &records) {
             self.accounting.batched.add(batch.kind, batch.len() as u64);
             self.fanout.send_blocking(batch);
+        }
+        // Handed to every sink (and journaled by those with a spool): the cursor may pass them.
+        let mut unsettled = self.unsettled();
+        for seq in records.iter().filter_map(|r| r.kmsg_seq) {
+            if let Some(count) = unsettled.get_mut(&seq) {
+                *count -= 1;
+                if *count == 0 {
+                    unsettled.remove(&seq);
+                }
+            }
         }
     }
 }

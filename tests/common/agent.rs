@@ -151,6 +151,15 @@ impl Agent {
         self.wait()
     }
 
+    /// Kills the agent with SIGKILL (no drain, no summary) and returns its log.
+    pub fn kill_hard(mut self) -> String {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        std::thread::sleep(Duration::from_millis(100));
+        self.log()
+    }
+
     /// Waits for the agent to exit on its own (traced command or pid ended).
     pub fn wait(mut self) -> Stopped {
         let mut child = self.child.take().expect("running");

@@ -1,22 +1,30 @@
 //! XIDs from the kernel log: a thread that reads /dev/kmsg, keeps `NVRM: Xid` lines and hands
 //! each as an `xid` batch to the sinks at once. The kernel log names the faulting process
 //! (`pid=`, `name=`), which the tracepoint cannot.
+//!
+//! With a state directory, the reader keeps a cursor there ([`cursor`]) and resumes after it
+//! when restarted within the same boot, so XIDs logged while the agent was down are read, and
+//! none twice.
 
+pub mod cursor;
 pub mod parse;
 pub mod reader;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gpuship_sinks::schema::{XidAnnotations, XidDetails, XidRecord, XidSource};
 
+use self::cursor::{CursorFile, Resume};
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
 use crate::capture::CaptureContext;
 use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
+use crate::xid::XidStage;
 
 /// How often the reader checks whether it should stop.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -54,29 +62,113 @@ pub fn xid_record(
     }
 }
 
-/// Opens the log and starts the reader thread.
+/// How far the reader got, and the cursor file it keeps (when there is a state directory).
+#[derive(Debug)]
+struct Progress {
+    file: Option<CursorFile>,
+    /// Records up to this sequence number are skipped (read before a restart).
+    skip_through: Option<u64>,
+    /// The highest sequence number read.
+    last_read: Option<u64>,
+}
+
+impl Progress {
+    /// Saves how far every record is handled: the last one read, but never past an XID the
+    /// stage has not yet handed to the sinks.
+    fn sync(&mut self, stage: &XidStage, force: bool) {
+        let (Some(file), Some(last)) = (self.file.as_mut(), self.last_read) else {
+            return;
+        };
+        let handled = match stage.oldest_unsettled_kmsg() {
+            Some(0) => return,
+            Some(oldest) => last.min(oldest - 1),
+            None => last,
+        };
+        if let Err(err) = file.advance(handled, force) {
+            tracing::error!(%err, "cannot save the kernel-log cursor; a restart may read these XIDs again");
+        }
+    }
+}
+
+/// The running reader.
+pub struct KmsgThread {
+    handle: Option<JoinHandle<()>>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+impl KmsgThread {
+    /// Waits for the thread, which ends once the stop flag is set.
+    pub fn join(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if handle.join().is_err() {
+                tracing::error!("kernel log thread panicked");
+            }
+        }
+    }
+
+    /// Once the XID stage has emitted what it held (after [`XidStage::finish`]): saves the
+    /// final cursor.
+    pub fn save_cursor(&self, stage: &XidStage) {
+        lock(&self.progress).sync(stage, true);
+    }
+}
+
+fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
+    progress.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Opens the log where the cursor under `state_dir` (if any) says, and starts the reader.
 pub fn spawn(
     path: &Path,
     start: KmsgStart,
+    state_dir: Option<&Path>,
     context: CaptureContext,
-) -> Result<JoinHandle<()>, ReaderError> {
-    let start = match start {
-        KmsgStart::End => StartAt::End,
-        KmsgStart::Beginning => StartAt::Beginning,
+) -> Result<KmsgThread, ReaderError> {
+    let mut file = state_dir.map(|dir| CursorFile::new(dir, &context.identity.boot_id));
+    let saved = file.as_mut().and_then(|file| match file.load() {
+        Ok(cursor) => cursor,
+        Err(err) => {
+            tracing::error!(%err, "ignoring the kernel-log cursor");
+            None
+        }
+    });
+    let resume = cursor::plan(saved.as_ref(), &context.identity.boot_id, start);
+    let (start_at, skip_through) = match resume {
+        Resume::FromEnd => (StartAt::End, None),
+        Resume::FromBeginning => (StartAt::Beginning, None),
+        Resume::After(seq) => (StartAt::Beginning, Some(seq)),
     };
-    let reader = KmsgReader::open(path, start)?;
-    tracing::info!(path = %path.display(), ?start, "reading XIDs from the kernel log");
+    let (mut reader, mut skip_through, mut last_read) =
+        (KmsgReader::open(path, start_at)?, skip_through, None);
+    if resume == Resume::FromEnd && file.is_some() {
+        // "From the end" with a cursor to keep: read past what is there (without handling it)
+        // to learn the sequence number the cursor starts from.
+        let (mut reopened, last) = skip_existing(path)?;
+        std::mem::swap(&mut reader, &mut reopened);
+        skip_through = last;
+        last_read = last;
+    }
+    tracing::info!(path = %path.display(), ?resume, "reading XIDs from the kernel log");
+    let progress = Arc::new(Mutex::new(Progress {
+        file,
+        skip_through,
+        last_read,
+    }));
+    let thread_progress = progress.clone();
     let handle = std::thread::Builder::new()
         .name("gpuship-kmsg".into())
-        .spawn(move || read_loop(reader, context))
+        .spawn(move || read_loop(reader, context, thread_progress))
         .map_err(|source| ReaderError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-    Ok(handle)
+    Ok(KmsgThread {
+        handle: Some(handle),
+        progress,
+    })
 }
 
-fn read_loop(mut reader: KmsgReader, context: CaptureContext) {
+fn read_loop(mut reader: KmsgReader, context: CaptureContext, progress: Arc<Mutex<Progress>>) {
     let mut stopping = false;
     loop {
         // Once asked to stop, read only what is already there, then leave.
@@ -86,7 +178,7 @@ fn read_loop(mut reader: KmsgReader, context: CaptureContext) {
             POLL_INTERVAL
         };
         match reader.next_record(timeout) {
-            Ok(Some(raw)) => handle_record(raw, &context),
+            Ok(Some(raw)) => handle_record(raw, &context, &progress),
             Ok(None) if stopping => break,
             Ok(None) => {}
             Err(err) => {
@@ -94,6 +186,7 @@ fn read_loop(mut reader: KmsgReader, context: CaptureContext) {
                 break;
             }
         }
+        lock(&progress).sync(&context.xid, false);
         context
             .accounting
             .kmsg
@@ -103,9 +196,43 @@ fn read_loop(mut reader: KmsgReader, context: CaptureContext) {
             stopping = true;
         }
     }
+    lock(&progress).sync(&context.xid, true);
 }
 
-fn handle_record(raw: &[u8], context: &CaptureContext) {
+/// Opens the log at its beginning and reads every record already there; returns the reader
+/// and the last sequence number read.
+fn skip_existing(path: &Path) -> Result<(KmsgReader, Option<u64>), ReaderError> {
+    let mut reader = KmsgReader::open(path, StartAt::Beginning)?;
+    let mut last = None;
+    while let Some(raw) = reader.next_record(Duration::ZERO)? {
+        if let Ok(record) = parse_record(raw) {
+            last = Some(record.seq);
+        }
+    }
+    Ok((reader, last))
+}
+
+/// Notes that `seq` was read; false when it was already handled before a restart.
+fn first_reading(seq: u64, progress: &Mutex<Progress>) -> bool {
+    let mut progress = lock(progress);
+    if let Some(skip) = progress.skip_through {
+        if seq <= skip {
+            return false;
+        }
+        if progress.last_read.is_none() && seq > skip + 1 {
+            tracing::warn!(
+                resumed_after = skip,
+                first_available = seq,
+                records_lost = seq - skip - 1,
+                "kernel-log records logged while the agent was down were overwritten before it restarted; XIDs among them are lost"
+            );
+        }
+    }
+    progress.last_read = Some(progress.last_read.map_or(seq, |last| last.max(seq)));
+    true
+}
+
+fn handle_record(raw: &[u8], context: &CaptureContext, progress: &Mutex<Progress>) {
     let record = match parse_record(raw) {
         Ok(record) => record,
         Err(err) => {
@@ -121,8 +248,14 @@ fn handle_record(raw: &[u8], context: &CaptureContext) {
             return;
         }
     };
+    if !first_reading(record.seq, progress) {
+        return;
+    }
     match parse_xid(&record.message) {
         Ok(Some(xid)) => {
+            if let Some(file) = lock(progress).file.as_mut() {
+                file.xid_seen(record.seq);
+            }
             let row = xid_record(&record, xid, &context.clocks, &context.gpus);
             context.accounting.kmsg.xids.fetch_add(1, Ordering::Relaxed);
             // Reconciled, annotated, logged and sent by the XID stage.

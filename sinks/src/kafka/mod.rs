@@ -197,15 +197,12 @@ impl Worker {
                         input_closed = false;
                     }
                 }
-                next = input.batches.recv(), if take_more => match next {
+                // At the in-flight limit (a broker that stopped acknowledging), XIDs still go
+                // out, ahead of the rows waiting behind the limit.
+                next = input.batches.recv_or_xid(take_more), if !input_closed => match next {
                     Some(batch) => self.send(batch, &input).await,
                     None => input_closed = true,
                 },
-                // At the in-flight limit (a broker that stopped acknowledging), XIDs still go
-                // out, ahead of the rows waiting behind the limit.
-                Some(batch) = input.batches.recv_xid(), if !take_more && !input_closed => {
-                    self.send(batch, &input).await
-                }
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             }
             if input_closed && self.in_flight_rows == 0 {

@@ -174,11 +174,12 @@ impl PartitionedFiles {
     /// Finalizes files open longer than `max_file_age`, so data becomes visible even when
     /// events trickle in.
     pub fn rotate_aged(&mut self, now: Instant) -> Vec<FileOutcome> {
-        let max_age = Duration::from_secs(self.config.max_file_age_secs);
         let aged: Vec<_> = self
             .open
             .iter()
-            .filter(|(_, file)| now.duration_since(file.opened_at) >= max_age)
+            .filter(|((kind, _), file)| {
+                now.saturating_duration_since(file.opened_at) >= self.max_age(*kind)
+            })
             .map(|(key, _)| *key)
             .collect();
         aged.into_iter()
@@ -187,6 +188,29 @@ impl PartitionedFiles {
                 Some(self.finalize(key.0, file))
             })
             .collect()
+    }
+
+    /// How long a file of `kind` stays open at most: XID files about a second, so an XID is
+    /// in the lake at once; the others `max_file_age_secs`.
+    fn max_age(&self, kind: EventKind) -> Duration {
+        match kind {
+            EventKind::Xid => Duration::from_millis(self.config.xid_max_file_age_ms),
+            EventKind::Cuda | EventKind::Driver => {
+                Duration::from_secs(self.config.max_file_age_secs)
+            }
+        }
+    }
+
+    /// When the next open file comes of age; None when no file is open.
+    pub fn next_rotation(&self) -> Option<Instant> {
+        self.open
+            .iter()
+            .map(|((kind, _), file)| {
+                file.opened_at
+                    .checked_add(self.max_age(*kind))
+                    .unwrap_or(file.opened_at)
+            })
+            .min()
     }
 
     /// Finalizes every open file (shutdown).

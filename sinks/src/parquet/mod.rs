@@ -68,6 +68,10 @@ pub struct ParquetSinkConfig {
     /// A file is finalized this many seconds after it was opened, so data shows up steadily.
     #[serde(default = "defaults::max_file_age_secs")]
     pub max_file_age_secs: u64,
+    /// XID files are finalized this many milliseconds after they were opened, so an XID is in
+    /// the lake within about a second (XIDs are rare: small files are the price).
+    #[serde(default = "defaults::xid_max_file_age_ms")]
+    pub xid_max_file_age_ms: u64,
 }
 
 mod defaults {
@@ -89,7 +93,13 @@ mod defaults {
     pub fn max_file_age_secs() -> u64 {
         300
     }
+    pub fn xid_max_file_age_ms() -> u64 {
+        1_000
+    }
 }
+
+/// The range `xid_max_file_age_ms` must be in.
+pub const XID_MAX_FILE_AGE_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 impl ParquetSinkConfig {
     /// The object-store root, when `path` is an `s3://` URL (an error when it is a malformed
@@ -137,6 +147,7 @@ impl ParquetSinkConfig {
             max_file_rows: defaults::max_file_rows(),
             max_file_bytes: defaults::max_file_bytes(),
             max_file_age_secs: defaults::max_file_age_secs(),
+            xid_max_file_age_ms: defaults::xid_max_file_age_ms(),
         }
     }
 
@@ -167,6 +178,17 @@ impl ParquetSinkConfig {
             problems.push((
                 "zstd_level",
                 format!("{} is outside 1..=22", self.zstd_level),
+            ));
+        }
+        if !XID_MAX_FILE_AGE_MS_RANGE.contains(&self.xid_max_file_age_ms) {
+            problems.push((
+                "xid_max_file_age_ms",
+                format!(
+                    "{} is outside {}..={}",
+                    self.xid_max_file_age_ms,
+                    XID_MAX_FILE_AGE_MS_RANGE.start(),
+                    XID_MAX_FILE_AGE_MS_RANGE.end()
+                ),
             ));
         }
         for (key, value) in [
@@ -245,10 +267,15 @@ impl ParquetSink {
         tracing::info!(sink = %self.name, destination = %destination.describe(), "parquet sink writing");
         let mut files =
             PartitionedFiles::with_destination(self.config.clone(), &self.host, destination);
-        // Age rotation is checked at least this often, even when no batch arrives.
+        // Age rotation is checked when the oldest open file comes of age, and at least this
+        // often, even when no batch arrives.
         let tick = Duration::from_secs(self.config.max_file_age_secs.clamp(1, 5));
         loop {
-            let next = handle.block_on(tokio::time::timeout(tick, input.batches.recv()));
+            let wait = files
+                .next_rotation()
+                .map_or(tick, |at| at.saturating_duration_since(Instant::now()))
+                .clamp(Duration::from_millis(5), tick);
+            let next = handle.block_on(tokio::time::timeout(wait, input.batches.recv()));
             match next {
                 Ok(Some(batch)) => {
                     let outcomes = files.write(batch.kind, &batch.records);

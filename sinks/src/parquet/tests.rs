@@ -365,3 +365,53 @@ fn config_problems_name_each_bad_key() {
     let keys: Vec<&str> = config.problems().into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, vec!["path", "zstd_level", "max_file_rows"]);
 }
+
+#[test]
+fn an_xid_file_is_finalized_within_its_short_age_while_cuda_files_stay_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, rx) = crate::queue(crate::BufferConfig::default(), stats.clone());
+    let config = ParquetSinkConfig {
+        xid_max_file_age_ms: 200,
+        ..ParquetSinkConfig::with_path(dir.path())
+    };
+    let sink = Box::new(ParquetSink::new("lake", config, "h"));
+    let input = SinkInput {
+        batches: rx,
+        stats: stats.clone(),
+    };
+    let task = runtime.spawn(sink.run(input));
+    let t = 1_795_320_000 * 1_000_000_000;
+    tx.send_blocking(EventBatch::new(EventKind::Cuda, cuda_batch(&[t])));
+    tx.send_blocking(crate::test_support::xid_batch());
+    // While the agent runs: the XID reaches the lake, the CUDA file (300 s) does not.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stats.delivered.get(EventKind::Xid) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(stats.delivered.get(EventKind::Xid), 1);
+    assert_eq!(stats.delivered.get(EventKind::Cuda), 0);
+    let found = parquet_files(dir.path());
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with(dir.path().join("xid")), "{found:?}");
+    drop(tx);
+    runtime.block_on(task).unwrap().unwrap();
+    assert_eq!(stats.delivered.get(EventKind::Cuda), 1);
+    assert_eq!(parquet_files(dir.path()).len(), 2);
+}
+
+#[test]
+fn xid_file_age_has_a_range() {
+    let mut config = ParquetSinkConfig::with_path("lake");
+    config.xid_max_file_age_ms = 0;
+    let keys: Vec<&str> = config.problems().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec!["xid_max_file_age_ms"]);
+    config.xid_max_file_age_ms = u64::MAX;
+    assert_eq!(config.problems().len(), 1);
+    config.xid_max_file_age_ms = 10;
+    assert!(config.problems().is_empty());
+}

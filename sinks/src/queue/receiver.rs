@@ -18,11 +18,11 @@ impl QueueReceiver {
         self.next(false).await
     }
 
-    /// The next XID batch only (the other kinds stay queued): for a sink that stopped taking
-    /// batches because too many are unacknowledged, so XIDs still go out first. Pending
-    /// forever when no XID comes.
-    pub async fn recv_xid(&mut self) -> Option<EventBatch> {
-        self.next(true).await
+    /// [`recv`](Self::recv) when `any` is true; otherwise the next XID batch only (the other
+    /// kinds stay queued), for a sink that stopped taking batches because too many are
+    /// unacknowledged, so XIDs still go out first. With `any` false it never returns None.
+    pub async fn recv_or_xid(&mut self, any: bool) -> Option<EventBatch> {
+        self.next(!any).await
     }
 
     async fn next(&mut self, xid_only: bool) -> Option<EventBatch> {

@@ -173,7 +173,11 @@ fn a_failing_sink_spills_to_the_spool_and_replays_in_order_with_xids_first() {
     assert_eq!(stats.spool_pending(EventKind::Xid), 0);
     assert_eq!(stats.queued_events_of(EventKind::Xid), 1);
     assert_eq!(stats.queued_events_of(EventKind::Cuda), 8);
-    assert_eq!(segments(dir.path()), 3, "two CUDA segments and one journal entry");
+    assert_eq!(
+        segments(dir.path()),
+        3,
+        "two CUDA segments and one journal entry"
+    );
     assert_eq!(
         stats.in_flight(EventKind::Cuda),
         8,
@@ -283,7 +287,10 @@ fn a_sink_that_stops_taking_is_stalled_and_block_spills_instead_of_waiting() {
     assert!(stats.healthy(), "not yet past the stall timeout");
     std::thread::sleep(Duration::from_millis(150));
     tx.send_blocking(cuda(4, 9));
-    assert!(!stats.healthy(), "stalled: events waiting, nothing taken or acknowledged");
+    assert!(
+        !stats.healthy(),
+        "stalled: events waiting, nothing taken or acknowledged"
+    );
     assert_eq!(stats.errors().get("stalled"), Some(&4));
     assert_eq!(stats.spooled.get(EventKind::Cuda), 12);
     assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
