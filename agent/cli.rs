@@ -13,6 +13,9 @@ pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship=debug`); RUST_LOG wins.
     #[arg(long, global = true, default_value = "info")]
     pub log_level: String,
+    /// Log lines as `text` (coloured only on a terminal) or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: CliCommand,

@@ -29,6 +29,7 @@ pub mod enrich;
 pub mod fanout;
 pub mod lake;
 pub mod live;
+pub mod logging;
 pub mod metrics;
 pub mod run;
 pub mod sources;

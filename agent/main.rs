@@ -9,17 +9,10 @@ use clap::Parser;
 use gpuship::cli::{Cli, CliCommand, DoctorArgs, RunArgs, XidArgs};
 use gpuship::config::Config;
 use gpuship::run::{run, RunOptions, Target};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cli.log_level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    gpuship::logging::init(&cli.log_level, cli.log_format);
     let result = match cli.command {
         CliCommand::Validate(args) => validate(&args.config),
         CliCommand::Run(args) => run_command(args),
@@ -38,7 +31,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gpuship: {err:#}");
+            if gpuship::logging::json() {
+                tracing::error!(error = format!("{err:#}"), "gpuship failed");
+            } else {
+                eprintln!("gpuship: {err:#}");
+            }
             ExitCode::from(1)
         }
     }
@@ -112,7 +109,44 @@ fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Raises the soft open-file limit to the hard one and logs both. Probes, rings, spools, sink
+/// connections, Parquet files and the metrics server share it; systemd's default soft limit
+/// (1,024) is too small for a busy node and a hostile local client together.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        let err = std::io::Error::last_os_error();
+        tracing::warn!(%err, "cannot read the open file limit");
+        return;
+    }
+    let previous = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads a struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        } else {
+            let err = std::io::Error::last_os_error();
+            tracing::warn!(%err, soft = previous, hard = limit.rlim_max, "cannot raise the open file limit");
+        }
+    }
+    tracing::info!(
+        soft = limit.rlim_cur,
+        hard = limit.rlim_max,
+        previous_soft = previous,
+        "open file limit"
+    );
+}
+
 fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
+    raise_open_file_limit();
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),

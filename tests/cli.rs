@@ -206,3 +206,87 @@ fn without_bpf_capabilities_run_refuses_with_instructions() {
         "{stderr}"
     );
 }
+
+/// `gpuship run -- true` with the kernel log as the only source and a blackhole sink: a short
+/// real run that logs. Returns (exit code, stderr as bytes).
+fn short_run(extra: &[&str]) -> (i32, Vec<u8>) {
+    let (dir, path) = write_config("");
+    let config = format!(
+        "[agent]\nstate_dir = \"{}\"\n[sources.xid]\ntracepoint = false\nkmsg = true\n\
+         [sources.cuda]\nenabled = false\n[metrics]\naddress = \"127.0.0.1:0\"\n\
+         [[sinks]]\ntype = \"blackhole\"\n",
+        dir.path().join("state").display()
+    );
+    std::fs::write(&path, config).unwrap();
+    let output = Command::new(binary())
+        .args(extra)
+        .args(["run", "--config", &path, "--", "true"])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run gpuship");
+    (output.status.code().unwrap_or(-1), output.stderr)
+}
+
+#[test]
+fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let (code, stderr) = short_run(&[]);
+    let text = String::from_utf8_lossy(&stderr);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("capture started"), "{text}");
+    assert!(!stderr.contains(&0x1b), "escape codes in a pipe:\n{text:?}");
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let (code, stderr) = short_run(&["--log-format", "json"]);
+    let text = String::from_utf8_lossy(&stderr);
+    assert_eq!(code, 0, "{text}");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not JSON: {line:?}"))
+        })
+        .collect();
+    let message = |m: &str| {
+        lines
+            .iter()
+            .find(|l| l["fields"]["message"] == m)
+            .unwrap_or_else(|| panic!("no {m:?} in\n{text}"))
+    };
+    assert_eq!(message("capture started")["level"], "INFO");
+    assert!(
+        message("metrics listening on /metrics, /health and /live")["fields"]["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:"))
+    );
+    // The end-of-run summary, plain text otherwise, is one more JSON line.
+    assert!(message("run summary")["fields"]["summary"].is_string());
+    assert!(!stderr.contains(&0x1b), "{text:?}");
+
+    // A start error is a JSON line too.
+    let output = Command::new(binary())
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            "/nonexistent.toml",
+        ])
+        .output()
+        .expect("run gpuship");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let error = lines.last().unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(error["level"], "ERROR", "{stderr}");
+    assert!(
+        error["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent.toml")),
+        "{stderr}"
+    );
+}

@@ -3,9 +3,10 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
+use common::agent::{binary, data_dir, Agent};
 use common::metrics::{get, http, scrape};
 use common::Fixtures;
 
@@ -72,4 +73,59 @@ fn scrapes_during_a_run_satisfy_the_identities() {
     unsafe { libc::kill(workload.id() as i32, libc::SIGTERM) };
     workload.wait().unwrap();
     assert!(stopped.assert_nothing_lost("cuda", "cuda") >= previous);
+}
+
+#[test]
+fn a_metrics_port_in_use_is_a_start_error_unless_metrics_are_off() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().unwrap().to_string();
+    let dir = data_dir();
+    let config = |enabled: bool| {
+        format!(
+            "[agent]\nstate_dir = \"{}\"\n[sources.xid]\ntracepoint = false\nkmsg = true\n\
+             [sources.cuda]\nenabled = false\n[metrics]\nenabled = {enabled}\naddress = \"{address}\"\n\
+             [[sinks]]\ntype = \"blackhole\"\n",
+            dir.path().join("state").display()
+        )
+    };
+    let path = dir.path().join("gpuship.toml");
+    let run = |config: String| {
+        std::fs::write(&path, config).unwrap();
+        Command::new(binary())
+            .args(["run", "--config"])
+            .arg(&path)
+            .args(["--", "true"])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run gpuship")
+    };
+    let output = run(config(true));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot serve metrics on {address}"))
+            && stderr.contains("Address already in use"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("capture started"), "{stderr}");
+
+    let output = run(config(false));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("capture started"), "{stderr}");
+
+    // The connection limit has a range that `validate` enforces.
+    let text = config(true).replace("[metrics]\n", "[metrics]\nmax_connections = 0\n");
+    std::fs::write(&path, text).unwrap();
+    let output = Command::new(binary())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("metrics.max_connections: 0 is not in 1..=1024"),
+        "{stderr}"
+    );
 }

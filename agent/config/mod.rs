@@ -99,6 +99,10 @@ pub struct MetricsConfig {
     /// Address to listen on (loopback by default; port 0 picks a free one, logged at start).
     #[serde(default = "defaults::metrics_address")]
     pub address: String,
+    /// Connections open at once (1..=1024); when all are taken, the one waiting longest for
+    /// its request is closed to make room (docs/operations.md).
+    #[serde(default = "defaults::metrics_max_connections")]
+    pub max_connections: usize,
 }
 
 /// `[enrich]`.
@@ -206,6 +210,9 @@ mod defaults {
     }
     pub fn timeout_ms() -> u64 {
         1_000
+    }
+    pub fn metrics_max_connections() -> usize {
+        64
     }
     pub fn metrics_address() -> String {
         "127.0.0.1:9464".into()

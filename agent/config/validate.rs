@@ -263,6 +263,13 @@ impl Config {
                 format!("{:?} is not an IP:port address", self.metrics.address),
             );
         }
+        if !(1..=1024).contains(&self.metrics.max_connections) {
+            report.add(
+                "metrics",
+                "max_connections",
+                format!("{} is not in 1..=1024", self.metrics.max_connections),
+            );
+        }
 
         let mut parquet_roots = Vec::new();
         let mut names = Vec::new();

@@ -91,6 +91,8 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         let _runtime = runtime.enter();
         progress::StopSignals::install()
     };
+    // Before any sink starts: a port in use is a start error, not a silent run without probes.
+    let metrics_listener = metrics::bind(&config.metrics, &runtime)?;
 
     let mut fanout = FanOut::default();
     let mut accounting = Accounting::default();
@@ -124,27 +126,14 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
     let health = Arc::new(Health::default());
     let live = Arc::new(LiveTap::new());
-    if config.metrics.enabled {
-        let address = config.metrics.address.clone();
-        match runtime.block_on(tokio::net::TcpListener::bind(&address)) {
-            Ok(listener) => {
-                let bound = listener
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or(address);
-                tracing::info!(address = %bound, "metrics listening on /metrics, /health and /live");
-                runtime.spawn(metrics::serve(
-                    listener,
-                    accounting.clone(),
-                    health.clone(),
-                    live.clone(),
-                ));
-            }
-            // Metrics are for operators; capture goes on without them.
-            Err(err) => {
-                tracing::error!(%address, %err, "cannot serve metrics; carrying on without")
-            }
-        }
+    if let Some(listener) = metrics_listener {
+        let served = metrics::Served {
+            accounting: accounting.clone(),
+            health: health.clone(),
+            live: live.clone(),
+        };
+        let limits = metrics::Limits::new(config.metrics.max_connections);
+        runtime.spawn(metrics::serve(listener, served, limits));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let summary = Arc::new(Mutex::new(RunSummary::default()));

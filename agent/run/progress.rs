@@ -156,5 +156,11 @@ pub fn log_final(outcome: &RunOutcome) {
             "final sink accounting"
         );
     }
-    eprintln!("\n{}", outcome.summary.render());
+    if crate::logging::json() {
+        // JSON logs are one object per line: the summary goes as one more.
+        let summary = serde_json::to_value(&outcome.summary).unwrap_or_default();
+        tracing::info!(summary = %summary, "run summary");
+    } else {
+        eprintln!("\n{}", outcome.summary.render());
+    }
 }
