@@ -52,6 +52,29 @@ impl Health {
     }
 }
 
+/// `/health`: the lifecycle (503 while starting or draining), and while running 503 with the
+/// names of the sinks that are failing or stalled (their events go to the spool meanwhile), so
+/// a readiness probe and an operator see a destination outage; 200 `ok` otherwise.
+pub fn health_answer(health: &Health, accounting: &crate::accounting::Accounting) -> (u16, String) {
+    let (status, body) = health.answer();
+    if status != 200 {
+        return (status, body.to_string());
+    }
+    let unhealthy: Vec<&str> = accounting
+        .sinks
+        .iter()
+        .filter(|(_, stats)| !stats.healthy())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if unhealthy.is_empty() {
+        return (200, body.to_string());
+    }
+    (
+        503,
+        format!("unhealthy sinks (spooling): {}\n", unhealthy.join(", ")),
+    )
+}
+
 /// Binds `[metrics] address` when the endpoint is enabled. An address that cannot be bound
 /// (in use, not local, no permission) is a start error: an agent that answers no probe would
 /// be restarted or scraped in vain while looking healthy to itself.
@@ -86,6 +109,26 @@ pub fn bind(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn health_names_unhealthy_sinks_while_running() {
+        let health = Health::default();
+        let mut accounting = crate::accounting::Accounting::default();
+        let stats = std::sync::Arc::new(gpuship_sinks::SinkStats::default());
+        accounting.sinks.push(("kafka".into(), stats.clone()));
+        health.set_running();
+        assert_eq!(health_answer(&health, &accounting), (200, "ok\n".into()));
+        stats.set_healthy(false);
+        assert_eq!(
+            health_answer(&health, &accounting),
+            (503, "unhealthy sinks (spooling): kafka\n".into())
+        );
+        health.set_draining();
+        assert_eq!(
+            health_answer(&health, &accounting),
+            (503, "draining\n".into())
+        );
+    }
 
     #[test]
     fn health_follows_the_lifecycle() {

@@ -192,9 +192,9 @@ fn respond(served: &Served, method: &Method, path: &str) -> Response<Full<Bytes>
             served.live.json(served.accounting.snapshot()),
         ),
         (true, "/health") => {
-            let (status, body) = served.health.answer();
+            let (status, body) = super::health_answer(&served.health, &served.accounting);
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            (status, "text/plain", body.to_string())
+            (status, "text/plain", body)
         }
         (true, _) => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
         (false, _) => (

@@ -86,6 +86,24 @@ impl Peer {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
 
+    /// SIGSTOP by pid: the peer keeps its connections and its data but answers nothing, as a
+    /// hung server would.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Peer::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("running");
+        // SAFETY: kill(2) on the pid of a child we own and have not reaped.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill({}, {signal})", child.id());
+    }
+
     /// SIGKILL by pid, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
