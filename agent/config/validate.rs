@@ -307,12 +307,8 @@ impl Config {
             if options.spool.max_size == 0 {
                 report.add_sink(index, "spool", "max_size must be greater than 0");
             }
-            if options.buffer.max_events == 0 || options.buffer.max_bytes == 0 {
-                report.add_sink(
-                    index,
-                    "buffer",
-                    "max_events and max_bytes must be greater than 0",
-                );
+            for (key, message) in options.buffer.problems() {
+                report.add_sink(index, "buffer", &format!("{key}: {message}"));
             }
             match &entry.sink {
                 SinkConfig::Blackhole(_) => {}
