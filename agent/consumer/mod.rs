@@ -83,6 +83,7 @@ pub fn spawn(
     context: CaptureContext,
 ) -> (JoinHandle<()>, mpsc::Receiver<anyhow::Result<Ready>>) {
     let (ready_tx, ready_rx) = mpsc::channel();
+    priority::raise_sink_library_threads();
     let handle = std::thread::Builder::new()
         .name("gpuship-consumer".into())
         .spawn(move || {
