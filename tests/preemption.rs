@@ -28,7 +28,7 @@ use libbpf_rs::{MapType, OpenObject};
 /// Traced threads: 32 per CPU of the 2-CPU CI machine.
 const THREADS: u64 = 64;
 /// Rounds of three calls per thread and agent run.
-const ROUNDS: u64 = 4_000;
+const ROUNDS: u64 = 3_000;
 /// Agent runs per mode.
 const REPEATS: usize = 2;
 const FUNCTIONS: &str = r#"["cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel"]"#;
