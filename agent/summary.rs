@@ -29,7 +29,7 @@ impl CallTally {
         }
         let counts = &mut self.by_function[index];
         counts.calls += 1;
-        counts.duration_ns += row.duration_ns;
+        counts.duration_ns = counts.duration_ns.saturating_add(row.duration_ns);
         if row.result != 0 {
             counts.errors += 1;
             *self
@@ -40,9 +40,11 @@ impl CallTally {
         }
         if let Some(bytes) = row.bytes {
             if row.function.starts_with("cuMemAlloc") {
-                self.bytes_allocated += bytes;
+                // Saturating: the sizes come from traced processes (a huge request that fails
+                // unseen, entry-only), and an overflow must not stop the consumer.
+                self.bytes_allocated = self.bytes_allocated.saturating_add(bytes);
             } else if row.function.starts_with("cuMemcpy") {
-                self.bytes_copied += bytes;
+                self.bytes_copied = self.bytes_copied.saturating_add(bytes);
             }
         }
     }
@@ -62,8 +64,8 @@ impl CallTally {
         for (what, count) in self.failures {
             *summary.failures.entry(what).or_default() += count;
         }
-        summary.bytes_allocated += self.bytes_allocated;
-        summary.bytes_copied += self.bytes_copied;
+        summary.bytes_allocated = summary.bytes_allocated.saturating_add(self.bytes_allocated);
+        summary.bytes_copied = summary.bytes_copied.saturating_add(self.bytes_copied);
     }
 
     /// Counts so far, indexed by function id (ids never called may be missing at the end).
@@ -115,8 +117,8 @@ impl RunSummary {
         for (k, v) in other.xids {
             *self.xids.entry(k).or_default() += v;
         }
-        self.bytes_allocated += other.bytes_allocated;
-        self.bytes_copied += other.bytes_copied;
+        self.bytes_allocated = self.bytes_allocated.saturating_add(other.bytes_allocated);
+        self.bytes_copied = self.bytes_copied.saturating_add(other.bytes_copied);
     }
 
     /// A few lines of text for the terminal.
@@ -205,5 +207,20 @@ mod tests {
         let text = summary.render();
         assert!(text.contains("CUDA calls: 3"), "{text}");
         assert!(text.contains("XID 79 (kmsg)"), "{text}");
+    }
+
+    /// Sizes come from traced processes: entry-only allocations whose failure is not seen can
+    /// add up past u64; the tally saturates instead of panicking (debug) or wrapping.
+    #[test]
+    fn byte_totals_saturate() {
+        let mut tally = CallTally::default();
+        tally.record(0, &row("cuMemAlloc_v2", 0, Some(u64::MAX - 1)));
+        tally.record(0, &row("cuMemAlloc_v2", 0, Some(5)));
+        let mut summary = RunSummary {
+            bytes_allocated: 7,
+            ..RunSummary::default()
+        };
+        tally.add_to(&mut summary, |_| Some("cuMemAlloc_v2"));
+        assert_eq!(summary.bytes_allocated, u64::MAX);
     }
 }

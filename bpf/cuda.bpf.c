@@ -13,12 +13,16 @@
  * table. Calls are frequent, so submits do not wake the consumer (a wakeup costs over a
  * microsecond in the traced process) unless the ring passes a fill threshold; the agent drains
  * the ring on a short timer.
+ *
+ * These programs can be preempted (migration is disabled, preemption is not): nothing a call
+ * writes is reachable by another task mid-program (see on_entry), and counters are atomic.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "gpuship_events.h"
+#include "gpuship_count.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -120,20 +124,9 @@ struct {
 	__type(value, __u8);
 } traced_tgids SEC(".maps");
 
-/* Entry-side scratch: a call_entry is too large to build on the 512-byte BPF stack twice. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct call_entry);
-} entry_scratch SEC(".maps");
-
 static __always_inline void count(__u32 slot)
 {
-	__u64 *value = bpf_map_lookup_elem(&cuda_stats, &slot);
-
-	if (value)
-		*value += 1;
+	gpuship_count(&cuda_stats, slot);
 }
 
 static __always_inline bool is_traced(__u32 tgid)
@@ -218,8 +211,10 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
 }
 
-/* Entry-only functions (no return probe): the record goes out now, without duration or result. */
-static __always_inline int submit_at_entry(struct cuda_event *entry_event)
+/* Entry-only functions (no return probe): the record goes out now, without duration or result.
+ * `event` is on this program's stack; the ring record is reserved only for the copy, so a
+ * preempted program never holds a busy record that stops the consumer at it. */
+static __always_inline int submit_at_entry(const struct cuda_event *event)
 {
 	struct cuda_event *ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
 	__u64 avail;
@@ -228,7 +223,7 @@ static __always_inline int submit_at_entry(struct cuda_event *entry_event)
 		count(GPUSHIP_STAT_RESERVE_FAILED);
 		return 0;
 	}
-	__builtin_memcpy(ev, entry_event, sizeof(*ev));
+	__builtin_memcpy(ev, event, sizeof(*ev));
 	ev->duration_ns = 0;
 	ev->result = GPUSHIP_RESULT_NOT_CAPTURED;
 	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
@@ -237,29 +232,16 @@ static __always_inline int submit_at_entry(struct cuda_event *entry_event)
 	return 0;
 }
 
-static __always_inline int on_entry(struct pt_regs *ctx)
+/* Fills `entry` (zeroed first) with the call's identity, decoded arguments and start time. */
+static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *entry, __u64 pid_tgid,
+				       __u64 cookie)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
-	struct call_entry *entry;
-	struct cuda_event *ev;
-	__u32 zero = 0, index;
-
+	struct cuda_event *ev = &entry->event;
 	struct call_args args;
-	struct call_slot *slot = NULL;
-	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
+	__u32 index;
 
-	if (!is_traced(pid_tgid >> 32))
-		return 0;
 	read_args(ctx, &args);
-	if (!entry_only)
-		slot = claim_slot(slot_owner(pid_tgid, cookie));
-	entry = slot ? &slot->entry : bpf_map_lookup_elem(&entry_scratch, &zero);
-	if (!entry)
-		return 0;
 	__builtin_memset(entry, 0, sizeof(*entry));
-	ev = &entry->event;
 	ev->record_kind = GPUSHIP_RECORD_CUDA;
 	ev->function_id = (__u32)cookie;
 	ev->pid = pid_tgid >> 32;
@@ -294,11 +276,35 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
+}
+
+/*
+ * Every byte of a call is written to memory that no other task can reach while this program
+ * runs, because uprobe programs can be preempted (migration is disabled, preemption is not): the
+ * thread's own slot (claimed by compare-and-swap), or this program's stack, which is then
+ * copied into the ring (entry-only) or into the hash table under the thread's own key. A
+ * per-CPU scratch buffer would be shared with every task that runs on this CPU meanwhile.
+ */
+static __always_inline int on_entry(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
+	struct call_entry local, *entry;
+	struct call_slot *slot = NULL;
+	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
+
+	if (!is_traced(pid_tgid >> 32))
+		return 0;
+	if (!entry_only)
+		slot = claim_slot(slot_owner(pid_tgid, cookie));
+	entry = slot ? &slot->entry : &local;
+	fill_entry(ctx, entry, pid_tgid, cookie);
 	if (entry_only)
-		return submit_at_entry(ev);
+		return submit_at_entry(&entry->event);
 	if (slot)
 		return 0;
-	if (bpf_map_update_elem(&inflight, &key, entry, BPF_ANY) < 0)
+	if (bpf_map_update_elem(&inflight, &key, &local, BPF_ANY) < 0)
 		count(GPUSHIP_STAT_INFLIGHT_FULL);
 	return 0;
 }
@@ -322,6 +328,7 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	struct call_slot *slot;
 	struct cuda_event *ev;
 	__u64 device_ptr = 0;
+	bool have_device_ptr = false;
 	__u64 avail;
 
 	if (!is_traced(pid_tgid >> 32))
@@ -332,6 +339,11 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		count(GPUSHIP_STAT_UNMATCHED_RETURN);
 		return 0;
 	}
+	/* An allocation's pointer exists only once it succeeded. Read before the reservation, so
+	 * that the ring record is busy only for the copy. */
+	if (entry->out_ptr && (__u32)ret == 0 &&
+	    bpf_probe_read_user(&device_ptr, sizeof(device_ptr), (void *)entry->out_ptr) == 0)
+		have_device_ptr = true;
 	ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
 	if (!ev) {
 		count(GPUSHIP_STAT_RESERVE_FAILED);
@@ -341,9 +353,7 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	__builtin_memcpy(ev, &entry->event, sizeof(*ev));
 	ev->duration_ns = now - ev->start_boot_ns;
 	ev->result = (__u32)ret;
-	/* An allocation's pointer exists only once it succeeded. */
-	if (entry->out_ptr && ev->result == 0 &&
-	    bpf_probe_read_user(&device_ptr, sizeof(device_ptr), (void *)entry->out_ptr) == 0) {
+	if (have_device_ptr) {
 		ev->device_ptr = device_ptr;
 		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
 	}

@@ -16,6 +16,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "gpuship_events.h"
+#include "gpuship_count.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -64,9 +65,7 @@ struct {
 
 static __always_inline void count(__u32 slot)
 {
-	__u64 *value = bpf_map_lookup_elem(&driver_stats, &slot);
-	if (value)
-		*value += 1;
+	gpuship_count(&driver_stats, slot);
 }
 
 /* The device numbers of `fd` when it is a device file with a kept major. */

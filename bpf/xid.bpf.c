@@ -11,6 +11,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "gpuship_events.h"
+#include "gpuship_count.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -37,10 +38,7 @@ struct {
 
 static __always_inline void count(__u32 slot)
 {
-	__u64 *value = bpf_map_lookup_elem(&xid_stats, &slot);
-
-	if (value)
-		*value += 1;
+	gpuship_count(&xid_stats, slot);
 }
 
 /* Copies one __data_loc string; returns the bytes copied without the NUL, sets *truncated. */

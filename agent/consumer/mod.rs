@@ -5,8 +5,10 @@
 //! `bpf/cuda.bpf.c`) and is drained every `drain_interval_ms` or when it fills past its
 //! threshold. At stop the probes are detached first, then the rings are drained to the last
 //! record, so that what the kernel emitted and what the agent received can be compared exactly.
-//! `records` turns each ring record into rows and batches.
+//! `records` turns each ring record into rows and batches; `priority` gives this thread the CPU
+//! it needs when the traced processes keep every CPU busy.
 
+pub mod priority;
 mod records;
 
 use std::cell::RefCell;
@@ -81,9 +83,11 @@ pub fn spawn(
     context: CaptureContext,
 ) -> (JoinHandle<()>, mpsc::Receiver<anyhow::Result<Ready>>) {
     let (ready_tx, ready_rx) = mpsc::channel();
+    priority::raise_sink_library_threads();
     let handle = std::thread::Builder::new()
         .name("gpuship-consumer".into())
         .spawn(move || {
+            priority::raise_consumer();
             if let Err(err) = run(&settings, &context, &ready_tx) {
                 tracing::error!(error = format!("{err:#}"), "consumer failed");
                 let _ = ready_tx.send(Err(err));

@@ -84,6 +84,8 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("gpuship-rt")
+        // The sinks run here and must keep up with the consumer (see consumer::priority).
+        .on_thread_start(consumer::priority::raise_sink_thread)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
