@@ -20,6 +20,13 @@ use common::peers::{Rotel, Tansu};
 use common::{kmsg, Fixtures};
 
 const OUTAGE: Duration = Duration::from_secs(60);
+
+/// The two tests each need the machine's CPUs for their load: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// Load before and after the outage.
 const SHOULDERS: Duration = Duration::from_secs(10);
 /// Two threads of 26,000 calls/s: 52,000 events/s.
@@ -184,6 +191,7 @@ fn assert_accounting(stopped: &Stopped, sink: &str, calls: u64, xids: u64) {
 
 #[test]
 fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
+    let _machine = exclusive();
     let tansu = Tansu::start(0);
     let fixtures = Fixtures::build();
     let sink = format!(
@@ -248,6 +256,7 @@ fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
 
 #[test]
 fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
+    let _machine = exclusive();
     let mut rotel = Rotel::start(0, 0);
     let (grpc, http) = (rotel.grpc_port, rotel.http_port);
     let fixtures = Fixtures::build();
