@@ -11,7 +11,7 @@ use gpuship_sinks::parquet::{ObjectStoreOptions, S3Url};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::storage::{check_key, LakeStorage, StorageError};
+use super::storage::{check_key, LakeStorage, Listing, StorageError};
 
 /// A lake kept under `s3://bucket/prefix`.
 pub struct ObjectStoreStorage {
@@ -57,7 +57,7 @@ impl ObjectStoreStorage {
 }
 
 impl LakeStorage for ObjectStoreStorage {
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+    fn list(&self, prefix: &str) -> Result<Listing, StorageError> {
         check_key(prefix)?;
         let path = self.path_of(prefix);
         let root = self.path_of("");
@@ -81,7 +81,10 @@ impl LakeStorage for ObjectStoreStorage {
             })
             .collect();
         keys.sort();
-        Ok(keys)
+        Ok(Listing {
+            keys,
+            unreadable: Vec::new(),
+        })
     }
 
     fn get(&self, key: &str) -> Result<Bytes, StorageError> {
@@ -132,17 +135,17 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(
-            lake.list("").unwrap(),
+            lake.list("").unwrap().keys,
             [
                 "_accounting/accounting-n.json",
                 "cuda/dt=2026-11-23/hour=10/part-a.parquet"
             ]
         );
         assert_eq!(
-            lake.list("cuda/dt=2026-11-23/").unwrap(),
+            lake.list("cuda/dt=2026-11-23/").unwrap().keys,
             ["cuda/dt=2026-11-23/hour=10/part-a.parquet"]
         );
-        assert!(lake.list("xid/").unwrap().is_empty());
+        assert!(lake.list("xid/").unwrap().keys.is_empty());
         assert_eq!(
             lake.get("cuda/dt=2026-11-23/hour=10/part-a.parquet")
                 .unwrap(),
