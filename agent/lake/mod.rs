@@ -10,6 +10,8 @@
 //! - [`accounting`]: the delivery counters kept beside the data.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
+//! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
+//! named like a data file is refused without opening it, so reading never waits on one.
 
 pub mod accounting;
 pub mod local;

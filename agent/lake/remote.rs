@@ -1,7 +1,8 @@
 //! [`LakeStorage`] over an S3 bucket (or any S3-compatible store): the lake a Parquet sink with
 //! `path = "s3://bucket/prefix"` writes. The client is the sink's own (`ObjectStoreOptions`),
 //! so endpoint, region, credentials and plain-HTTP permission come from the standard AWS
-//! environment (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
+//! environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, either meaning path-style addressing;
+//! `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
 
 use std::sync::Arc;
 
