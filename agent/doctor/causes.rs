@@ -188,20 +188,20 @@ mod tests {
     #[test]
     fn kmsg_and_cuda_errors_get_the_fix_of_their_cause() {
         assert_eq!(
-            causes::kmsg("opening /dev/kmsg: No such file or directory (os error 2)"),
+            kmsg("opening /dev/kmsg: No such file or directory (os error 2)"),
             Cause::KmsgMissing
         );
         assert_eq!(
-            causes::kmsg("opening /dev/kmsg: Operation not permitted (os error 1)"),
+            kmsg("opening /dev/kmsg: Operation not permitted (os error 1)"),
             Cause::KmsgDenied
         );
-        assert_eq!(causes::kmsg("something else"), Cause::Unknown);
+        assert_eq!(kmsg("something else"), Cause::Unknown);
         assert_eq!(
-            causes::nothing_to_probe("no libcuda.so.1 found (libraries = [\"auto\"]); install"),
+            nothing_to_probe("no libcuda.so.1 found (libraries = [\"auto\"]); install"),
             Cause::NoCudaLibrary
         );
         assert_eq!(
-            causes::nothing_to_probe("no requested function is exported by [...]"),
+            nothing_to_probe("no requested function is exported by [...]"),
             Cause::NoExportedFunction
         );
     }
