@@ -293,6 +293,8 @@ fn put_small_lake(moto: &Moto, prefix: &str) {
     let url = S3Url::parse(&format!("s3://{BUCKET}/{prefix}"))
         .unwrap()
         .unwrap();
+    // Building the sink's client once installs the TLS crypto provider every client needs.
+    let _ = gpuship_sinks::parquet::ObjectStoreOptions::default().build(&url);
     let store = object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(BUCKET)
         .with_endpoint(moto.endpoint())
