@@ -36,7 +36,9 @@ fn no_data(command: &str, lake: &Lake, range: &TimeRange, unreadable: usize) -> 
         String::new()
     };
     eprintln!(
-        "gpuship {command}: NO DATA: no readable Parquet file in {} for {range}{skipped};          nothing was written. Check --data (the Parquet sink's path), --since/--until, and for          s3:// the endpoint (AWS_ENDPOINT or AWS_ENDPOINT_URL) and credentials. Exit status {EXIT_NO_DATA}.",
+        "gpuship {command}: NO DATA: no readable Parquet file in {} for {range}{skipped}; \
+         nothing was written. Check --data (the Parquet sink's path), --since/--until, and for \
+         s3:// the endpoint (AWS_ENDPOINT or AWS_ENDPOINT_URL) and credentials. Exit status {EXIT_NO_DATA}.",
         lake.location()
     );
     ExitCode::from(EXIT_NO_DATA)
