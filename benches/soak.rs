@@ -7,7 +7,9 @@
 //! required). Under `cargo test` (no `--bench` flag) it runs for a few seconds as a smoke test.
 //! Settings (environment): `SOAK_SECS` (duration, default 3600), `SOAK_RATE` (calls/s over all
 //! threads, default 68000), `SOAK_THREADS` (default 2), `SOAK_SAMPLE_SECS` (default 10).
-//! Each sample is printed as it is taken and the result is written to `target/soak.json`.
+//! Each sample is printed as it is taken and the result is written to `target/soak.json`. The
+//! run lasts `SOAK_SECS` whatever the machine manages: a workload that has not made its calls by
+//! then is stopped, and the rate achieved is reported beside the rate offered.
 //! To tell the heap from allocator behaviour, run it again with `MALLOC_ARENA_MAX=1` or
 //! `MALLOC_TRIM_THRESHOLD_=0` in the environment (the agent inherits it).
 
@@ -112,7 +114,10 @@ fn main() {
         .spawn()
         .expect("workload");
     let mut samples = Vec::new();
-    let status = loop {
+    // The soak lasts its duration: a loaded machine runs the paced workload slower than
+    // offered, so it is stopped at the deadline if it has not finished by then.
+    let deadline = started + Duration::from_secs(seconds);
+    let (status, cut_short) = loop {
         let (rss_kib, anon_kib, file_kib) = rss_kib(pid);
         let sample = Sample {
             seconds: started.elapsed().as_secs_f64(),
@@ -130,12 +135,17 @@ fn main() {
         let _ = std::io::stdout().flush();
         samples.push(sample);
         if let Some(status) = workload.try_wait().expect("wait") {
-            break status;
+            break (status, false);
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(workload.id() as i32, libc::SIGTERM) };
+            break (workload.wait().expect("wait"), true);
         }
         let next = started + every * samples.len() as u32;
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     };
-    assert!(status.success(), "workload failed");
+    assert!(cut_short || status.success(), "workload failed");
     let wall = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(500));
     let cpu = cpu_seconds(Some(pid)) - cpu_before;
@@ -143,7 +153,9 @@ fn main() {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     agent.wait().expect("agent exit");
     let (events, lost) = cuda_ring(dir.path());
-    assert_eq!(events, offered, "every call the workload made was seen");
+    if !cut_short {
+        assert_eq!(events, offered, "every call the workload made was seen");
+    }
 
     let second_half = &samples[samples.len() / 2..];
     let first = samples.first().map_or(0, |s| s.rss_kib);
@@ -151,6 +163,7 @@ fn main() {
     let peak = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
     let report = serde_json::json!({
         "seconds": wall, "offered_calls_per_second": rate, "threads": threads,
+        "workload_stopped_at_deadline": cut_short,
         "events": events, "lost_in_kernel": lost,
         "achieved_calls_per_second": events as f64 / wall,
         "agent_cpu_us_per_event": cpu * 1e6 / (events - lost).max(1) as f64,
