@@ -1,11 +1,20 @@
 # gpuship: the two commands of the README, and their parts.
-#   sudo make run    installs missing build packages, builds the release binary, runs the agent
-#                    on its embedded default (every source, Parquet under ./gpuship-data)
-#   sudo make test   the same installs plus the test tools, then the whole suite
+#   make run    installs missing build packages, builds the release binary, runs the agent
+#               on its embedded default (every source, Parquet under ./gpuship-data)
+#   make test   the same installs plus the test tools, then the whole suite
+# Both work as root (a fresh container has no sudo) and as a user with sudo: what needs root
+# (apt-get, the agent, the test suite, which loads BPF programs and writes /dev/kmsg) goes
+# through $(SUDO), empty for root; `make test` and `make bench` re-run themselves under sudo.
 # Everything here is idempotent: packages and the Python test environment are installed only
 # when missing.
 
 SHELL := /bin/bash
+# Empty for root, `sudo` for anyone else.
+IS_ROOT := $(filter 0,$(shell id -u))
+SUDO := $(if $(IS_ROOT),,sudo)
+# The recursive call under sudo; named so that `make -n` prints it instead of running it.
+RERUN = $(SUDO) env $(if $(RUSTUP_HOME),RUSTUP_HOME=$(RUSTUP_HOME),RUSTUP_HOME=$(HOME)/.rustup) \
+	make CARGO=$(CARGO)
 # cargo from PATH, else rustup's default place for root or for the user who ran sudo.
 SUDO_HOME := $(if $(SUDO_USER),$(shell getent passwd $(SUDO_USER) | cut -d: -f6))
 CARGO ?= $(firstword $(shell command -v cargo) $(wildcard $(HOME)/.cargo/bin/cargo) \
@@ -34,7 +43,7 @@ deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing build packages:" $$missing; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust >= 1.88 with rustup"; exit 1; }
 	@$(CARGO) --version
@@ -43,7 +52,7 @@ build: deps
 	$(CARGO) build --release --locked
 
 run: build
-	./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
+	$(SUDO) ./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
 
 # Python tools and test peers the tests drive (DuckDB, tansu, rotel), pinned, in a venv under
 # target/.
@@ -51,7 +60,7 @@ testenv: deps
 	@missing=$$(for p in $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing test packages:" $$missing; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	@test -x $(TESTENV)/bin/python3 || python3 -m venv $(TESTENV)
 	@$(TESTENV)/bin/python3 -c 'import duckdb, sys; sys.exit(duckdb.__version__ != "$(DUCKDB_VERSION)")' 2>/dev/null \
@@ -68,10 +77,18 @@ lint: deps
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 
 # The whole suite: unit tests, real-eBPF integration tests (root), benches compiled and run once.
+# It needs root: anyone else re-runs `make test` under sudo.
+ifeq ($(IS_ROOT),)
+test bench:
+	@echo "make $@: the suite loads BPF programs and writes /dev/kmsg; running it as root through sudo"
+	$(RERUN) $@
+else
 test: deps testenv lint
 	$(CARGO) test --workspace --all-targets --locked
 
-# The overhead bench compares with bpftrace (Debian's package).
+# The overhead bench compares with bpftrace (Debian's package). `cargo bench --bench soak` is the
+# hour-long memory soak (docs/performance.md).
 bench: deps testenv
 	@dpkg -s bpftrace >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace; }
 	$(CARGO) bench --locked
+endif

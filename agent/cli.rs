@@ -74,8 +74,9 @@ pub struct RangeArgs {
     /// End (exclusive), in the same forms; default now.
     #[arg(long)]
     pub until: Option<String>,
-    /// The data lake: the Parquet sink's `path`, a folder or s3://bucket/prefix (AWS_ENDPOINT,
-    /// AWS_REGION and credentials from the environment).
+    /// The data lake: the Parquet sink's `path`, a folder or s3://bucket/prefix (AWS_ENDPOINT_URL
+    /// or AWS_ENDPOINT, AWS_REGION and credentials from the environment). Exit status 3 when
+    /// no file of the range can be read.
     #[arg(long, default_value = "./gpuship-data")]
     pub data: String,
 }

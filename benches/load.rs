@@ -10,14 +10,16 @@
 //! CPU per event and events/s, and the most lost and the highest peak RSS of any run: a shared
 //! VM's runs vary by a fifth.
 
+#[path = "support/agent.rs"]
+mod agent;
 #[path = "support/fixtures.rs"]
 mod fixtures;
 #[path = "support/proc_stats.rs"]
 mod proc_stats;
+use agent::{cuda_ring, start_agent};
 use fixtures::build_fixtures;
 use proc_stats::{cpu_seconds, peak_rss_kib as peak_rss_kib_of};
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,7 +52,7 @@ struct Outcome {
     peak_rss_kib: u64,
 }
 
-fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
+fn start(dir: &Path, libcuda: &Path, sink: &str) -> Child {
     let lake = dir.join("lake");
     let (cuda_extra, sink_config) = match sink {
         "parquet" => (
@@ -71,43 +73,13 @@ fn start_agent(dir: &Path, libcuda: &Path, sink: &str) -> Child {
         ),
         _ => (String::new(), "type = \"blackhole\"".to_string()),
     };
-    let config = format!(
-        "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
-         [sources.xid]\ntracepoint = false\nkmsg = false\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n{cuda_extra}\
-         [[sinks]]\n{sink_config}\n",
-        dir.join("state").display(),
-        libcuda.display()
-    );
-    let path = dir.join("load.toml");
-    std::fs::write(&path, config).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .arg("--summary-json")
-        .arg(dir.join("summary.json"))
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("agent");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("capture started") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("agent started");
-    child
+    start_agent(dir, libcuda, &cuda_extra, &sink_config)
 }
 
 fn run(scenario: &Scenario, fixtures: &Path) -> Outcome {
     let dir = tempfile::tempdir().expect("tempdir");
     let libcuda = fixtures.join("libcuda.so.1");
-    let mut agent = start_agent(dir.path(), &libcuda, scenario.sink);
+    let mut agent = start(dir.path(), &libcuda, scenario.sink);
     let pid = agent.id();
     let cpu_before = cpu_seconds(Some(pid));
     let started = Instant::now();
@@ -133,16 +105,7 @@ fn run(scenario: &Scenario, fixtures: &Path) -> Outcome {
         peak_rss_kib = peak_rss_kib.max(peak_rss_kib_of(pid));
         std::thread::sleep(Duration::from_millis(10));
     }
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).expect("summary"))
-            .expect("json");
-    let ring = summary["accounting"]["rings"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["ring"] == "cuda"))
-        .cloned()
-        .unwrap_or_default();
-    let events = ring["emitted"].as_u64().unwrap_or(0);
-    let lost = ring["lost_in_kernel"].as_u64().unwrap_or(0);
+    let (events, lost) = cuda_ring(dir.path());
     Outcome {
         events,
         lost,

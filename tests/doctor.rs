@@ -72,6 +72,32 @@ fn every_probe_gets_the_right_verdict_here() {
         .unwrap()
         .contains("CONFIG_KPROBES"));
     assert_eq!(verdict("nvidia_module_btf"), (false, false));
+    assert!(checks["nvidia_module_btf"]["fix"]
+        .as_str()
+        .unwrap()
+        .contains("modprobe nvidia"));
+    // No NVIDIA module here: every driver function is absent, and its fix says what to do
+    // about an absent function (a refusal would be told about lockdown or the policy instead).
+    let driver_functions: Vec<_> = checks
+        .iter()
+        .filter(|(probe, _)| probe.starts_with("driver:"))
+        .collect();
+    assert!(!driver_functions.is_empty(), "{checks:?}");
+    for (probe, check) in driver_functions {
+        let (detail, fix) = (
+            check["detail"].as_str().unwrap(),
+            check["fix"].as_str().unwrap(),
+        );
+        assert!(
+            detail.contains("is not in the kernel or any loaded module"),
+            "{probe}: {detail}"
+        );
+        assert!(
+            fix.contains("this driver version's function"),
+            "{probe}: {fix}"
+        );
+        assert!(!fix.contains("lockdown"), "{probe}: {fix}");
+    }
     assert_eq!(code, 1, "the configured XID tracepoint cannot run here");
 }
 

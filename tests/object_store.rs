@@ -239,3 +239,122 @@ fn an_object_store_outage_spools_then_replays_without_loss() {
     );
     assert_eq!(rows_in_s3(&moto, "outage", "cuda", ""), delivered);
 }
+
+/// `batch` as a whole Parquet file.
+fn parquet_bytes(batch: &arrow_array::RecordBatch) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    out
+}
+
+/// Writes a small lake under `s3://gpu-lake/<prefix>`: one XID 79 and three CUDA calls, a
+/// minute ago, in their hour partitions.
+fn put_small_lake(moto: &Moto, prefix: &str) {
+    use gpuship_sinks::parquet::{Destination, ObjectStoreDestination, S3Url};
+    use gpuship_sinks::schema::{
+        xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource,
+    };
+    let when = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let time_ns = when.timestamp_nanos_opt().unwrap();
+    let hour = format!("dt={}/hour={}", when.format("%Y-%m-%d"), when.format("%H"));
+    let identity = HostIdentity {
+        host: "node-s".into(),
+        boot_id: "boot".into(),
+    };
+    let xid = XidRecord {
+        time_ns,
+        code: 79,
+        pci_bus_id: "0000:5e:00.0".into(),
+        message: "GPU has fallen off the bus.".into(),
+        ..XidRecord::new(XidSource::Kmsg)
+    };
+    let xids = xid_batch_of(&identity, &[xid]).unwrap();
+    let mut calls = CudaBatchBuilder::new(identity, 3);
+    for i in 0..3 {
+        calls.append(&CudaRow {
+            time_ns: time_ns + i,
+            pid: 5,
+            tid: 5,
+            comm: "train",
+            function: "cuCtxSynchronize",
+            duration_ns: 100,
+            result: 0,
+            result_name: "CUDA_SUCCESS",
+            bytes: None,
+            device_ptr: None,
+            stream: None,
+            launch: None,
+            workload: None,
+        });
+    }
+    let calls = calls.finish().unwrap();
+    let url = S3Url::parse(&format!("s3://{BUCKET}/{prefix}"))
+        .unwrap()
+        .unwrap();
+    // Building the sink's client once installs the TLS crypto provider every client needs.
+    let _ = gpuship_sinks::parquet::ObjectStoreOptions::default().build(&url);
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(BUCKET)
+        .with_endpoint(moto.endpoint())
+        .with_allow_http(true)
+        .with_virtual_hosted_style_request(false)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(store);
+    let destination = ObjectStoreDestination::new(store, url, runtime.handle().clone());
+    for (key, batch) in [
+        (format!("xid/{hour}/part-node-s-1.parquet"), &xids),
+        (format!("cuda/{hour}/part-node-s-2.parquet"), &calls),
+    ] {
+        let bytes = bytes::Bytes::from(parquet_bytes(batch));
+        destination.persist(&key, &bytes).unwrap();
+    }
+}
+
+#[test]
+fn views_read_a_bucket_whose_endpoint_is_in_aws_endpoint_url() {
+    // AWS_ENDPOINT_URL is the name the AWS CLI and SDKs use. Taken with virtual-host
+    // addressing (`gpu-lake.127.0.0.1`), the listing found nothing and the report said
+    // "0 XIDs in 0 incidents" for this bucket.
+    let moto = Moto::start(0);
+    moto.create_bucket(BUCKET);
+    put_small_lake(&moto, "sdk");
+    let out = tempfile::tempdir().unwrap();
+    for (view, expected) in [
+        ("report", "1 XIDs in "),
+        (
+            "export-trace",
+            "(3 CUDA calls, 0 of them entry-only; 1 XIDs;",
+        ),
+    ] {
+        let run = Command::new(binary())
+            .args([view, "--since", "30m", "--data"])
+            .arg(format!("s3://{BUCKET}/sdk"))
+            .arg("--output")
+            .arg(out.path().join(view))
+            .envs(CREDENTIALS)
+            .env("AWS_ENDPOINT_URL", moto.endpoint())
+            .env("AWS_ALLOW_HTTP", "true")
+            .env_remove("AWS_ENDPOINT")
+            .env_remove("AWS_ENDPOINT_URL_S3")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{view}: {stderr}");
+        assert!(stderr.contains(expected), "{view}: {stderr}");
+        if view == "report" {
+            assert!(stderr.contains("3 CUDA calls"), "{stderr}");
+        }
+    }
+}

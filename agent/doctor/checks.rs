@@ -3,6 +3,7 @@
 use std::mem::MaybeUninit;
 use std::path::Path;
 
+use super::causes::{self, Cause};
 use super::Check;
 use crate::config::Config;
 use crate::sources::cuda::catalog::DEFAULT_FUNCTIONS;
@@ -16,6 +17,9 @@ pub fn run_checks(config: &Config) -> Vec<Check> {
     let xid = &config.sources.xid;
     let cuda = &config.sources.cuda;
     let bpf = xid.tracepoint || cuda.enabled;
+    // Read once: several checks tell a lockdown refusal from other failures with it.
+    let lockdown = driver::lockdown_mode();
+    let lockdown = lockdown.as_deref();
     let mut checks = vec![capabilities(bpf), btf(bpf)];
     let tracefs_root = match tracefs::ensure_mounted() {
         Ok(root) => {
@@ -27,23 +31,27 @@ pub fn run_checks(config: &Config) -> Vec<Check> {
             Some(root)
         }
         Err(reason) => {
-            checks.push(Check::fail(
+            checks.push(Check::failed_because(
                 "tracefs",
                 xid.tracepoint,
                 reason,
-                "mount -t tracefs nodev /sys/kernel/tracing",
+                &Cause::TracefsUnmounted,
             ));
             None
         }
     };
-    checks.push(xid_tracepoint_check(config, tracefs_root.as_deref()));
+    checks.push(xid_tracepoint_check(
+        config,
+        tracefs_root.as_deref(),
+        lockdown,
+    ));
     checks.push(kmsg(config));
-    checks.extend(cuda_checks(config));
-    checks.extend(driver_checks(config));
+    checks.extend(cuda_checks(config, lockdown));
+    checks.extend(driver_checks(config, lockdown));
     checks.push(kprobes(tracefs_root.as_deref()));
     checks.push(kptr_restrict());
     checks.push(nvidia_btf());
-    checks.push(lockdown(bpf));
+    checks.push(lockdown_check(bpf, lockdown));
     checks
 }
 
@@ -56,11 +64,11 @@ fn capabilities(required: bool) -> Check {
             format!("CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN present ({caps:#x})"),
         )
     } else {
-        Check::fail(
+        Check::failed_because(
             "capabilities",
             required,
             format!("effective capabilities {caps:#x} lack CAP_BPF+CAP_PERFMON and CAP_SYS_ADMIN"),
-            "run as root, or grant CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYSLOG",
+            &Cause::MissingCapabilities,
         )
     }
 }
@@ -81,22 +89,26 @@ fn btf(required: bool) -> Check {
         required,
         path,
         "no /sys/kernel/btf/vmlinux",
-        "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+        &Cause::NoKernelBtf.fix(),
     )
 }
 
-fn xid_tracepoint_check(config: &Config, tracefs_root: Option<&Path>) -> Check {
+fn xid_tracepoint_check(
+    config: &Config,
+    tracefs_root: Option<&Path>,
+    lockdown: Option<&str>,
+) -> Check {
     let xid = &config.sources.xid;
     let name = format!("xid_tracepoint {}", xid.tracepoint_name);
     if !xid.tracepoint {
         return Check::pass(name, false, "disabled in config");
     }
     let Some(root) = tracefs_root else {
-        return Check::fail(
+        return Check::failed_because(
             name,
             true,
             "tracefs is not available",
-            "mount -t tracefs nodev /sys/kernel/tracing",
+            &Cause::TracefsUnmounted,
         );
     };
     let mut storage = MaybeUninit::uninit();
@@ -110,9 +122,16 @@ fn xid_tracepoint_check(config: &Config, tracefs_root: Option<&Path>) -> Check {
             name,
             true,
             reason,
-            "load the NVIDIA kernel driver (a version that has the nvidia_dev_xid tracepoint); meanwhile XIDs come from the kernel log",
+            format!(
+                "{} (a version that has the nvidia_dev_xid tracepoint); meanwhile XIDs come from the kernel log",
+                Cause::DriverNotLoaded.fix()
+            ),
         ),
-        Err(err) => Check::fail(name, true, format!("{err:#}"), "check the tracepoint's format and the field names in [sources.xid.tracepoint_fields]"),
+        Err(err) => {
+            let detail = format!("{err:#}");
+            let cause = causes::refusal_or(&detail, lockdown, Cause::TracepointFormat);
+            Check::failed_because(name, true, detail, &cause)
+        }
     };
     check
 }
@@ -128,16 +147,15 @@ fn kmsg(config: &Config) -> Check {
             true,
             format!("{} readable", xid.kmsg_path.display()),
         ),
-        Err(err) => Check::fail(
-            "kmsg",
-            true,
-            err.to_string(),
-            "run as root or with CAP_SYSLOG; in a container, mount /dev/kmsg",
-        ),
+        Err(err) => {
+            let detail = err.to_string();
+            let cause = causes::kmsg(&format!("{err:#}"));
+            Check::failed_because("kmsg", true, detail, &cause)
+        }
     }
 }
 
-fn cuda_checks(config: &Config) -> Vec<Check> {
+fn cuda_checks(config: &Config, lockdown: Option<&str>) -> Vec<Check> {
     let cuda = &config.sources.cuda;
     if !cuda.enabled {
         return vec![Check::pass("cuda", false, "disabled in config")];
@@ -145,19 +163,19 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
     let (libraries, missing) = resolve_libraries(&cuda.libraries);
     let mut checks = Vec::new();
     for path in &missing {
-        checks.push(Check::fail(
+        checks.push(Check::failed_because(
             format!("cuda library {path}"),
             false,
             "does not exist",
-            "fix [sources.cuda] libraries",
+            &Cause::CudaLibraryPathMissing,
         ));
     }
     if libraries.is_empty() {
-        checks.push(Check::fail(
+        checks.push(Check::failed_because(
             "cuda",
             true,
             format!("no libcuda.so.1 found (libraries = {:?})", cuda.libraries),
-            "install the NVIDIA driver, or set [sources.cuda] libraries to the path of libcuda.so.1",
+            &Cause::NoCudaLibrary,
         ));
         return checks;
     }
@@ -166,22 +184,22 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
     for library in &libraries {
         match exported_functions(library) {
             Ok(functions) => exported_anywhere.extend(functions.into_iter().map(|f| f.name)),
-            Err(err) => checks.push(Check::fail(
+            Err(err) => checks.push(Check::failed_because(
                 format!("cuda library {}", library.display()),
                 true,
                 err.to_string(),
-                "point [sources.cuda] libraries at the real libcuda.so.1",
+                &Cause::NotACudaLibrary,
             )),
         }
     }
     for (function, _) in DEFAULT_FUNCTIONS {
         let present = exported_anywhere.iter().any(|name| name == function);
         if !present {
-            checks.push(Check::fail(
+            checks.push(Check::failed_because(
                 format!("cuda:{function}"),
                 false,
                 "not exported by the library",
-                "none needed: this driver does not have it",
+                &Cause::FunctionNotExported,
             ));
         }
     }
@@ -199,18 +217,16 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
                 format!("{symbols} symbols in {count} {noun} attached and detached"),
             )
         }
-        Ok(Err(reason)) => Check::fail(
-            "cuda",
-            true,
-            reason,
-            "set [sources.cuda] functions to names the library exports",
-        ),
-        Err(err) => Check::fail(
-            "cuda",
-            true,
-            format!("{err:#}"),
-            "needs uprobes (CONFIG_UPROBES) and BTF; check the kernel and capabilities",
-        ),
+        Ok(Err(reason)) => {
+            let cause = causes::nothing_to_probe(&reason);
+            Check::failed_because("cuda", true, reason, &cause)
+        }
+        Err(err) => {
+            let detail = format!("{err:#}");
+            let otherwise = Cause::KernelFeature("uprobes (CONFIG_UPROBES) and BTF");
+            let cause = causes::refusal_or(&detail, lockdown, otherwise);
+            Check::failed_because("cuda", true, detail, &cause)
+        }
     };
     checks.push(check);
     checks
@@ -218,7 +234,7 @@ fn cuda_checks(config: &Config) -> Vec<Check> {
 
 /// The ioctl hook and every driver function (configured ones required, the built-in candidates
 /// informational), each tried by loading and attaching.
-fn driver_checks(config: &Config) -> Vec<Check> {
+fn driver_checks(config: &Config, lockdown: Option<&str>) -> Vec<Check> {
     let driver_config = &config.sources.driver;
     let mut checks = Vec::new();
     if driver_config.ioctl {
@@ -241,14 +257,19 @@ fn driver_checks(config: &Config) -> Vec<Check> {
                 "driver_ioctl",
                 required,
                 detail(&statuses),
-                "load the NVIDIA driver (nvidia, nvidia-uvm modules), or set sources.driver.device_majors",
+                format!(
+                    "{}, or set sources.driver.device_majors",
+                    Cause::DriverNotLoaded.fix()
+                ),
             ),
-            Err(err) => Check::fail(
-                "driver_ioctl",
-                required,
-                format!("{err:#}"),
-                "needs the syscalls:sys_enter_ioctl tracepoints (CONFIG_FTRACE_SYSCALLS) and BTF",
-            ),
+            Err(err) => {
+                let detail = format!("{err:#}");
+                let otherwise = Cause::KernelFeature(
+                    "the syscalls:sys_enter_ioctl tracepoints (CONFIG_FTRACE_SYSCALLS) and BTF",
+                );
+                let cause = causes::refusal_or(&detail, lockdown, otherwise);
+                Check::failed_because("driver_ioctl", required, detail, &cause)
+            }
         });
     }
     let configured: Vec<&String> = driver_config.functions.iter().collect();
@@ -265,15 +286,15 @@ fn driver_checks(config: &Config) -> Vec<Check> {
     for (spec, required) in specs {
         let probe = format!("driver:{spec}");
         checks.push(match driver::resolve_spec(&spec) {
-            Ok(function) => {
-                Check::pass(probe, required, format!("fentry/fexit on {function} attach"))
-            }
-            Err(reasons) => Check::fail(
+            Ok(function) => Check::pass(
                 probe,
                 required,
-                reasons,
-                "load the NVIDIA modules; name this driver version's function (use \"a|b\" fallbacks); kprobes are not needed",
+                format!("fentry/fexit on {function} attach"),
             ),
+            Err(reasons) => {
+                let fix = causes::fixes(&causes::driver_function(&reasons, lockdown));
+                Check::fail(probe, required, reasons, fix)
+            }
         });
     }
     checks
@@ -285,7 +306,7 @@ fn kptr_restrict() -> Check {
             "kptr_restrict",
             false,
             "kernel.kptr_restrict = 2: /proc/kallsyms shows no addresses even to root",
-            "only the doctor's explanations use kallsyms; fentry attaches through BTF regardless",
+            "none needed: only the doctor's explanations use kallsyms; fentry attaches through BTF regardless",
         ),
         Ok(value) => Check::pass(
             "kptr_restrict",
@@ -311,22 +332,33 @@ fn kprobes(tracefs_root: Option<&Path>) -> Check {
 }
 
 fn nvidia_btf() -> Check {
+    let (missing, cause) = if Path::new("/sys/module/nvidia").exists() {
+        (
+            "no /sys/kernel/btf/nvidia: the nvidia module is loaded but was built without BTF",
+            Cause::ModuleWithoutBtf,
+        )
+    } else {
+        (
+            "no /sys/kernel/btf/nvidia: the nvidia module is not loaded",
+            Cause::DriverNotLoaded,
+        )
+    };
     presence(
         "nvidia_module_btf",
         false,
         Path::new("/sys/kernel/btf/nvidia"),
-        "no /sys/kernel/btf/nvidia (module not loaded or built without BTF)",
-        "load the NVIDIA driver; only driver function hooks need it",
+        missing,
+        &format!("{}; only driver function hooks need it", cause.fix()),
     )
 }
 
-fn lockdown(required: bool) -> Check {
-    match driver::lockdown_mode().as_deref() {
-        Some("confidentiality") => Check::fail(
+fn lockdown_check(required: bool, lockdown: Option<&str>) -> Check {
+    match lockdown {
+        Some("confidentiality") => Check::failed_because(
             "lockdown",
             required,
             "kernel lockdown is confidentiality: BPF may not read kernel or user memory",
-            "boot with lockdown=integrity or none",
+            &Cause::Lockdown("confidentiality".into()),
         ),
         Some("none") => Check::pass("lockdown", required, "mode none"),
         Some(mode) => Check::pass(
@@ -335,5 +367,20 @@ fn lockdown(required: bool) -> Check {
             format!("mode {mode}: tracepoints and uprobes work; fentry/fexit on driver functions may be refused"),
         ),
         None => Check::pass("lockdown", required, "no lockdown LSM"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lockdown_confidentiality_fails_with_the_boot_time_fix() {
+        let check = lockdown_check(true, Some("confidentiality"));
+        assert!(!check.ok);
+        let fix = check.fix.unwrap();
+        assert!(fix.contains("boot-time setting"), "{fix}");
+        assert!(lockdown_check(true, Some("integrity")).ok);
+        assert!(lockdown_check(true, None).ok);
     }
 }

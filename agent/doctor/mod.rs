@@ -1,10 +1,12 @@
 //! `gpuship doctor`: for every probe gpuship knows, can it work on this host, and if not, why and
 //! what to do. Probes are checked by trying (load, attach, detach), not only by reading files.
 
+mod causes;
 mod checks;
 
 use serde::Serialize;
 
+pub use causes::Cause;
 pub use checks::run_checks;
 
 /// The verdict on one probe or prerequisite.
@@ -50,6 +52,16 @@ impl Check {
             detail: detail.into(),
             fix: Some(fix.into()),
         }
+    }
+
+    /// A failure whose fix is the one for `cause`.
+    pub(crate) fn failed_because(
+        probe: impl Into<String>,
+        required: bool,
+        detail: impl Into<String>,
+        cause: &Cause,
+    ) -> Self {
+        Self::fail(probe, required, detail, cause.fix())
     }
 }
 

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::storage::{check_key, LakeStorage, StorageError};
+use super::storage::{check_key, LakeStorage, Listing, StorageError, Unreadable};
 
 /// A lake kept in a local folder.
 #[derive(Debug, Clone)]
@@ -42,62 +42,122 @@ impl LocalStorage {
 }
 
 impl LakeStorage for LocalStorage {
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+    fn list(&self, prefix: &str) -> Result<Listing, StorageError> {
         let start = self.path_of(prefix)?;
-        let mut keys = Vec::new();
+        let mut listing = Listing::default();
         let mut stack = vec![start];
         while let Some(dir) = stack.pop() {
             let entries = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(source) => {
-                    return Err(StorageError::Io {
-                        what: "listing",
-                        target: dir.display().to_string(),
-                        source,
-                    })
+                Err(err) => {
+                    listing.unreadable.push(Unreadable {
+                        key: self.key_of(&dir),
+                        error: format!("cannot list this folder: {err}"),
+                    });
+                    continue;
                 }
             };
             for entry in entries {
-                let entry = entry.map_err(|source| StorageError::Io {
-                    what: "listing",
-                    target: dir.display().to_string(),
-                    source,
-                })?;
-                let path = entry.path();
-                // A file deleted between read_dir and here is simply gone.
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(err) => {
+                        listing.unreadable.push(Unreadable {
+                            key: self.key_of(&dir),
+                            error: format!("listing stopped part-way: {err}"),
+                        });
+                        break;
+                    }
+                };
+                // A file deleted between read_dir and here is simply gone. Links are not
+                // followed here (a link to a folder is not descended into); `get` decides
+                // whether what a key names can be read.
                 let Ok(file_type) = entry.file_type() else {
                     continue;
                 };
                 if file_type.is_dir() {
-                    stack.push(path);
-                } else if let Ok(relative) = path.strip_prefix(&self.root) {
-                    let key: Vec<String> = relative
-                        .components()
-                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                        .collect();
-                    keys.push(key.join("/"));
+                    stack.push(entry.path());
+                } else {
+                    listing.keys.push(self.key_of(&entry.path()));
                 }
             }
         }
-        keys.sort();
-        Ok(keys)
+        listing.keys.sort();
+        Ok(listing)
     }
 
     fn get(&self, key: &str) -> Result<Bytes, StorageError> {
         let path = self.path_of(key)?;
-        std::fs::read(&path)
-            .map(Bytes::from)
-            .map_err(|source| StorageError::Io {
-                what: "reading",
-                target: path.display().to_string(),
-                source,
-            })
+        read_regular_file(&path)
     }
 
     fn describe(&self) -> String {
         self.root.display().to_string()
     }
+}
+
+impl LocalStorage {
+    /// The key of `path` (below the root).
+    fn key_of(&self, path: &Path) -> String {
+        let relative = path.strip_prefix(&self.root).unwrap_or(path);
+        relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+}
+
+/// What a non-regular file is, for people.
+fn describe_type(file_type: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else {
+        "not a plain file"
+    }
+}
+
+/// Reads the regular file at `path` (following links), refusing anything else before it is
+/// opened: opening a FIFO for reading waits for a writer, and opening a device can have
+/// effects. The file is opened non-blocking and checked again through its descriptor, so one
+/// swapped in between the two checks is refused too.
+fn read_regular_file(path: &Path) -> Result<Bytes, StorageError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| StorageError::Io {
+        what: "reading",
+        target: path.display().to_string(),
+        source,
+    };
+    let not_a_file = |file_type: &std::fs::FileType| StorageError::NotAFile {
+        target: path.display().to_string(),
+        file_type: describe_type(file_type),
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(not_a_file(&meta.file_type()));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(not_a_file(&meta.file_type()));
+    }
+    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut data).map_err(io)?;
+    Ok(Bytes::from(data))
 }
 
 #[cfg(test)]
@@ -114,12 +174,16 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("xid")).unwrap();
         let lake = LocalStorage::open(dir.path()).unwrap();
         assert_eq!(
-            lake.list("cuda/dt=2026-11-22/").unwrap(),
+            lake.list("cuda/dt=2026-11-22/").unwrap().keys,
             ["cuda/dt=2026-11-22/hour=03/part-a.parquet"]
         );
-        assert_eq!(lake.list("cuda").unwrap().len(), 2);
-        assert!(lake.list("xid/").unwrap().is_empty());
-        assert!(lake.list("driver/").unwrap().is_empty(), "absent is empty");
+        assert_eq!(lake.list("cuda").unwrap().keys.len(), 2);
+        assert!(lake.list("xid/").unwrap().keys.is_empty());
+        assert_eq!(
+            lake.list("driver/").unwrap(),
+            Listing::default(),
+            "absent is empty"
+        );
         assert_eq!(
             &lake
                 .get("cuda/dt=2026-11-22/hour=03/part-a.parquet")
@@ -135,5 +199,70 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = LocalStorage::open(&dir.path().join("nope")).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo has no other memory effects.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+
+    #[test]
+    fn special_files_and_links_to_them_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = dir.path().join("cuda/dt=2026-11-22/hour=03");
+        std::fs::create_dir_all(&hour).unwrap();
+        mkfifo(&hour.join("part-fifo.parquet"));
+        std::os::unix::fs::symlink(hour.join("part-fifo.parquet"), hour.join("part-l.parquet"))
+            .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", hour.join("part-dev.parquet")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", hour.join("part-gone.parquet")).unwrap();
+        std::fs::write(hour.join("part-ok.parquet"), b"ok").unwrap();
+        std::os::unix::fs::symlink(hour.join("part-ok.parquet"), hour.join("part-ok2.parquet"))
+            .unwrap();
+        let lake = LocalStorage::open(dir.path()).unwrap();
+        let keys = lake.list("cuda/").unwrap().keys;
+        assert_eq!(keys.len(), 6, "{keys:?}");
+        let get = |name: &str| lake.get(&format!("cuda/dt=2026-11-22/hour=03/{name}"));
+        for (name, what) in [
+            ("part-fifo.parquet", "a FIFO"),
+            ("part-l.parquet", "a FIFO"),
+            ("part-dev.parquet", "a character device"),
+        ] {
+            let err = get(name).unwrap_err().to_string();
+            assert!(
+                err.contains(name) && err.contains(&format!("not a regular file ({what})")),
+                "{err}"
+            );
+        }
+        assert!(get("part-gone.parquet").is_err());
+        assert_eq!(&get("part-ok.parquet").unwrap()[..], b"ok");
+        assert_eq!(
+            &get("part-ok2.parquet").unwrap()[..],
+            b"ok",
+            "links to files are read"
+        );
+    }
+
+    #[test]
+    fn a_folder_that_cannot_be_listed_is_reported_and_the_rest_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hours = dir.path().join("cuda/dt=2026-11-22");
+        std::fs::create_dir_all(hours.join("hour=03")).unwrap();
+        std::fs::write(hours.join("hour=03/part-a.parquet"), b"a").unwrap();
+        // A "folder" that is a FIFO cannot be listed (root can list any real folder).
+        mkfifo(&hours.join("hour=04"));
+        let lake = LocalStorage::open(dir.path()).unwrap();
+        let listing = lake.list("cuda/dt=2026-11-22/hour=04/").unwrap();
+        assert!(listing.keys.is_empty());
+        assert_eq!(listing.unreadable.len(), 1, "{listing:?}");
+        assert_eq!(listing.unreadable[0].key, "cuda/dt=2026-11-22/hour=04");
+        assert_eq!(
+            lake.list("cuda/").unwrap().keys,
+            [
+                "cuda/dt=2026-11-22/hour=03/part-a.parquet",
+                "cuda/dt=2026-11-22/hour=04"
+            ]
+        );
     }
 }

@@ -10,6 +10,8 @@
 //! - [`accounting`]: the delivery counters kept beside the data.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
+//! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
+//! named like a data file is refused without opening it, so reading never waits on one.
 
 pub mod accounting;
 pub mod local;
@@ -30,16 +32,7 @@ use gpuship_sinks::parquet::S3Url;
 pub use local::LocalStorage;
 pub use range::{RangeError, TimeRange};
 pub use remote::ObjectStoreStorage;
-pub use storage::{LakeStorage, StorageError};
-
-/// A file (or accounting document) that was skipped, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unreadable {
-    /// Its key in the lake.
-    pub key: String,
-    /// What went wrong.
-    pub error: String,
-}
+pub use storage::{LakeStorage, Listing, StorageError, Unreadable};
 
 /// The rows of one table for a range, and what it took to get them.
 #[derive(Debug, Default)]
@@ -113,10 +106,15 @@ impl Lake {
     pub fn read_table(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<TableRead> {
         let mut read = TableRead::default();
         for prefix in partition::prefixes(kind.as_str(), range) {
-            let keys = self
+            let listing = self
                 .storage
                 .list(&prefix)
                 .with_context(|| format!("listing {prefix} in {}", self.location()))?;
+            for folder in listing.unreadable {
+                tracing::warn!(folder = %folder.key, error = %folder.error, "skipping a folder that cannot be listed");
+                read.unreadable.push(folder);
+            }
+            let keys = listing.keys;
             for key in keys {
                 let name = key.rsplit('/').next().unwrap_or(&key);
                 if name.starts_with('.') || !name.ends_with(".parquet") {
@@ -159,11 +157,12 @@ impl Lake {
     /// document without a window), summed.
     pub fn accounting(&self, range: &TimeRange) -> anyhow::Result<AccountingTotals> {
         let mut totals = AccountingTotals::default();
-        let keys = self
+        let listing = self
             .storage
             .list(accounting::ACCOUNTING_PREFIX)
             .with_context(|| format!("listing _accounting/ in {}", self.location()))?;
-        for key in keys {
+        totals.unreadable.extend(listing.unreadable);
+        for key in listing.keys {
             let name = key.rsplit('/').next().unwrap_or(&key);
             if name.starts_with('.') || !name.ends_with(".json") {
                 continue;

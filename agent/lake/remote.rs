@@ -1,7 +1,8 @@
 //! [`LakeStorage`] over an S3 bucket (or any S3-compatible store): the lake a Parquet sink with
 //! `path = "s3://bucket/prefix"` writes. The client is the sink's own (`ObjectStoreOptions`),
 //! so endpoint, region, credentials and plain-HTTP permission come from the standard AWS
-//! environment (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
+//! environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, either meaning path-style addressing;
+//! `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use gpuship_sinks::parquet::{ObjectStoreOptions, S3Url};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::storage::{check_key, LakeStorage, StorageError};
+use super::storage::{check_key, LakeStorage, Listing, StorageError};
 
 /// A lake kept under `s3://bucket/prefix`.
 pub struct ObjectStoreStorage {
@@ -57,7 +58,7 @@ impl ObjectStoreStorage {
 }
 
 impl LakeStorage for ObjectStoreStorage {
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+    fn list(&self, prefix: &str) -> Result<Listing, StorageError> {
         check_key(prefix)?;
         let path = self.path_of(prefix);
         let root = self.path_of("");
@@ -81,7 +82,10 @@ impl LakeStorage for ObjectStoreStorage {
             })
             .collect();
         keys.sort();
-        Ok(keys)
+        Ok(Listing {
+            keys,
+            unreadable: Vec::new(),
+        })
     }
 
     fn get(&self, key: &str) -> Result<Bytes, StorageError> {
@@ -132,17 +136,17 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(
-            lake.list("").unwrap(),
+            lake.list("").unwrap().keys,
             [
                 "_accounting/accounting-n.json",
                 "cuda/dt=2026-11-23/hour=10/part-a.parquet"
             ]
         );
         assert_eq!(
-            lake.list("cuda/dt=2026-11-23/").unwrap(),
+            lake.list("cuda/dt=2026-11-23/").unwrap().keys,
             ["cuda/dt=2026-11-23/hour=10/part-a.parquet"]
         );
-        assert!(lake.list("xid/").unwrap().is_empty());
+        assert!(lake.list("xid/").unwrap().keys.is_empty());
         assert_eq!(
             lake.get("cuda/dt=2026-11-23/hour=10/part-a.parquet")
                 .unwrap(),

@@ -16,6 +16,15 @@ pub enum StorageError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The key names something that is not a regular file (a FIFO, a socket, a device, a
+    /// folder); it is never opened for reading, since that could block forever.
+    #[error("{target}: not a regular file ({file_type}); skipped")]
+    NotAFile {
+        /// The path, as the storage names it.
+        target: String,
+        /// What it is instead.
+        file_type: &'static str,
+    },
     /// Listing or reading failed.
     #[error("{what} {target}: {source}")]
     Io {
@@ -29,14 +38,36 @@ pub enum StorageError {
     },
 }
 
+/// A file (or folder, or accounting document) that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// Its key in the lake.
+    pub key: String,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// What a listing found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Keys of the objects found, sorted.
+    pub keys: Vec<String>,
+    /// Folders below the prefix that could not be listed; what they hold is missing from
+    /// `keys`.
+    pub unreadable: Vec<Unreadable>,
+}
+
 /// Read access to the objects of one lake.
 pub trait LakeStorage: Send + Sync {
     /// Every object whose key starts with the folder `prefix` (`cuda/dt=2026-11-22/`; empty
     /// for the whole lake), at any depth, as keys relative to the root. A prefix that does not
-    /// exist lists nothing; that is not an error.
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError>;
+    /// exist lists nothing; that is not an error. A folder below it that cannot be listed is
+    /// reported in [`Listing::unreadable`] and the rest is listed. Must not block on anything
+    /// but the storage itself.
+    fn list(&self, prefix: &str) -> Result<Listing, StorageError>;
 
-    /// The whole content of one object.
+    /// The whole content of one object. Anything that is not a plain object with content
+    /// (a FIFO, socket or device, or a link to one) is an error, never a wait.
     fn get(&self, key: &str) -> Result<Bytes, StorageError>;
 
     /// How the lake is named to people (`/var/lib/gpuship/data`, `s3://bucket/prefix`).

@@ -13,6 +13,7 @@ pub mod trace;
 
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use gpuship_sinks::EventKind;
@@ -21,6 +22,27 @@ use serde_json::{json, Map};
 use crate::cli::{ExportTraceArgs, RangeArgs, ReportArgs};
 use crate::lake::range::rfc3339;
 use crate::lake::{Lake, TimeRange, Unreadable};
+
+/// Exit status of a view that found no readable data file in its range (docs/views.md): a
+/// wrong `--data`, a range before the agent ran, or an object store that lists nothing must
+/// not pass for a quiet, healthy fleet.
+pub const EXIT_NO_DATA: u8 = 3;
+
+/// Says loudly that nothing was found, and why that may be; the exit status to return.
+fn no_data(command: &str, lake: &Lake, range: &TimeRange, unreadable: usize) -> ExitCode {
+    let skipped = if unreadable > 0 {
+        format!(" ({unreadable} file(s) or folder(s) found there could not be read, listed above)")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "gpuship {command}: NO DATA: no readable Parquet file in {} for {range}{skipped}; \
+         nothing was written. Check --data (the Parquet sink's path), --since/--until, and for \
+         s3:// the endpoint (AWS_ENDPOINT or AWS_ENDPOINT_URL) and credentials. Exit status {EXIT_NO_DATA}.",
+        lake.location()
+    );
+    ExitCode::from(EXIT_NO_DATA)
+}
 
 fn open(args: &RangeArgs) -> anyhow::Result<(Lake, TimeRange)> {
     // Milliseconds are plenty for a range people type, and keep its printed form short.
@@ -63,12 +85,18 @@ fn warn_unreadable(command: &str, unreadable: &[Unreadable]) {
     }
 }
 
-/// `gpuship export-trace`.
-pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<()> {
+/// `gpuship export-trace`; [`EXIT_NO_DATA`] when no file of the range could be read.
+pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     let (lake, range) = open(&args.range)?;
     let cuda = lake.read_table(EventKind::Cuda, &range)?;
     let xid = lake.read_table(EventKind::Xid, &range)?;
     let driver = lake.read_table(EventKind::Driver, &range)?;
+    let files_read = xid.files_read + cuda.files_read + driver.files_read;
+    let unreadable = [xid.unreadable, cuda.unreadable, driver.unreadable].concat();
+    warn_unreadable("export-trace", &unreadable);
+    if files_read == 0 {
+        return Ok(no_data("export-trace", &lake, &range, unreadable.len()));
+    }
     let mut context = Map::new();
     context.insert(
         "generator".into(),
@@ -86,40 +114,46 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<()> {
     let mut json = serde_json::to_vec(&document).context("encoding the trace")?;
     json.push(b'\n');
     write_output(&args.output, &json)?;
-    let unreadable = [xid.unreadable, cuda.unreadable, driver.unreadable].concat();
-    warn_unreadable("export-trace", &unreadable);
     eprintln!(
         "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only; {} XIDs; {} driver \
-         operations; {} names) from {} file(s), {range}, to {}",
+         operations; {} names) from {files_read} file(s), {range}, to {}",
         counts.total(),
         counts.cuda_complete + counts.cuda_instant,
         counts.cuda_instant,
         counts.xid,
         counts.driver,
         counts.metadata,
-        xid.files_read + cuda.files_read + driver.files_read,
         where_to(&args.output)
     );
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
-/// `gpuship report`.
-pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
+/// `gpuship report`; [`EXIT_NO_DATA`] (and no page) when no file of the range could be read.
+pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let (lake, range) = open(&args.range)?;
     let (data, page) = report::build(&lake, range)?;
-    write_output(&args.output, page.as_bytes())?;
     warn_unreadable("report", &data.totals.unreadable);
+    if data.totals.files_read == 0 {
+        return Ok(no_data(
+            "report",
+            &lake,
+            &range,
+            data.totals.unreadable.len(),
+        ));
+    }
+    write_output(&args.output, page.as_bytes())?;
     eprintln!(
-        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), {range}, {} bytes of HTML to {}",
+        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), from {} file(s), {range}, {} bytes of HTML to {}",
         data.totals.xids,
         data.incidents.len(),
         data.totals.cuda_calls,
         data.totals.cuda_failures,
+        data.totals.files_read,
         page.len(),
         where_to(&args.output)
     );
     if data.accounting.documents == 0 {
         eprintln!("gpuship report: no accounting documents under _accounting/ for this range; delivery is not shown");
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -27,3 +27,19 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Current resident memory of `pid` in KiB: `(VmRSS, RssAnon, RssFile)`; zeros when it cannot
+/// be read. Anonymous memory is the heap and stacks; file memory is mapped code and files.
+#[allow(dead_code)] // not every bench that includes this file reads memory
+pub fn rss_kib(pid: u32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
+}

@@ -3,7 +3,8 @@
 //! records a partial success refused are dropped (`rejected`); a retryable failure hands the
 //! rows back to the queue (retried with backoff, spooled when memory is full or at the
 //! shutdown deadline); a permanent one counts them as failed. Every failure is counted by
-//! label in `/metrics`.
+//! label in `/metrics`; a retried export whose outcome is unknown (the collector may have kept
+//! it) is also counted as `maybe_delivered`, since the retry may duplicate its records.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::config::OtlpSinkConfig;
 use super::mapping::OtlpMapping;
-use super::transport::{Accepted, ExportError, Exporter};
+use super::transport::{Accepted, ExportError, Exporter, MAYBE_DELIVERED};
 use crate::schema::HostIdentity;
 use crate::sink::{DropReason, Sink, SinkError, SinkInput, SinkRun};
 use crate::EventBatch;
@@ -177,8 +178,10 @@ impl Worker {
             Ok((id, outcome)) => (id, outcome),
             Err(join_error) => (
                 join_error.id(),
+                // Abandoned in flight: the collector may have it already.
                 Err(ExportError {
                     retryable: true,
+                    maybe_delivered: true,
                     label: "shutdown_deadline".into(),
                     message: "request abandoned at the shutdown deadline".into(),
                 }),
@@ -203,7 +206,12 @@ impl Worker {
             }
             Err(error) if error.retryable => {
                 stats.count_error(&error.label, rows);
-                tracing::warn!(sink = %self.name, %kind, rows, %error, "otlp export failed; rows will be retried");
+                if error.maybe_delivered {
+                    stats.count_error(MAYBE_DELIVERED, rows);
+                    tracing::warn!(sink = %self.name, %kind, rows, %error, "otlp export failed with an unknown outcome; rows will be retried and the collector may receive them twice");
+                } else {
+                    tracing::warn!(sink = %self.name, %kind, rows, %error, "otlp export failed; rows will be retried");
+                }
                 input.batches.reject(chunk);
                 true
             }

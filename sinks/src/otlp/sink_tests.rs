@@ -18,7 +18,8 @@ use crate::sink::{DropReason, Sink, SinkInput, SinkStats};
 use crate::test_support::{cuda_batch, identity};
 use crate::EventKind;
 
-/// An answer: HTTP status and the partial-success count (for 200).
+/// An answer: HTTP status and the partial-success count (for 200). Status 0: read the whole
+/// request, then close the connection without answering (a collector dying mid-request).
 type Answer = (u16, i64);
 
 /// Serves `answers` in order (the last one repeats); returns the port and the records received
@@ -61,6 +62,9 @@ async fn canned_collector(answers: Vec<Answer>) -> (u16, Arc<Mutex<Vec<usize>>>)
                         seen.len() - 1
                     };
                     let (status, rejected) = answers[index.min(answers.len() - 1)];
+                    if status == 0 {
+                        return;
+                    }
                     let payload = if status == 200 {
                         ExportLogsServiceResponse {
                             partial_success: (rejected > 0).then(|| ExportLogsPartialSuccess {
@@ -127,7 +131,27 @@ async fn a_retryable_status_is_retried_until_accepted() {
     assert_eq!(stats.delivered.get(EventKind::Cuda), 4);
     assert_eq!(stats.errors().get("http_503"), Some(&4));
     assert_eq!(stats.errors().get("http_429"), Some(&4));
+    assert_eq!(
+        stats.errors().get("maybe_delivered"),
+        None,
+        "an answered refusal is not a possible duplicate"
+    );
     assert!(stats.healthy());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_of_exports_with_an_unknown_outcome_are_counted_as_maybe_delivered() {
+    // The collector takes the request and dies before answering, then a gateway answers 502:
+    // both times it may have kept the records, so the third, accepted, attempt may be a
+    // duplicate of either.
+    let (stats, requests) = run(vec![(0, 0), (502, 0), (200, 0)], 4).await;
+    assert_eq!(requests, [4, 4, 4]);
+    assert_eq!(stats.delivered.get(EventKind::Cuda), 4);
+    let errors = stats.errors();
+    assert_eq!(errors.get("connection_lost"), Some(&4), "{errors:?}");
+    assert_eq!(errors.get("http_502"), Some(&4), "{errors:?}");
+    assert_eq!(errors.get("maybe_delivered"), Some(&8), "{errors:?}");
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

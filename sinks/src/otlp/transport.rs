@@ -33,11 +33,20 @@ pub struct Accepted {
 pub struct ExportError {
     /// Whether a later attempt can succeed.
     pub retryable: bool,
+    /// Whether the collector may have received and kept the records although the export
+    /// failed: the request was sent and its outcome is unknown (connection lost mid-request,
+    /// gRPC `UNKNOWN`/`CANCELLED`/`DEADLINE_EXCEEDED`, a timeout, a gateway error). A retry
+    /// of such an export can deliver the records twice (at-least-once, docs/otlp.md).
+    pub maybe_delivered: bool,
     /// Short stable label for metrics (`grpc_unavailable`, `http_503`, `timeout`, ...).
     pub label: String,
     /// Details for the log.
     pub message: String,
 }
+
+/// The delivery-error label under which the records of failed exports that may have reached
+/// the collector are counted, in addition to their error's own label.
+pub const MAYBE_DELIVERED: &str = "maybe_delivered";
 
 /// A connection to one collector.
 #[derive(Clone)]
@@ -180,15 +189,9 @@ impl Exporter {
                     body = gzip_bytes(&body);
                     post = post.header(reqwest::header::CONTENT_ENCODING, "gzip");
                 }
-                let response = post.body(body).send().await.map_err(|err| ExportError {
-                    retryable: true,
-                    label: if err.is_timeout() {
-                        "timeout"
-                    } else {
-                        "connect"
-                    }
-                    .into(),
-                    message: err.without_url().to_string(),
+                let response = post.body(body).send().await.map_err(|err| {
+                    let (connect, timeout) = (err.is_connect(), err.is_timeout());
+                    http_send_error(connect, timeout, err.without_url().to_string())
                 })?;
                 let status = response.status();
                 let bytes = response.bytes().await.unwrap_or_default();
@@ -198,11 +201,10 @@ impl Exporter {
                         .map(accepted)
                         .unwrap_or(Accepted { rejected: 0 }));
                 }
-                Err(ExportError {
-                    retryable: http_retryable(status.as_u16()),
-                    label: format!("http_{}", status.as_u16()),
-                    message: String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
-                })
+                Err(http_status_error(
+                    status.as_u16(),
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
+                ))
             }
         }
     }
@@ -251,8 +253,39 @@ pub fn http_retryable(status: u16) -> bool {
     matches!(status, 401 | 403 | 408 | 429 | 502 | 503 | 504)
 }
 
+/// An OTLP/HTTP request that got no response. Retryable. Only a failed connection proves the
+/// collector never saw the request; after a timeout or a connection lost mid-request it may
+/// have kept the records.
+pub fn http_send_error(connect: bool, timeout: bool, message: String) -> ExportError {
+    let label = if connect {
+        "connect"
+    } else if timeout {
+        "timeout"
+    } else {
+        "connection_lost"
+    };
+    ExportError {
+        retryable: true,
+        maybe_delivered: !connect,
+        label: label.into(),
+        message,
+    }
+}
+
+/// An OTLP/HTTP response with a failure status. A gateway's 502 or 504 may come after the
+/// collector behind it took the request; any other status is the collector's own answer.
+pub fn http_status_error(status: u16, message: String) -> ExportError {
+    ExportError {
+        retryable: http_retryable(status),
+        maybe_delivered: matches!(status, 502 | 504),
+        label: format!("http_{status}"),
+        message,
+    }
+}
+
 /// OTLP/gRPC: the specification's retryable codes, plus authentication failures (see
-/// [`http_retryable`]).
+/// [`http_retryable`]). `UNKNOWN` (what a connection lost mid-request reads as), `CANCELLED`
+/// and `DEADLINE_EXCEEDED` leave the outcome unknown: the collector may have kept the records.
 pub fn grpc_error(status: &tonic::Status) -> ExportError {
     use tonic::Code::*;
     let code = status.code();
@@ -279,6 +312,7 @@ pub fn grpc_error(status: &tonic::Status) -> ExportError {
     }
     ExportError {
         retryable,
+        maybe_delivered: matches!(code, Unknown | Cancelled | DeadlineExceeded),
         label,
         message: status.message().to_string(),
     }
@@ -300,6 +334,70 @@ mod tests {
             grpc_error(&tonic::Status::deadline_exceeded("")).label,
             "grpc_deadline_exceeded"
         );
+    }
+
+    #[test]
+    fn exports_of_unknown_outcome_are_marked_maybe_delivered() {
+        use tonic::Code;
+        let maybe = [Code::Unknown, Code::Cancelled, Code::DeadlineExceeded];
+        for code in [
+            Code::Ok,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ] {
+            let error = grpc_error(&tonic::Status::new(code, "x"));
+            assert_eq!(error.maybe_delivered, maybe.contains(&code), "{code:?}");
+            assert!(!error.maybe_delivered || error.retryable, "{code:?}");
+        }
+        // The one seen duplicating: the collector died mid-request.
+        let lost = grpc_error(&tonic::Status::unknown("transport error"));
+        assert_eq!(
+            (lost.label.as_str(), lost.maybe_delivered),
+            ("grpc_unknown", true)
+        );
+        // Refused connection: never sent.
+        assert!(!grpc_error(&tonic::Status::unavailable("tcp connect error")).maybe_delivered);
+
+        let connect = http_send_error(true, false, "refused".into());
+        assert_eq!(
+            (connect.label.as_str(), connect.maybe_delivered),
+            ("connect", false)
+        );
+        let timeout = http_send_error(false, true, "timed out".into());
+        assert_eq!(
+            (timeout.label.as_str(), timeout.maybe_delivered),
+            ("timeout", true)
+        );
+        let reset = http_send_error(false, false, "connection reset".into());
+        assert_eq!(
+            (reset.label.as_str(), reset.maybe_delivered, reset.retryable),
+            ("connection_lost", true, true)
+        );
+        for (status, maybe) in [
+            (502, true),
+            (504, true),
+            (503, false),
+            (429, false),
+            (400, false),
+        ] {
+            let error = http_status_error(status, String::new());
+            assert_eq!(error.maybe_delivered, maybe, "{status}");
+            assert_eq!(error.label, format!("http_{status}"));
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! arrow-rs project's `object_store` crate.
 //!
 //! Credentials come from the standard AWS chain as `object_store` reads it: `AWS_*` variables
-//! (keys, session token, region, `AWS_ENDPOINT`), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE` +
+//! (keys, session token, region, `AWS_ENDPOINT` or `AWS_ENDPOINT_URL`), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE` +
 //! `AWS_ROLE_ARN`, i.e. Kubernetes IRSA), the ECS/EKS container endpoint, then the EC2
 //! instance metadata service. The `[sinks.object_store]` table overrides the endpoint and the
 //! region, allows plain HTTP for a local S3-compatible server, and sets the retry policy.
@@ -72,7 +72,8 @@ impl std::fmt::Display for S3Url {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectStoreOptions {
-    /// S3-compatible endpoint (`https://minio.lab:9000`); default: AWS, or `AWS_ENDPOINT`.
+    /// S3-compatible endpoint (`https://minio.lab:9000`); default: AWS, or `AWS_ENDPOINT` /
+    /// `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`.
     #[serde(default)]
     pub endpoint: Option<String>,
     /// Region; default: `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`.
@@ -82,7 +83,8 @@ pub struct ObjectStoreOptions {
     #[serde(default)]
     pub allow_http: bool,
     /// Address buckets as `endpoint/bucket` (most S3-compatible servers) rather than
-    /// `bucket.endpoint`; default: path style when `endpoint` is set.
+    /// `bucket.endpoint`; default: path style when an endpoint is set (here or in the
+    /// environment).
     #[serde(default)]
     pub path_style: Option<bool>,
     /// Retries of one upload before its rows go back to the sink's queue.
@@ -130,8 +132,7 @@ impl ObjectStoreOptions {
         if let Some(endpoint) = &self.endpoint {
             builder = builder.with_endpoint(endpoint);
         }
-        let has_endpoint = self.endpoint.is_some() || std::env::var_os("AWS_ENDPOINT").is_some();
-        let path_style = self.path_style.unwrap_or(has_endpoint);
+        let path_style = self.path_style(&builder);
         builder = builder.with_virtual_hosted_style_request(!path_style);
         if let Some(region) = &self.region {
             builder = builder.with_region(region);
@@ -160,6 +161,20 @@ impl ObjectStoreOptions {
             .with_retry(retry)
             .build()?;
         Ok(Arc::new(store))
+    }
+
+    /// Whether buckets are addressed as `endpoint/bucket`: `path_style` when set, else yes
+    /// exactly when a custom endpoint is set, in the config or by any variable the client reads
+    /// (`AWS_ENDPOINT`, `AWS_ENDPOINT_URL` as the AWS CLI and SDKs name it,
+    /// `AWS_ENDPOINT_URL_S3`). Asking the builder rather than the environment keeps every name
+    /// it accepts alike: an endpoint taken with virtual-host addressing would send
+    /// `bucket.127.0.0.1` requests that list nothing.
+    fn path_style(&self, builder: &AmazonS3Builder) -> bool {
+        self.path_style.unwrap_or_else(|| {
+            [AmazonS3ConfigKey::Endpoint, AmazonS3ConfigKey::S3Endpoint]
+                .iter()
+                .any(|key| builder.get_config_value(key).is_some_and(|v| !v.is_empty()))
+        })
     }
 
     /// Every problem with the values, as `(key, message)` pairs.
@@ -275,6 +290,34 @@ mod tests {
         assert!(ok.problems().is_empty());
         let url = S3Url::parse("s3://gpu-lake/p").unwrap().unwrap();
         assert!(ok.build(&url).is_ok());
+    }
+
+    #[test]
+    fn every_endpoint_variable_means_path_style_unless_told_otherwise() {
+        let options = ObjectStoreOptions::default();
+        let aws = AmazonS3Builder::new();
+        assert!(!options.path_style(&aws), "AWS itself: virtual-host style");
+        // `from_env` maps AWS_ENDPOINT and AWS_ENDPOINT_URL to the same key, and
+        // AWS_ENDPOINT_URL_S3 to its own; each means a custom server.
+        for variable in ["aws_endpoint", "aws_endpoint_url", "aws_endpoint_url_s3"] {
+            let key: AmazonS3ConfigKey = variable.parse().unwrap();
+            let builder = AmazonS3Builder::new().with_config(key, "http://127.0.0.1:9000");
+            assert!(options.path_style(&builder), "{variable}");
+            let told = ObjectStoreOptions {
+                path_style: Some(false),
+                ..Default::default()
+            };
+            assert!(
+                !told.path_style(&builder),
+                "{variable}: explicit setting wins"
+            );
+        }
+        let configured = ObjectStoreOptions {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            ..Default::default()
+        };
+        let builder = AmazonS3Builder::new().with_endpoint("http://127.0.0.1:9000");
+        assert!(configured.path_style(&builder));
     }
 
     #[test]

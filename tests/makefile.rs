@@ -1,0 +1,79 @@
+//! The README's two commands, `make run` and `make test`, as root (a container's shell, which
+//! has no sudo) and as a user (who has sudo): `make -n` shows what each would run, without
+//! running it. Root: nothing through sudo. A user: apt-get and the agent through sudo, the
+//! build as the user, and `make test` re-run as a whole under sudo.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// `make -n <target>` in the repository, as `uid` when given; its standard output.
+fn dry_run(target: &str, uid: Option<u32>) -> String {
+    let mut command = Command::new("make");
+    command
+        .args(["-n", target])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("MAKEFLAGS")
+        .env_remove("SUDO_USER");
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid).env("HOME", "/nonexistent");
+    }
+    let output = command.output().expect("make");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "make -n {target}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+const NOBODY: Option<u32> = Some(65534);
+
+#[test]
+fn as_root_nothing_goes_through_sudo() {
+    for target in ["run", "test", "bench"] {
+        let plan = dry_run(target, None);
+        assert!(!plan.contains("sudo"), "make {target} as root:\n{plan}");
+    }
+    let run = dry_run("run", None);
+    assert!(run.contains("apt-get update"), "{run}");
+    assert!(
+        run.lines()
+            .any(|l| l.starts_with("./target/release/gpuship run")),
+        "{run}"
+    );
+    let test = dry_run("test", None);
+    assert!(
+        test.contains("test --workspace --all-targets --locked"),
+        "{test}"
+    );
+}
+
+#[test]
+fn as_a_user_root_work_goes_through_sudo_and_the_build_does_not() {
+    let run = dry_run("run", NOBODY);
+    assert!(run.contains("sudo apt-get update"), "{run}");
+    assert!(
+        run.lines()
+            .any(|l| l.starts_with("sudo ./target/release/gpuship run")),
+        "{run}"
+    );
+    let build = run
+        .lines()
+        .find(|l| l.contains("build --release --locked"))
+        .expect("a build line");
+    assert!(!build.contains("sudo"), "built as the user: {build}");
+    for target in ["test", "bench"] {
+        let plan = dry_run(target, NOBODY);
+        let rerun = plan
+            .lines()
+            .find(|l| l.starts_with("sudo "))
+            .unwrap_or_else(|| panic!("make {target} as a user:\n{plan}"));
+        assert!(rerun.ends_with(&format!(" {target}")), "{rerun}");
+        assert!(rerun.contains("make CARGO="), "{rerun}");
+        assert!(
+            !plan.contains("--all-targets --locked"),
+            "nothing runs before the re-run:\n{plan}"
+        );
+    }
+}
