@@ -185,8 +185,10 @@ fn assert_accounting(stopped: &Stopped, sink: &str, calls: u64, xids: u64) {
         "the spool was never used: {}",
         stopped.outcome
     );
+    // Other tests log XIDs to the same kernel log: at least ours, and all of them delivered.
     let xid = stopped.sink_named(sink, "xid");
-    assert_eq!(xid["delivered"].as_u64(), Some(xids), "{}", stopped.outcome);
+    assert!(xid["delivered"].as_u64().unwrap_or(0) >= xids, "{}", stopped.outcome);
+    assert_eq!(xid["delivered"], xid["received"], "{}", stopped.outcome);
 }
 
 #[test]
@@ -250,8 +252,11 @@ fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
     );
     assert_eq!(seen.len() as u64, calls, "every call on the topic");
     assert_eq!(duplicates, 0, "each call once");
-    let xid_records = consume_all(&tansu.brokers(), "gpuship.xid", 3);
-    assert_eq!(xid_records.len(), 3);
+    let ours = consume_all(&tansu.brokers(), "gpuship.xid", 3)
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.payload).contains("0000:e1:00"))
+        .count();
+    assert_eq!(ours, 3, "each of our XIDs once");
 }
 
 #[test]
@@ -275,7 +280,6 @@ fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
         .expect("failing workload");
     let failed_calls = failing_iterations * 2;
     std::thread::sleep(SHOULDERS);
-    let before = rotel.records().len();
     rotel.peer.kill();
     std::thread::sleep(Duration::from_secs(5));
     inject_xids("0000:e2:00", 3);
@@ -328,26 +332,29 @@ fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
     // What the collector printed, both lives together: every failed call and XID once.
     let mut printed = common::peers::parse_records(&rotel.peer.output());
     printed.extend(rotel_again.wait_for_records(0, Duration::ZERO));
-    let _ = before;
     let mut seen: BTreeMap<(String, u64, String), u32> = BTreeMap::new();
+    let mut our_xids = 0;
     for record in &printed {
+        if record.body.contains("XID") {
+            if record.body.contains("0000:e2:00") || format!("{:?}", record.attributes).contains("0000:e2:00") {
+                our_xids += 1;
+            }
+            continue;
+        }
         let key = (
-            record
-                .attributes
-                .get("thread.id")
-                .cloned()
-                .unwrap_or_default(),
+            record.attributes.get("thread.id").cloned().unwrap_or_default(),
             record.time_unix_nano,
             record.event_name.clone(),
         );
         *seen.entry(key).or_default() += 1;
     }
+    let calls: u64 = seen.values().map(|&n| u64::from(n)).sum();
     let duplicates: u64 = seen.values().map(|&n| u64::from(n - 1)).sum();
-    eprintln!("otlp outage: {failed_calls} failed calls + 3 XIDs, {} records, {} distinct, {duplicates} duplicates", printed.len(), seen.len());
-    assert_eq!(
-        printed.len() as u64,
-        failed_calls + 3,
-        "every failed call and XID received"
+    eprintln!(
+        "otlp outage: {failed_calls} failed calls, {calls} call records, {} distinct, {duplicates} duplicates, {our_xids} of our XIDs",
+        seen.len()
     );
+    assert_eq!(seen.len() as u64, failed_calls, "every failed call received");
     assert_eq!(duplicates, 0, "each once");
+    assert_eq!(our_xids, 3, "each of our XIDs once");
 }
