@@ -30,7 +30,8 @@ impl Incidents {
     pub fn new(host: &str, window: Duration) -> Self {
         Self {
             host: host.to_string(),
-            window_ns: window.as_nanos() as i64,
+            // Saturating: `as i64` wrapped a huge window to a small or negative one.
+            window_ns: gpuship_sinks::limits::nanos_i64(window),
             by_gpu: HashMap::new(),
         }
     }
@@ -39,8 +40,8 @@ impl Incidents {
     pub fn assign(&mut self, record: &mut XidRecord) -> Arc<str> {
         let caused = record.annotations.details.caused_by_xid.is_some();
         let joins = self.by_gpu.get(&record.pci_bus_id).is_some_and(|open| {
-            let gap = record.time_ns - open.last_ns;
-            gap <= self.window_ns || (caused && gap <= 6 * self.window_ns)
+            let gap = record.time_ns.saturating_sub(open.last_ns);
+            gap <= self.window_ns || (caused && gap <= self.window_ns.saturating_mul(6))
         });
         let id = if joins {
             let open = self

@@ -24,7 +24,7 @@ fn twins(a: &XidRecord, b: &XidRecord, window: Duration) -> bool {
     a.source != b.source
         && a.code == b.code
         && a.pci_bus_id == b.pci_bus_id
-        && a.time_ns.abs_diff(b.time_ns) <= window.as_nanos() as u64
+        && u128::from(a.time_ns.abs_diff(b.time_ns)) <= window.as_nanos()
         && (a.message == b.message
             || (a.message_truncated && b.message.starts_with(&a.message))
             || (b.message_truncated && a.message.starts_with(&b.message)))
@@ -105,7 +105,7 @@ impl Reconciler {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.pending
             .front()
-            .map(|(_, arrived)| *arrived + self.window)
+            .map(|(_, arrived)| gpuship_sinks::limits::instant_after(*arrived, self.window))
     }
 
     /// Reports waiting for a twin.

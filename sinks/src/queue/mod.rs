@@ -79,6 +79,26 @@ impl Default for BufferConfig {
     }
 }
 
+impl BufferConfig {
+    /// Every problem with the values, as `(key, message)` pairs (keys relative to the sink).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        use crate::limits::out_of_range;
+        [
+            (
+                "buffer.max_events",
+                out_of_range(self.max_events as u64, 1..=16_777_216),
+            ),
+            (
+                "buffer.max_bytes",
+                out_of_range(self.max_bytes as u64, 1..=16 << 30),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, message)| Some((key, message?)))
+        .collect()
+    }
+}
+
 /// Retry delays after a failed delivery: doubling from the first to the last.
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);

@@ -136,7 +136,7 @@ impl QueueReceiver {
         shared
             .lock()
             .closed_at
-            .map(|closed| closed + shared.shutdown_timeout)
+            .map(|closed| crate::limits::instant_after(closed, shared.shutdown_timeout))
     }
 
     /// The sink delivered a batch: it is healthy again.
