@@ -162,6 +162,31 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_window_saturates_instead_of_wrapping() {
+        // u64::MAX seconds in ns cast to i64 wrapped to a negative window: two XIDs 1 s apart
+        // became two incidents. Validation bounds the window; the arithmetic must hold anyway.
+        for window in [Duration::from_secs(u64::MAX), Duration::MAX] {
+            let mut incidents = Incidents::new("n", window);
+            let mut first = xid(79, "0000:3b:00.0", i64::MIN / 2);
+            let mut second = xid(48, "0000:3b:00.0", i64::MIN / 2 + S);
+            let mut caused = xid(45, "0000:3b:00.0", i64::MAX);
+            caused.annotations.details.caused_by_xid = Some(48);
+            incidents.assign(&mut first);
+            incidents.assign(&mut second);
+            incidents.assign(&mut caused);
+            assert_eq!(
+                second.annotations.incident_id,
+                first.annotations.incident_id
+            );
+            assert_eq!(
+                caused.annotations.incident_id,
+                first.annotations.incident_id
+            );
+            assert_eq!(second.annotations.root_candidate, Some(false));
+        }
+    }
+
+    #[test]
     fn links_cover_their_time_span_only() {
         let links = IncidentLinks::default();
         links.link(42, Arc::from("inc"), 10, 20);

@@ -152,6 +152,18 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_window_does_not_overflow_the_deadline() {
+        let now = Instant::now();
+        let mut reconciler = Reconciler::new(Duration::from_millis(u64::MAX), true);
+        assert!(reconciler.offer(tracepoint(1_000_000), now).is_none());
+        let deadline = reconciler.next_deadline().expect("one waiting");
+        assert!(deadline > now);
+        assert!(reconciler.expired(now).is_empty());
+        let merged = reconciler.offer(kmsg(i64::MAX, 1), now);
+        assert!(merged.is_some(), "any gap is within a window this long");
+    }
+
+    #[test]
     fn a_pair_becomes_one_record_with_both_sides() {
         let now = Instant::now();
         let mut reconciler = Reconciler::new(Duration::from_secs(1), true);

@@ -339,6 +339,51 @@ mod tests {
     }
 
     #[test]
+    fn header_values_that_cannot_be_sent_are_refused_without_showing_them() {
+        let config: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"http://c:4317\"\ntimeout_secs = 18446744073709551615\n[headers]\n\
+             a = \"Bearer x\\r\\nX-Injected: 1\"\nb = \"bell\\u0007\"\nc = \"caf\u{e9}\"\nd = \"ok\\tvalue\"\n",
+        )
+        .unwrap();
+        let problems = config.problems();
+        assert_eq!(
+            problems,
+            [
+                (
+                    "timeout_secs".to_string(),
+                    "18446744073709551615 is outside 1..=3600".to_string()
+                ),
+                (
+                    "headers.a".to_string(),
+                    "the value contains a line break (CR/LF); not a valid header value".to_string()
+                ),
+                (
+                    "headers.b".to_string(),
+                    "the value contains the control character U+0007; not a valid header value"
+                        .to_string()
+                ),
+                (
+                    "headers.c".to_string(),
+                    "the value is not ASCII; not a valid header value".to_string()
+                ),
+            ]
+        );
+        // A secret is only read at start: the same check applies then, naming the header.
+        std::env::set_var("GPUSHIP_TEST_OTLP_CRLF", "Bearer secret\r\nX-Injected: 1");
+        let secret: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"http://c:4317\"\n[headers]\nAuthorization = { env = \"GPUSHIP_TEST_OTLP_CRLF\" }\n",
+        )
+        .unwrap();
+        assert!(secret.problems().is_empty());
+        let err = secret.check_start().unwrap_err();
+        assert_eq!(
+            err,
+            "header Authorization: the value contains a line break (CR/LF); not a valid header value"
+        );
+        assert!(!err.contains("secret"));
+    }
+
+    #[test]
     fn headers_and_resource_attributes_resolve_from_the_environment() {
         std::env::set_var("GPUSHIP_TEST_OTLP_TOKEN", "Bearer abc");
         std::env::set_var("GPUSHIP_TEST_NODE", "node-9");
