@@ -253,7 +253,7 @@ impl KafkaSinkConfig {
         }
         // librdkafka's own limits bound most of these (linger.ms <= 900000, batch.size and
         // queue.buffering.max.kbytes < 2^31, batch.num.messages <= 1000000,
-        // message.max.bytes <= 1000000000); docs/kafka.md lists them.
+        // message.max.bytes <= 1000000000).
         let batch = &self.batch;
         for (key, value, range) in [
             ("batch.linger_ms", batch.linger_ms, 0..=900_000),
