@@ -158,8 +158,12 @@ impl SinkEntry {
         for (key, value) in table {
             match key.get_ref().as_ref() {
                 "type" => type_value = Some(value),
-                name if OPTION_KEYS.contains(&name) => drop(options.insert(key, value)),
-                _ => drop(destination.insert(key, value)),
+                name if OPTION_KEYS.contains(&name) => {
+                    options.insert(key, value);
+                }
+                _ => {
+                    destination.insert(key, value);
+                }
             }
         }
         let filter_set = options.contains_key("cuda_filter");

@@ -1,4 +1,7 @@
-//! Builds running sinks from their config: the one place a new sink type is registered.
+//! Builds running sinks from their config: the one place a new sink type is registered. Also
+//! where a sink that cannot start, or stops with an error, is made an error of the run.
+
+use std::sync::Arc;
 
 use gpuship_sinks::blackhole::BlackholeSink;
 use gpuship_sinks::jsonl::JsonlSink;
@@ -6,8 +9,6 @@ use gpuship_sinks::kafka::KafkaSink;
 use gpuship_sinks::otlp::OtlpSink;
 use gpuship_sinks::parquet::ParquetSink;
 use gpuship_sinks::schema::HostIdentity;
-use std::sync::Arc;
-
 use gpuship_sinks::sink::SinkRun;
 use gpuship_sinks::{Sink, SinkStats};
 
