@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::agent::binary;
+use common::agent::{binary, Agent};
 use common::repo_root;
 
 fn gpuship(args: &[&str]) -> (i32, String, String) {
@@ -136,9 +136,9 @@ fn validate_lists_every_bad_value() {
     assert_eq!(code, 1);
     for expected in [
         "3 problem(s)",
-        "line 2: batch.max_events: must be greater than 0",
+        "line 2: batch.max_events: 0 is outside 1..=1048576",
         "line 7: sinks[0].zstd_level: 0 is outside 1..=22",
-        "line 8: sinks[0].max_file_rows: must be greater than 0",
+        "line 8: sinks[0].max_file_rows: 0 is outside 1..=1000000000",
     ] {
         assert!(
             stderr.contains(expected),
@@ -153,7 +153,7 @@ fn run_refuses_a_bad_config_before_touching_anything() {
     let (code, _, stderr) = gpuship(&["run", "--config", &path]);
     assert_eq!(code, 1);
     assert!(
-        stderr.contains("line 1: sinks[0]") && stderr.contains("smoke_signals"),
+        stderr.contains("line 2: sinks[0].type: unknown sink type `smoke_signals`"),
         "{stderr}"
     );
     let (_dir, path) = write_config("[[sinks]]\ntype = \"kafka\"\n");
@@ -288,5 +288,126 @@ fn log_format_json_writes_one_object_per_line() {
             .as_str()
             .is_some_and(|e| e.contains("/nonexistent.toml")),
         "{stderr}"
+    );
+}
+
+/// Sources that need no BPF: XIDs from the kernel log only.
+const KMSG_ONLY: &str = "[sources.xid]\ntracepoint = false\n[sources.cuda]\nenabled = false\n\
+                         [sources.driver]\nioctl = false\n";
+
+#[test]
+fn huge_durations_are_refused_by_validate_and_run_instead_of_panicking() {
+    // Each of these made `run` panic or misbehave ("overflow when adding duration to instant",
+    // a sink task panicking at SIGTERM, incidents split by a wrapped window).
+    let (_dir, path) = write_config(
+        "[agent]\nstats_interval_secs = 18446744073709551615\n\
+         shutdown_timeout_secs = 18446744073709551615\n\
+         [sources.xid]\nincident_window_secs = 18446744073709551615\ntracepoint = false\n\
+         [sources.cuda]\nenabled = false\n",
+    );
+    for command in ["validate", "run"] {
+        let (code, _, stderr) = gpuship(&[command, "--config", &path]);
+        assert_eq!(code, 1, "{command}: {stderr}");
+        for expected in [
+            "3 problem(s)",
+            "line 2: agent.stats_interval_secs: 18446744073709551615 is outside 0..=86400",
+            "line 3: agent.shutdown_timeout_secs: 18446744073709551615 is outside 0..=3600",
+            "line 5: sources.xid.incident_window_secs: 18446744073709551615 is outside 0..=86400",
+        ] {
+            assert!(
+                stderr.contains(expected),
+                "{command}: missing {expected:?} in\n{stderr}"
+            );
+        }
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_missing_explicit_library_is_refused_but_auto_finding_nothing_is_not() {
+    let (_dir, path) = write_config(
+        "[sources.xid]\ntracepoint = false\n\n[sources.cuda]\n\
+         libraries = [\"/nonexistent/libcuda.so.1\"]\n",
+    );
+    let expected =
+        "line 5: sources.cuda.libraries[0]: /nonexistent/libcuda.so.1 does not exist on this host";
+    for command in ["validate", "run"] {
+        let (code, _, stderr) = gpuship(&[command, "--config", &path]);
+        assert_eq!(code, 1, "{command}: {stderr}");
+        assert!(stderr.contains(expected), "{command}: {stderr}");
+        assert!(stderr.contains("1 problem(s)"), "{stderr}");
+    }
+    // "auto" is discovery: finding nothing is a warning at run time, not a config problem.
+    let (_dir, path) = write_config("[sources.cuda]\nlibraries = [\"auto\"]\n");
+    let (code, stdout, stderr) = gpuship(&["validate", "--config", &path]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("valid"), "{stdout}");
+}
+
+#[test]
+fn run_exits_non_zero_naming_a_sink_that_cannot_start() {
+    // The header secret holds a CR/LF: it cannot be sent, so the sink could never deliver.
+    // Before, the sink died silently at start, /health said ok and its XIDs were dropped.
+    let (_dir, path) = write_config(&format!(
+        "{KMSG_ONLY}\n[[sinks]]\ntype = \"otlp\"\nname = \"collector\"\n\
+         endpoint = \"http://127.0.0.1:1\"\n[sinks.headers]\n\
+         authorization = {{ env = \"GPUSHIP_TEST_CRLF_TOKEN\" }}\n\
+         [metrics]\naddress = \"127.0.0.1:0\"\n"
+    ));
+    let output = Command::new(binary())
+        .args(["run", "--config", &path])
+        .env("GPUSHIP_TEST_CRLF_TOKEN", "Bearer s3cret\r\nX-Injected: 1")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run gpuship");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "sink collector cannot start: header authorization: the value contains a line \
+             break (CR/LF); not a valid header value"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("capture started"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret"),
+        "the secret is never printed:\n{stderr}"
+    );
+    // validate checks what the file holds; a secret is only read by run.
+    let (code, _, stderr) = gpuship(&["validate", "--config", &path]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn a_sink_that_stops_with_an_error_says_so_at_once_and_the_run_ends_non_zero() {
+    // Passes every check before start; librdkafka refuses the property when the producer is
+    // created inside the running sink.
+    let agent = Agent::start(
+        &format!(
+            "{KMSG_ONLY}\n[[sinks]]\ntype = \"kafka\"\nname = \"events\"\n\
+             brokers = \"127.0.0.1:1\"\n[sinks.librdkafka_options]\n\"no.such.property\" = \"1\"\n"
+        ),
+        &[],
+    );
+    agent.wait_for_log("sink stopped", std::time::Duration::from_secs(30));
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("sink stopped"))
+        .expect("logged");
+    assert!(
+        line.contains("ERROR") && line.contains("sink=events"),
+        "{line}"
+    );
+    assert!(line.contains("events: cannot start"), "{line}");
+    let stopped = agent.stop();
+    assert_eq!(stopped.status.code(), Some(1), "{}", stopped.log);
+    assert!(
+        stopped
+            .log
+            .contains("gpuship run: sink(s) failed: events: cannot start"),
+        "{}",
+        stopped.log
     );
 }

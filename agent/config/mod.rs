@@ -1,43 +1,33 @@
 //! The agent's configuration: one TOML file, every key documented in `config/gpuship.toml`.
 //!
 //! Parsing is strict (`deny_unknown_fields`: a typo is an error that names the key and its
-//! line), and [`Config::validate`] is pure: it checks values without touching the system and
-//! reports every problem at once, not just the first.
+//! line), and every problem is reported at once, not just the first, each with its key and
+//! line: type errors ([`parse`]), values outside their documented range ([`Config::validate`],
+//! pure), and, when a file is loaded for use, what the host lacks ([`host`]: an explicitly
+//! configured library that does not exist).
 
+mod host;
+mod parse;
 mod sinks;
 mod sources;
 mod validate;
+mod validate_sinks;
 
 use std::path::{Path, PathBuf};
 
 use gpuship_sinks::parquet::ParquetSinkConfig;
 use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
-pub use sinks::{CudaFilter, SinkConfig, SinkEntry, SinkOptions};
+use parse::{typed, Document, Problems};
+
+pub use sinks::{sink_name_problem, sink_names, CudaFilter, SinkConfig, SinkEntry, SinkOptions};
 pub use sources::{
     CudaSourceConfig, DriverSourceConfig, KmsgStart, SourcesConfig, TracepointFields,
     XidSourceConfig,
 };
 pub use validate::{ConfigError, Problem};
-
-/// The whole file, as parsed before sinks are typed: each `[[sinks]]` table keeps its span so
-/// that an error inside it can name its line (serde's tagged enums lose spans).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    #[serde(default)]
-    agent: AgentConfig,
-    #[serde(default)]
-    sources: SourcesConfig,
-    #[serde(default)]
-    batch: BatchConfig,
-    #[serde(default)]
-    enrich: EnrichConfig,
-    #[serde(default)]
-    metrics: MetricsConfig,
-    #[serde(default)]
-    sinks: Vec<toml::Spanned<toml::Table>>,
-}
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -242,46 +232,95 @@ default_from_serde!(
     EnrichConfig
 );
 
+/// Keeps the default when a section could not be typed (its problems are recorded).
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
+}
+
 /// Where the embedded default writes Parquet.
 pub const DEFAULT_DATA_DIR: &str = "./gpuship-data";
 
 impl Config {
-    /// Parses and validates `text` (the contents of `origin`).
+    /// Parses and validates `text` (the contents of `origin`) without looking at the host.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        let parse_error = |message: String| ConfigError::Parse {
-            origin: origin.to_path_buf(),
-            message,
-        };
-        let file: FileConfig = toml::from_str(text).map_err(|err| parse_error(err.to_string()))?;
-        let mut sinks = Vec::with_capacity(file.sinks.len());
-        for (index, table) in file.sinks.into_iter().enumerate() {
-            let line = text[..table.span().start.min(text.len())]
-                .matches('\n')
-                .count()
-                + 1;
-            let sink = SinkEntry::from_table(table.into_inner())
-                .map_err(|err| parse_error(format!("line {line}: sinks[{index}]: {err}")))?;
-            sinks.push(sink);
-        }
-        let config = Config {
-            agent: file.agent,
-            sources: file.sources,
-            batch: file.batch,
-            enrich: file.enrich,
-            metrics: file.metrics,
-            sinks,
-        };
-        config.validate(text, origin)?;
-        Ok(config)
+        Self::parse_checked(text, origin, false)
     }
 
-    /// Reads, parses and validates a file.
+    /// Reads, parses and validates a file, and checks it against this host (what `validate`
+    /// and `run` use): an explicitly configured library that does not exist is a problem.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             origin: path.to_path_buf(),
             source,
         })?;
-        Self::from_toml(&text, path)
+        Self::parse_checked(&text, path, true)
+    }
+
+    /// Every problem of `text`: type errors in file order, then values, then (with `host`)
+    /// what the host lacks.
+    fn parse_checked(text: &str, origin: &Path, host: bool) -> Result<Config, ConfigError> {
+        let document = Document::parse(text).map_err(|message| ConfigError::Parse {
+            origin: origin.to_path_buf(),
+            message,
+        })?;
+        let mut problems = Problems {
+            text,
+            list: Vec::new(),
+        };
+        let (config, sink_index) = Config::from_document(document.root, &mut problems);
+        let mut problems = problems.list;
+        problems.sort_by_key(|p| p.line);
+        problems.extend(config.value_problems(&document.lines, &sink_index));
+        if host {
+            problems.extend(host::problems(&config, &document.lines));
+        }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                origin: origin.to_path_buf(),
+                problems,
+            })
+        }
+    }
+
+    /// The typed sections of a document; each sink with its index in the file (a sink whose
+    /// type or required keys are wrong is left out, its problems recorded).
+    fn from_document(root: Spanned<DeTable<'_>>, problems: &mut Problems) -> (Config, Vec<usize>) {
+        let mut config = Config::default();
+        let mut sink_index = Vec::new();
+        for (key, value) in root.into_inner() {
+            let offset = key.span().start;
+            match key.get_ref().as_ref() {
+                "agent" => set(&mut config.agent, typed(value, "agent", problems)),
+                "sources" => set(&mut config.sources, typed(value, "sources", problems)),
+                "batch" => set(&mut config.batch, typed(value, "batch", problems)),
+                "enrich" => set(&mut config.enrich, typed(value, "enrich", problems)),
+                "metrics" => set(&mut config.metrics, typed(value, "metrics", problems)),
+                "sinks" => match value.into_inner() {
+                    DeValue::Array(items) => {
+                        for (index, item) in items.into_iter().enumerate() {
+                            if let Some(entry) = SinkEntry::parse(index, item, problems) {
+                                config.sinks.push(entry);
+                                sink_index.push(index);
+                            }
+                        }
+                    }
+                    _ => problems.at("sinks", offset, "must be a list of tables: [[sinks]]"),
+                },
+                other => problems.at(
+                    other,
+                    offset,
+                    format!(
+                        "unknown section `{other}`, expected one of `agent`, `sources`, \
+                         `batch`, `enrich`, `metrics`, `sinks`"
+                    ),
+                ),
+            }
+        }
+        (config, sink_index)
     }
 
     /// The configuration used without a file: every source, Parquet under ./gpuship-data.

@@ -8,6 +8,10 @@ use gpuship_sinks::otlp::OtlpSinkConfig;
 use gpuship_sinks::parquet::ParquetSinkConfig;
 use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
 use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::parse::{typed, Problems};
 
 /// One `[[sinks]]` table.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,27 +136,80 @@ impl SinkConfig {
     }
 }
 
+/// The `type` values, in the order error messages list them.
+pub const SINK_TYPES: [&str; 5] = ["parquet", "kafka", "jsonl", "otlp", "blackhole"];
+
 impl SinkEntry {
-    /// Parses one `[[sinks]]` table: shared options, then the type-specific rest.
-    pub fn from_table(mut table: toml::Table) -> Result<SinkEntry, String> {
-        let mut options = toml::Table::new();
-        for key in OPTION_KEYS {
-            if let Some(value) = table.remove(key) {
-                options.insert(key.to_string(), value);
+    /// Parses the `index`th `[[sinks]]` table: shared options, then the part its `type`
+    /// selects, each deserialized on its own so that every wrong key is reported with its
+    /// line. None (with the problems recorded) when the type or a required key is wrong.
+    pub(super) fn parse(
+        index: usize,
+        value: Spanned<DeValue<'_>>,
+        problems: &mut Problems,
+    ) -> Option<SinkEntry> {
+        let path = format!("sinks[{index}]");
+        let span = value.span();
+        let DeValue::Table(table) = value.into_inner() else {
+            problems.at(&path, span.start, "must be a table: write it as [[sinks]]");
+            return None;
+        };
+        let (mut options, mut destination, mut type_value) = (DeTable::new(), DeTable::new(), None);
+        for (key, value) in table {
+            match key.get_ref().as_ref() {
+                "type" => type_value = Some(value),
+                name if OPTION_KEYS.contains(&name) => {
+                    options.insert(key, value);
+                }
+                _ => {
+                    destination.insert(key, value);
+                }
             }
         }
         let filter_set = options.contains_key("cuda_filter");
-        let mut options = SinkOptions::deserialize(toml::Value::Table(options))
-            .map_err(|e| e.message().to_string())?;
-        let sink = SinkConfig::deserialize(toml::Value::Table(table))
-            .map_err(|e| e.message().to_string())?;
+        let options = typed::<SinkOptions>(
+            Spanned::new(span.clone(), DeValue::Table(options)),
+            &path,
+            problems,
+        );
+        let destination = Spanned::new(span.clone(), DeValue::Table(destination));
+        let types = SINK_TYPES.map(|t| format!("`{t}`")).join(", ");
+        let Some(type_value) = type_value else {
+            problems.at(
+                format!("{path}.type"),
+                span.start,
+                format!("missing; one of {types}"),
+            );
+            return None;
+        };
+        let type_offset = type_value.span().start;
+        let sink = match type_value.get_ref().as_str() {
+            Some("parquet") => typed(destination, &path, problems).map(SinkConfig::Parquet),
+            Some("kafka") => {
+                typed(destination, &path, problems).map(|kafka| SinkConfig::Kafka(Box::new(kafka)))
+            }
+            Some("jsonl") => typed(destination, &path, problems).map(SinkConfig::Jsonl),
+            Some("otlp") => typed(destination, &path, problems).map(SinkConfig::Otlp),
+            Some("blackhole") => typed(destination, &path, problems).map(SinkConfig::Blackhole),
+            other => {
+                let found =
+                    other.map_or("a value that is not a string".into(), |t| format!("`{t}`"));
+                problems.at(
+                    format!("{path}.type"),
+                    type_offset,
+                    format!("unknown sink type {found}, expected one of {types}"),
+                );
+                None
+            }
+        }?;
+        let mut options = options?;
         if !filter_set {
             options.cuda_filter = sink.default_cuda_filter();
         }
         if options.cuda_filter.is_some_and(|f| f.all) {
             options.cuda_filter = None;
         }
-        Ok(SinkEntry { options, sink })
+        Some(SinkEntry { options, sink })
     }
 
     /// A sink with default options.
@@ -165,12 +222,105 @@ impl SinkEntry {
     }
 }
 
+/// Each sink's name: its `name`, else its type, suffixed with its position when the type
+/// appears more than once (`parquet-0`, `parquet-1`). Validation makes them unique.
+pub fn sink_names(entries: &[SinkEntry]) -> Vec<String> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            if let Some(name) = &entry.options.name {
+                return name.clone();
+            }
+            let type_name = entry.sink.type_name();
+            let same_type = entries
+                .iter()
+                .filter(|e| e.sink.type_name() == type_name)
+                .count();
+            if same_type > 1 {
+                format!("{type_name}-{index}")
+            } else {
+                type_name.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Why `name` cannot name a sink. Names become folder names (the spool under `state_dir`) and
+/// metric label values, so they are short and plain: `[A-Za-z0-9_.-]{1,64}`, not `.` or `..`.
+pub fn sink_name_problem(name: &str) -> Option<String> {
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if name.is_empty() || name.len() > 64 || !plain || name == "." || name == ".." {
+        Some(format!(
+            "{:?} is not a sink name: use 1 to 64 of A-Z a-z 0-9 _ . - (not \".\" or \"..\")",
+            name
+        ))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<SinkEntry, String> {
-        SinkEntry::from_table(toml::from_str(text).unwrap())
+        // The tables of one sink: `[buffer]` here is `[sinks.buffer]` in a file.
+        let text = format!("[[sinks]]\n{}", text.replace("\n[", "\n[sinks."));
+        let document = super::super::parse::Document::parse(&text).unwrap();
+        let value = document.root.get_ref().get("sinks").unwrap();
+        let DeValue::Array(items) = value.get_ref() else {
+            panic!()
+        };
+        let mut problems = Problems {
+            text: &text,
+            list: Vec::new(),
+        };
+        let entry = SinkEntry::parse(0, items[0].clone(), &mut problems);
+        match entry {
+            Some(entry) if problems.list.is_empty() => Ok(entry),
+            _ => Err(problems
+                .list
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")),
+        }
+    }
+
+    #[test]
+    fn names_are_restricted_to_plain_folder_names() {
+        for good in ["lake", "parquet-0", "kafka.prod_2", "a", &"x".repeat(64)] {
+            assert_eq!(sink_name_problem(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../../escape",
+            "a/b",
+            "lake\"",
+            "two\nlines",
+            "sp ace",
+            "ünï",
+            &"x".repeat(65),
+        ] {
+            assert!(sink_name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut configs = vec![
+            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/a"))),
+            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/b"))),
+        ];
+        assert_eq!(sink_names(&configs), vec!["parquet-0", "parquet-1"]);
+        assert_eq!(sink_names(&configs[..1]), vec!["parquet"]);
+        configs[1].options.name = Some("lake".into());
+        assert_eq!(sink_names(&configs), vec!["parquet-0", "lake"]);
     }
 
     #[test]

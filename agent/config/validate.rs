@@ -1,10 +1,15 @@
 //! Pure validation of a parsed [`Config`]: every problem, each with where it is in the file.
+//! Every size and duration has a documented range (config/gpuship.toml); values outside it are
+//! problems, so nothing downstream sees a value its arithmetic was not written for.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use super::{Config, SinkConfig};
-use gpuship_sinks::EventKind;
+use gpuship_sinks::limits::out_of_range;
+
+use super::parse::Lines;
+use super::Config;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -64,52 +69,46 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Collects problems, finding lines in the source text.
-struct Report<'a> {
-    text: &'a str,
-    problems: Vec<Problem>,
+/// Collects problems, finding each key's line in the parsed document.
+pub(super) struct Report<'a> {
+    lines: &'a Lines,
+    pub problems: Vec<Problem>,
 }
 
-impl Report<'_> {
-    fn add(&mut self, table: &str, key: &str, message: impl Into<String>) {
-        let line = find_key_line(self.text, &format!("[{table}]"), 0, key);
+impl<'a> Report<'a> {
+    pub fn new(lines: &'a Lines) -> Self {
+        Self {
+            lines,
+            problems: Vec::new(),
+        }
+    }
+
+    /// A problem with `key` (a dotted path such as `sources.cuda.ring_size_mib`).
+    pub fn add(&mut self, table: &str, key: &str, message: impl Into<String>) {
+        let path = if table.is_empty() {
+            key.to_string()
+        } else {
+            format!("{table}.{key}")
+        };
         self.problems.push(Problem {
-            key: format!("{table}.{key}"),
-            line,
+            line: self.lines.find(&path),
+            key: path,
             message: message.into(),
         });
     }
 
-    fn add_sink(&mut self, index: usize, key: &str, message: impl Into<String>) {
-        let line = find_key_line(self.text, "[[sinks]]", index, key);
-        self.problems.push(Problem {
-            key: format!("sinks[{index}].{key}"),
-            line,
-            message: message.into(),
-        });
+    /// A problem when `value` is outside `range`.
+    pub fn range<T: PartialOrd + fmt::Display>(
+        &mut self,
+        table: &str,
+        key: &str,
+        value: T,
+        range: RangeInclusive<T>,
+    ) {
+        if let Some(message) = out_of_range(value, range) {
+            self.add(table, key, message);
+        }
     }
-}
-
-/// Line of `key = ...` inside the `nth` table whose header is `header`; the header's own line
-/// when the key is not written there (a default value).
-fn find_key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let header_line = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, line)| line.trim() == header)
-        .nth(nth)
-        .map(|(i, _)| i)?;
-    let key_line = lines[header_line + 1..]
-        .iter()
-        .take_while(|line| !line.trim_start().starts_with('['))
-        .position(|line| {
-            line.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with('='))
-        })
-        .map(|offset| header_line + 1 + offset);
-    Some(key_line.unwrap_or(header_line) + 1)
 }
 
 fn is_glob_ok(pattern: &str) -> Result<(), String> {
@@ -134,20 +133,76 @@ impl Config {
 
     /// Every problem with the values, in file order of their sections.
     pub fn problems(&self, text: &str) -> Vec<Problem> {
-        let mut report = Report {
-            text,
-            problems: Vec::new(),
-        };
+        let sink_index: Vec<usize> = (0..self.sinks.len()).collect();
+        self.value_problems(&Lines::of(text), &sink_index)
+    }
+
+    /// Every problem with the values; `sink_index` is each sink's position in the file.
+    pub(super) fn value_problems(&self, lines: &Lines, sink_index: &[usize]) -> Vec<Problem> {
+        let mut report = Report::new(lines);
+        self.agent_problems(&mut report);
+        self.source_problems(&mut report);
+        // Batches are built in memory before any sink sees them.
+        report.range(
+            "batch",
+            "max_events",
+            self.batch.max_events as u64,
+            1..=1_048_576,
+        );
+        report.range(
+            "batch",
+            "max_bytes",
+            self.batch.max_bytes as u64,
+            1..=1 << 30,
+        );
+        report.range("batch", "timeout_ms", self.batch.timeout_ms, 1..=60_000);
+        if self
+            .metrics
+            .address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
+            report.add(
+                "metrics",
+                "address",
+                format!("{:?} is not an IP:port address", self.metrics.address),
+            );
+        }
+        report.range(
+            "metrics",
+            "max_connections",
+            self.metrics.max_connections as u64,
+            1..=1024,
+        );
+        self.sink_problems(&mut report, sink_index);
+        report.problems
+    }
+
+    fn agent_problems(&self, report: &mut Report) {
         if let Some(host) = &self.agent.host_name {
             if host.trim().is_empty() {
                 report.add("agent", "host_name", "must not be empty when set");
             }
         }
-
         if self.agent.state_dir.as_os_str().is_empty() {
             report.add("agent", "state_dir", "must not be empty");
         }
+        let agent = &self.agent;
+        report.range(
+            "agent",
+            "stats_interval_secs",
+            agent.stats_interval_secs,
+            0..=86_400,
+        );
+        report.range(
+            "agent",
+            "shutdown_timeout_secs",
+            agent.shutdown_timeout_secs,
+            0..=3_600,
+        );
+    }
 
+    fn source_problems(&self, report: &mut Report) {
         let xid = &self.sources.xid;
         let valid_name =
             |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -172,6 +227,24 @@ impl Config {
                 );
             }
         }
+        report.range(
+            "sources.xid",
+            "reconcile_window_ms",
+            xid.reconcile_window_ms,
+            0..=60_000,
+        );
+        report.range(
+            "sources.xid",
+            "incident_window_secs",
+            xid.incident_window_secs,
+            0..=86_400,
+        );
+        report.range(
+            "sources.xid",
+            "attribution_window_secs",
+            xid.attribution_window_secs,
+            0..=3_600,
+        );
 
         let driver = &self.sources.driver;
         if driver.functions.len() > 8 {
@@ -194,6 +267,19 @@ impl Config {
         if driver.device_majors.len() > 8 {
             report.add("sources.driver", "device_majors", "at most 8 majors");
         }
+        for (i, major) in driver.device_majors.iter().enumerate() {
+            // Linux device majors have 12 bits.
+            report.range(
+                "sources.driver",
+                &format!("device_majors[{i}]"),
+                *major,
+                0..=4095,
+            );
+        }
+        self.cuda_problems(report);
+    }
+
+    fn cuda_problems(&self, report: &mut Report) {
         let cuda = &self.sources.cuda;
         if cuda.libraries.is_empty() || cuda.libraries.iter().any(|l| l.trim().is_empty()) {
             report.add(
@@ -219,13 +305,12 @@ impl Config {
                 report.add("sources.cuda", key, message);
             }
         }
-        if !(1..=10_000).contains(&cuda.drain_interval_ms) {
-            report.add(
-                "sources.cuda",
-                "drain_interval_ms",
-                format!("{} is outside 1..=10000", cuda.drain_interval_ms),
-            );
-        }
+        report.range(
+            "sources.cuda",
+            "drain_interval_ms",
+            cuda.drain_interval_ms,
+            1..=10_000,
+        );
         if !(1..=1024).contains(&cuda.ring_size_mib) || !cuda.ring_size_mib.is_power_of_two() {
             report.add(
                 "sources.cuda",
@@ -240,108 +325,5 @@ impl Config {
                 format!("{} is not a power of two in 1..=65536", cuda.inflight_slots),
             );
         }
-
-        for (key, value) in [
-            ("max_events", self.batch.max_events as u64),
-            ("max_bytes", self.batch.max_bytes as u64),
-            ("timeout_ms", self.batch.timeout_ms),
-        ] {
-            if value == 0 {
-                report.add("batch", key, "must be greater than 0");
-            }
-        }
-
-        if self
-            .metrics
-            .address
-            .parse::<std::net::SocketAddr>()
-            .is_err()
-        {
-            report.add(
-                "metrics",
-                "address",
-                format!("{:?} is not an IP:port address", self.metrics.address),
-            );
-        }
-        if !(1..=1024).contains(&self.metrics.max_connections) {
-            report.add(
-                "metrics",
-                "max_connections",
-                format!("{} is not in 1..=1024", self.metrics.max_connections),
-            );
-        }
-
-        let mut parquet_roots = Vec::new();
-        let mut names = Vec::new();
-        for (index, entry) in self.sinks.iter().enumerate() {
-            let options = &entry.options;
-            if let Some(name) = &options.name {
-                if name.trim().is_empty() || names.contains(&name) {
-                    report.add_sink(
-                        index,
-                        "name",
-                        format!("{name:?} is empty or used by another sink"),
-                    );
-                }
-                names.push(name);
-            }
-            if options.kinds.is_empty() {
-                report.add_sink(index, "kinds", "needs at least one of \"xid\", \"cuda\"");
-            }
-            if options.cuda_filter.is_some() && !options.kinds.contains(&EventKind::Cuda) {
-                report.add_sink(
-                    index,
-                    "cuda_filter",
-                    "set, but the sink does not take \"cuda\" events",
-                );
-            }
-            if let Some(filter) = &options.cuda_filter {
-                if !filter.all && !filter.failed && filter.slower_than_ns.is_none() {
-                    report.add_sink(
-                        index,
-                        "cuda_filter",
-                        "keeps nothing: set failed = true and/or slower_than_ns",
-                    );
-                }
-            }
-            if options.spool.max_size == 0 {
-                report.add_sink(index, "spool", "max_size must be greater than 0");
-            }
-            for (key, message) in options.buffer.problems() {
-                report.add_sink(index, "buffer", &format!("{key}: {message}"));
-            }
-            match &entry.sink {
-                SinkConfig::Blackhole(_) => {}
-                SinkConfig::Jsonl(jsonl) => {
-                    for (key, message) in jsonl.problems() {
-                        report.add_sink(index, key, message);
-                    }
-                }
-                SinkConfig::Otlp(otlp) => {
-                    for (key, message) in otlp.problems() {
-                        report.add_sink(index, &key, message);
-                    }
-                }
-                SinkConfig::Kafka(kafka) => {
-                    for (key, message) in kafka.problems() {
-                        report.add_sink(index, &key, message);
-                    }
-                }
-                SinkConfig::Parquet(parquet) => {
-                    for (key, message) in parquet.problems() {
-                        report.add_sink(index, key, message);
-                    }
-                    if parquet_roots.contains(&&parquet.path) {
-                        report.add_sink(
-                            index,
-                            "path",
-                            format!("{} is used by another parquet sink", parquet.path.display()),
-                        );
-                    }
-                    parquet_roots.push(&parquet.path);
-                }
-            }
-        }
-        report.problems
     }
 }

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
+use gpuship_sinks::limits::nanos_i64;
 use gpuship_sinks::{queue_with, QueueOptions, SinkInput, SinkStats, Spool, SpoolConfig};
 
 use crate::accounting::{Accounting, Snapshot};
@@ -76,6 +77,11 @@ pub struct RunOutcome {
 /// Runs the agent until the end condition of `options.target`, then drains.
 pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     let config = &options.config;
+    // A sink that cannot start is an error now, before anything is captured.
+    for (name, entry) in sink_names(&config.sinks).iter().zip(&config.sinks) {
+        sinks::check_start(&entry.sink)
+            .map_err(|reason| anyhow!("sink {name} cannot start: {reason}"))?;
+    }
     privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
     let identity = host_identity(config.agent.host_name.as_deref());
     let host_id = machine_id();
@@ -112,7 +118,12 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         let (sender, batches) = queue_with(options, stats.clone());
         fanout.add(name.clone(), sender, stats.clone(), &entry.options);
         accounting.sinks.push((name.clone(), stats.clone()));
-        sink_tasks.push((name, runtime.spawn(sink.run(SinkInput { batches, stats }))));
+        let run = sink.run(SinkInput {
+            batches,
+            stats: stats.clone(),
+        });
+        let task = runtime.spawn(sinks::watched(name.clone(), stats, run));
+        sink_tasks.push((name, task));
     }
     let accounting = Arc::new(accounting);
     let ledger = ledger::Ledger::for_sinks(
@@ -164,7 +175,7 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             &config.enrich.proc_dir,
             &config.enrich.dev_dir,
             &config.enrich.pod_log_dir,
-            Duration::from_secs(xid_settings.attribution_window_secs).as_nanos() as i64,
+            nanos_i64(Duration::from_secs(xid_settings.attribution_window_secs)),
         ),
         fanout.clone(),
         accounting.clone(),
@@ -300,11 +311,16 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     }
     drop(xid_stage);
     // Every producer is gone, so the sink queues are closed: sinks finish what they hold.
+    let mut failed_sinks = Vec::new();
     for (name, task) in sink_tasks {
         match runtime.block_on(task) {
             Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::error!(sink = %name, %err, "sink failed"),
-            Err(err) => tracing::error!(sink = %name, %err, "sink task failed"),
+            // Already logged when it happened (sinks::watched).
+            Ok(Err(err)) => failed_sinks.push(err.to_string()),
+            Err(err) => {
+                tracing::error!(sink = %name, %err, "sink task failed");
+                failed_sinks.push(format!("{name}: {err}"));
+            }
         }
     }
 
@@ -330,6 +346,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
     if let Some(path) = &options.summary_json {
         let json = serde_json::to_vec_pretty(&outcome).context("encoding the summary")?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !failed_sinks.is_empty() {
+        bail!("sink(s) failed: {}", failed_sinks.join("; "));
     }
     Ok(outcome)
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gpuship_sinks::limits;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::{RunOutcome, Target};
@@ -62,8 +63,10 @@ pub async fn wait_for_end(
         }
     };
     tokio::pin!(pid_gone);
-    let period = Duration::from_secs(stats_interval_secs.max(1));
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    // Saturating: a huge interval must not overflow the clock (validation bounds it too).
+    let period = Duration::from_secs(stats_interval_secs.max(1)).min(limits::MAX_WAIT);
+    let first = limits::instant_after(Instant::now(), period);
+    let mut ticker = tokio::time::interval_at(first.into(), period);
     let mut previous = (Instant::now(), accounting.snapshot());
     loop {
         tokio::select! {

@@ -1,4 +1,7 @@
-//! Builds running sinks from their config: the one place a new sink type is registered.
+//! Builds running sinks from their config: the one place a new sink type is registered. Also
+//! where a sink that cannot start, or stops with an error, is made an error of the run.
+
+use std::sync::Arc;
 
 use gpuship_sinks::blackhole::BlackholeSink;
 use gpuship_sinks::jsonl::JsonlSink;
@@ -6,33 +9,11 @@ use gpuship_sinks::kafka::KafkaSink;
 use gpuship_sinks::otlp::OtlpSink;
 use gpuship_sinks::parquet::ParquetSink;
 use gpuship_sinks::schema::HostIdentity;
-use gpuship_sinks::Sink;
+use gpuship_sinks::sink::SinkRun;
+use gpuship_sinks::{Sink, SinkStats};
 
-use crate::config::{SinkConfig, SinkEntry};
-
-/// Unique names: the type, suffixed with the position when a type appears more than once.
-pub fn sink_names(entries: &[SinkEntry]) -> Vec<String> {
-    let configs: Vec<&SinkConfig> = entries.iter().map(|e| &e.sink).collect();
-    entries
-        .iter()
-        .enumerate()
-        .map(|(index, entry)| {
-            if let Some(name) = &entry.options.name {
-                return name.clone();
-            }
-            let config = &entry.sink;
-            let same_type = configs
-                .iter()
-                .filter(|c| c.type_name() == config.type_name())
-                .count();
-            if same_type > 1 {
-                format!("{}-{index}", config.type_name())
-            } else {
-                config.type_name().to_string()
-            }
-        })
-        .collect()
-}
+pub use crate::config::sink_names;
+use crate::config::SinkConfig;
 
 /// The running sink for one `[[sinks]]` entry; `host_id` is the machine id, for sinks that
 /// describe the host (OTLP resources).
@@ -63,20 +44,29 @@ pub fn build_sink(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use gpuship_sinks::parquet::ParquetSinkConfig;
-
-    #[test]
-    fn names_are_unique() {
-        let mut configs = vec![
-            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/a"))),
-            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/b"))),
-        ];
-        assert_eq!(sink_names(&configs), vec!["parquet-0", "parquet-1"]);
-        assert_eq!(sink_names(&configs[..1]), vec!["parquet"]);
-        configs[1].options.name = Some("lake".into());
-        assert_eq!(sink_names(&configs), vec!["parquet-0", "lake"]);
+/// Reads and checks what a sink needs at start (secrets, header values, `${env:NAME}`
+/// values, TLS files), so that a sink that cannot start stops `gpuship run` before capture
+/// begins, with its name, instead of taking no events while the agent looks healthy.
+pub fn check_start(config: &SinkConfig) -> Result<(), String> {
+    match config {
+        SinkConfig::Otlp(otlp) => otlp.check_start(),
+        SinkConfig::Kafka(kafka) => kafka.check_start(),
+        SinkConfig::Parquet(_) | SinkConfig::Jsonl(_) | SinkConfig::Blackhole(_) => Ok(()),
     }
+}
+
+/// A sink's run, made loud: a sink whose run ends with an error (it could not start, or its
+/// worker died) says so at once, at error level, and reports itself unhealthy in `/metrics`
+/// (`gpuship_sink_healthy 0`), rather than only at shutdown. The run then ends non-zero.
+pub async fn watched(
+    name: String,
+    stats: Arc<SinkStats>,
+    run: SinkRun,
+) -> Result<(), gpuship_sinks::SinkError> {
+    let result = run.await;
+    if let Err(err) = &result {
+        stats.set_healthy(false);
+        tracing::error!(sink = %name, %err, "sink stopped: it delivers nothing more; gpuship run will exit with status 1");
+    }
+    result
 }

@@ -75,7 +75,7 @@ impl Attributor {
             .map(|minor| self.dev_dir.join(format!("nvidia{minor}")));
         let users: Vec<i32> = match &device {
             Some(device) => activity
-                .since(record.time_ns - self.window_ns)
+                .since(record.time_ns.saturating_sub(self.window_ns))
                 .into_iter()
                 .filter(|&pid| holds_file(&self.proc_dir, pid, device))
                 .collect(),

@@ -30,7 +30,8 @@ impl Incidents {
     pub fn new(host: &str, window: Duration) -> Self {
         Self {
             host: host.to_string(),
-            window_ns: window.as_nanos() as i64,
+            // Saturating: `as i64` wrapped a huge window to a small or negative one.
+            window_ns: gpuship_sinks::limits::nanos_i64(window),
             by_gpu: HashMap::new(),
         }
     }
@@ -39,8 +40,8 @@ impl Incidents {
     pub fn assign(&mut self, record: &mut XidRecord) -> Arc<str> {
         let caused = record.annotations.details.caused_by_xid.is_some();
         let joins = self.by_gpu.get(&record.pci_bus_id).is_some_and(|open| {
-            let gap = record.time_ns - open.last_ns;
-            gap <= self.window_ns || (caused && gap <= 6 * self.window_ns)
+            let gap = record.time_ns.saturating_sub(open.last_ns);
+            gap <= self.window_ns || (caused && gap <= self.window_ns.saturating_mul(6))
         });
         let id = if joins {
             let open = self
@@ -158,6 +159,31 @@ mod tests {
         incidents.assign(&mut later);
         assert_eq!(later.annotations.incident_id, first.annotations.incident_id);
         assert_eq!(later.annotations.root_candidate, Some(false));
+    }
+
+    #[test]
+    fn a_huge_window_saturates_instead_of_wrapping() {
+        // u64::MAX seconds in ns cast to i64 wrapped to a negative window: two XIDs 1 s apart
+        // became two incidents. Validation bounds the window; the arithmetic must hold anyway.
+        for window in [Duration::from_secs(u64::MAX), Duration::MAX] {
+            let mut incidents = Incidents::new("n", window);
+            let mut first = xid(79, "0000:3b:00.0", i64::MIN / 2);
+            let mut second = xid(48, "0000:3b:00.0", i64::MIN / 2 + S);
+            let mut caused = xid(45, "0000:3b:00.0", i64::MAX);
+            caused.annotations.details.caused_by_xid = Some(48);
+            incidents.assign(&mut first);
+            incidents.assign(&mut second);
+            incidents.assign(&mut caused);
+            assert_eq!(
+                second.annotations.incident_id,
+                first.annotations.incident_id
+            );
+            assert_eq!(
+                caused.annotations.incident_id,
+                first.annotations.incident_id
+            );
+            assert_eq!(second.annotations.root_candidate, Some(false));
+        }
     }
 
     #[test]

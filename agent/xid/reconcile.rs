@@ -24,7 +24,7 @@ fn twins(a: &XidRecord, b: &XidRecord, window: Duration) -> bool {
     a.source != b.source
         && a.code == b.code
         && a.pci_bus_id == b.pci_bus_id
-        && a.time_ns.abs_diff(b.time_ns) <= window.as_nanos() as u64
+        && u128::from(a.time_ns.abs_diff(b.time_ns)) <= window.as_nanos()
         && (a.message == b.message
             || (a.message_truncated && b.message.starts_with(&a.message))
             || (b.message_truncated && a.message.starts_with(&b.message)))
@@ -105,7 +105,7 @@ impl Reconciler {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.pending
             .front()
-            .map(|(_, arrived)| *arrived + self.window)
+            .map(|(_, arrived)| gpuship_sinks::limits::instant_after(*arrived, self.window))
     }
 
     /// Reports waiting for a twin.
@@ -149,6 +149,18 @@ mod tests {
             )),
             ..XidRecord::new(XidSource::Kmsg)
         }
+    }
+
+    #[test]
+    fn a_huge_window_does_not_overflow_the_deadline() {
+        let now = Instant::now();
+        let mut reconciler = Reconciler::new(Duration::from_millis(u64::MAX), true);
+        assert!(reconciler.offer(tracepoint(1_000_000), now).is_none());
+        let deadline = reconciler.next_deadline().expect("one waiting");
+        assert!(deadline > now);
+        assert!(reconciler.expired(now).is_empty());
+        let merged = reconciler.offer(kmsg(i64::MAX, 1), now);
+        assert!(merged.is_some(), "any gap is within a window this long");
     }
 
     #[test]

@@ -197,16 +197,15 @@ impl XidStage {
             annotations.driver_version = self.settings.driver_version.clone();
             self.attributor.attribute(record, &self.activity);
             let incident = inner.incidents.assign(record);
-            let window = self.settings.attribution_window.as_nanos() as i64;
+            let window = gpuship_sinks::limits::nanos_i64(self.settings.attribution_window);
+            let (from, until) = (
+                record.time_ns.saturating_sub(window),
+                record.time_ns.saturating_add(window),
+            );
             for &pid in &record.annotations.affected_pids {
-                self.links.link(
-                    pid,
-                    incident.clone(),
-                    record.time_ns - window,
-                    record.time_ns + window,
-                );
+                self.links.link(pid, incident.clone(), from, until);
             }
-            self.links.prune(record.time_ns - window);
+            self.links.prune(from);
         }
         records
     }

@@ -17,6 +17,16 @@ pub struct BlackholeSinkConfig {
     pub delay_ms: u64,
 }
 
+impl BlackholeSinkConfig {
+    /// Every problem with the values, as `(key, message)` pairs; empty when valid.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        crate::limits::out_of_range(self.delay_ms, 0..=60_000)
+            .map(|message| ("delay_ms", message))
+            .into_iter()
+            .collect()
+    }
+}
+
 /// The running blackhole sink.
 pub struct BlackholeSink {
     name: String,

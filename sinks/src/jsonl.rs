@@ -14,6 +14,7 @@ use serde::Deserialize;
 use tokio::runtime::Handle;
 
 use crate::encode::json::JsonRows;
+use crate::limits::out_of_range;
 use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
@@ -64,8 +65,11 @@ impl JsonlSinkConfig {
     /// Every problem with the values, as `(key, message)` pairs; empty when valid.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
-        if self.max_file_bytes == 0 {
-            problems.push(("max_file_bytes", "must be greater than 0".to_string()));
+        if let Some(message) = out_of_range(self.max_file_bytes, 1..=1 << 40) {
+            problems.push(("max_file_bytes", message));
+        }
+        if let Some(message) = out_of_range(self.max_files, 0..=10_000) {
+            problems.push(("max_files", message));
         }
         if self.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
             problems.push((

@@ -14,6 +14,7 @@
 //! - [`secret`]: passwords and tokens read from the environment or a file, never logged.
 //! - [`template`]: `gpuship.{kind}`-style name templates (topics, message keys).
 //! - [`blackhole`]: discards batches (optionally slowly), for measurements and tests.
+//! - [`limits`]: the range of every configured size and duration; overflow-free arithmetic.
 //!
 //! This crate knows nothing about BPF or where events come from; the agent fills the builders.
 
@@ -22,6 +23,7 @@ pub mod blackhole;
 pub mod encode;
 pub mod jsonl;
 pub mod kafka;
+pub mod limits;
 pub mod otlp;
 pub mod parquet;
 pub mod queue;

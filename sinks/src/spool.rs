@@ -66,6 +66,16 @@ impl Default for SpoolConfig {
     }
 }
 
+impl SpoolConfig {
+    /// Every problem with the values, as `(key, message)` pairs (keys relative to the sink).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        crate::limits::out_of_range(self.max_size, 1..=16 << 40)
+            .map(|message| ("spool.max_size", message))
+            .into_iter()
+            .collect()
+    }
+}
+
 /// Spool failures. Storing failures are the caller's to count; reading failures skip a segment.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {

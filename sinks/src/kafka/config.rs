@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::security::{self, KafkaSasl, KafkaTls};
 use crate::encode::Encoding;
+use crate::limits::{out_of_range, secs_to_millis};
 use crate::secret::SecretError;
 use crate::template::Template;
 
@@ -250,23 +251,42 @@ impl KafkaSinkConfig {
         if let Err(err) = self.key_template() {
             problem("key", err);
         }
-        for (key, value) in [
-            ("batch.max_bytes", self.batch.max_bytes),
-            ("batch.max_messages", self.batch.max_messages),
+        // librdkafka's own limits bound most of these (linger.ms <= 900000, batch.size and
+        // queue.buffering.max.kbytes < 2^31, batch.num.messages <= 1000000,
+        // message.max.bytes <= 1000000000).
+        let batch = &self.batch;
+        for (key, value, range) in [
+            ("batch.linger_ms", batch.linger_ms, 0..=900_000),
+            ("batch.max_bytes", batch.max_bytes, 1..=2_147_483_647),
+            ("batch.max_messages", batch.max_messages, 1..=1_000_000),
             (
                 "batch.max_rows_per_message",
-                self.batch.max_rows_per_message as u64,
+                batch.max_rows_per_message as u64,
+                1..=1_000_000,
             ),
             (
                 "batch.max_message_bytes",
-                self.batch.max_message_bytes as u64,
+                batch.max_message_bytes as u64,
+                1..=1_000_000_000,
             ),
-            ("delivery_timeout_secs", self.delivery_timeout_secs),
-            ("max_in_flight_messages", self.max_in_flight_messages),
-            ("max_in_flight_kbytes", self.max_in_flight_kbytes),
+            (
+                "delivery_timeout_secs",
+                self.delivery_timeout_secs,
+                1..=86_400,
+            ),
+            (
+                "max_in_flight_messages",
+                self.max_in_flight_messages,
+                1..=10_000_000,
+            ),
+            (
+                "max_in_flight_kbytes",
+                self.max_in_flight_kbytes,
+                1..=2_147_483_647,
+            ),
         ] {
-            if value == 0 {
-                problem(key, "must be greater than 0".into());
+            if let Some(message) = out_of_range(value, range) {
+                problem(key, message);
             }
         }
         for option in self.librdkafka_options.keys() {
@@ -301,6 +321,14 @@ impl KafkaSinkConfig {
         problems
     }
 
+    /// What the sink reads at start (its secrets), read now: the agent calls it before it
+    /// starts capturing, so a sink that could not start is an error at start.
+    pub fn check_start(&self) -> Result<(), String> {
+        self.client_config()
+            .map(drop)
+            .map_err(|err| err.to_string())
+    }
+
     /// The librdkafka configuration; reads secrets now.
     pub fn client_config(&self) -> Result<ClientConfig, SecretError> {
         let mut config = ClientConfig::new();
@@ -317,7 +345,7 @@ impl KafkaSinkConfig {
             .set("batch.num.messages", self.batch.max_messages.to_string())
             .set(
                 "message.timeout.ms",
-                (self.delivery_timeout_secs * 1000).to_string(),
+                secs_to_millis(self.delivery_timeout_secs).to_string(),
             )
             .set(
                 "queue.buffering.max.messages",

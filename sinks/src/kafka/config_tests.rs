@@ -88,3 +88,43 @@ fn sasl_and_tls_become_librdkafka_settings_with_secrets_from_the_environment() {
     );
     assert!(inline.is_err(), "an inline password must not parse");
 }
+
+#[test]
+fn every_size_and_duration_has_a_range_and_huge_values_do_not_overflow() {
+    let config = parse(
+        "brokers = \"b:9092\"\ndelivery_timeout_secs = 18446744073709551615\n\
+         max_in_flight_messages = 0\nmax_in_flight_kbytes = 4294967296\n\
+         [batch]\nlinger_ms = 900001\nmax_bytes = 2147483648\nmax_messages = 1000001\n\
+         max_rows_per_message = 0\nmax_message_bytes = 1000000001\n",
+    );
+    let keys: Vec<(String, String)> = config.problems();
+    assert_eq!(
+        keys,
+        [
+            ("batch.linger_ms", "900001 is outside 0..=900000"),
+            ("batch.max_bytes", "2147483648 is outside 1..=2147483647"),
+            ("batch.max_messages", "1000001 is outside 1..=1000000"),
+            ("batch.max_rows_per_message", "0 is outside 1..=1000000"),
+            (
+                "batch.max_message_bytes",
+                "1000000001 is outside 1..=1000000000"
+            ),
+            (
+                "delivery_timeout_secs",
+                "18446744073709551615 is outside 1..=86400"
+            ),
+            ("max_in_flight_messages", "0 is outside 1..=10000000"),
+            (
+                "max_in_flight_kbytes",
+                "4294967296 is outside 1..=2147483647"
+            ),
+        ]
+        .map(|(k, m)| (k.to_string(), m.to_string()))
+    );
+    // Unvalidated, the millisecond conversion saturates instead of panicking.
+    let client = config.client_config().unwrap();
+    assert_eq!(
+        client.get("message.timeout.ms"),
+        Some("18446744073709551615")
+    );
+}

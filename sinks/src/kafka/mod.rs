@@ -357,7 +357,7 @@ impl Worker {
     /// never accepts its sequence again). A fresh producer costs nothing during a plain
     /// outage and gets delivery going again after such a restart.
     fn replace_stuck_producer(&mut self) {
-        let stuck_for = 2 * self.delivery_timeout;
+        let stuck_for = self.delivery_timeout.saturating_mul(2);
         if self.last_success.elapsed() >= stuck_for && self.last_replaced.elapsed() >= stuck_for {
             self.replace_producer("messages timing out for two delivery timeouts");
         }

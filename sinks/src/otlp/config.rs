@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::limits::out_of_range;
 use crate::secret::{Secret, SecretError, SecretSource};
 
 /// Transport.
@@ -143,13 +144,13 @@ impl OtlpSinkConfig {
             ),
             Err(err) => problem("endpoint", format!("{:?}: {err}", self.endpoint)),
         }
-        for (key, value) in [
-            ("timeout_secs", self.timeout_secs as usize),
-            ("concurrency", self.concurrency),
-            ("batch_size", self.batch_size),
+        for (key, value, range) in [
+            ("timeout_secs", self.timeout_secs, 1..=3_600),
+            ("concurrency", self.concurrency as u64, 1..=256),
+            ("batch_size", self.batch_size as u64, 1..=100_000),
         ] {
-            if value == 0 {
-                problem(key, "must be greater than 0".into());
+            if let Some(message) = out_of_range(value, range) {
+                problem(key, message);
             }
         }
         for (name, value) in &self.headers {
@@ -159,9 +160,16 @@ impl OtlpSinkConfig {
                     "is not a valid header name".into(),
                 );
             }
-            if let HeaderValue::Secret(source) = value {
-                if let Some(err) = source.problem() {
-                    problem(&format!("headers.{name}"), err);
+            match value {
+                HeaderValue::Secret(source) => {
+                    if let Some(err) = source.problem() {
+                        problem(&format!("headers.{name}"), err);
+                    }
+                }
+                HeaderValue::Plain(text) => {
+                    if let Err(err) = check_header_value(text) {
+                        problem(&format!("headers.{name}"), err);
+                    }
                 }
             }
         }
@@ -178,17 +186,42 @@ impl OtlpSinkConfig {
         problems
     }
 
-    /// Header names and their values, read now.
+    /// Header names and their values, read now; a value that cannot be sent in a header (a
+    /// secret file or variable with a CR/LF or another control character) is an error that
+    /// names the header, never the value.
     pub fn resolved_headers(&self) -> Result<Vec<(String, Secret)>, String> {
         self.headers
             .iter()
             .map(|(name, value)| {
-                value
+                let secret = value
                     .resolve()
-                    .map(|secret| (name.to_ascii_lowercase(), secret))
-                    .map_err(|err| format!("header {name}: {err}"))
+                    .map_err(|err| format!("header {name}: {err}"))?;
+                check_header_value(secret.expose())
+                    .map_err(|err| format!("header {name}: {err}"))?;
+                Ok((name.to_ascii_lowercase(), secret))
             })
             .collect()
+    }
+
+    /// Everything the sink reads at start (secrets, `${env:NAME}` values), read and checked
+    /// now: the agent calls it before it starts capturing, so a sink that could not start is
+    /// an error at start rather than a sink that silently takes nothing.
+    pub fn check_start(&self) -> Result<(), String> {
+        self.resolved_headers()?;
+        self.resolved_resource_attributes()?;
+        if let Some(tls) = &self.tls {
+            for (key, file) in [
+                ("tls.ca_file", &tls.ca_file),
+                ("tls.cert_file", &tls.cert_file),
+                ("tls.key_file", &tls.key_file),
+            ] {
+                if let Some(path) = file {
+                    std::fs::metadata(path)
+                        .map_err(|err| format!("{key} {}: {err}", path.display()))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Resource attributes with `${env:NAME}` values read now.
@@ -220,6 +253,25 @@ impl OtlpSinkConfig {
             }
         }
     }
+}
+
+/// Whether `value` can be sent as an HTTP header value (and gRPC ASCII metadata): visible
+/// ASCII and spaces/tabs, no CR, LF or other control characters. The value is never quoted in
+/// the message: it may be a secret.
+fn check_header_value(value: &str) -> Result<(), String> {
+    if let Some(c) = value.chars().find(|c| c.is_control() && *c != '\t') {
+        let what = match c {
+            '\r' | '\n' => "a line break (CR/LF)".to_string(),
+            c => format!("the control character U+{:04X}", c as u32),
+        };
+        return Err(format!(
+            "the value contains {what}; not a valid header value"
+        ));
+    }
+    if !value.is_ascii() {
+        return Err("the value is not ASCII; not a valid header value".into());
+    }
+    Ok(())
 }
 
 fn env_name(value: &str) -> Option<&str> {
@@ -284,6 +336,51 @@ mod tests {
             toml::from_str::<OtlpSinkConfig>("endpoint = \"http://c\"\nprotocol = \"thrift\"")
                 .unwrap_err();
         assert!(err.message().contains("http/protobuf"), "{err}");
+    }
+
+    #[test]
+    fn header_values_that_cannot_be_sent_are_refused_without_showing_them() {
+        let config: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"http://c:4317\"\ntimeout_secs = 18446744073709551615\n[headers]\n\
+             a = \"Bearer x\\r\\nX-Injected: 1\"\nb = \"bell\\u0007\"\nc = \"caf\u{e9}\"\nd = \"ok\\tvalue\"\n",
+        )
+        .unwrap();
+        let problems = config.problems();
+        assert_eq!(
+            problems,
+            [
+                (
+                    "timeout_secs".to_string(),
+                    "18446744073709551615 is outside 1..=3600".to_string()
+                ),
+                (
+                    "headers.a".to_string(),
+                    "the value contains a line break (CR/LF); not a valid header value".to_string()
+                ),
+                (
+                    "headers.b".to_string(),
+                    "the value contains the control character U+0007; not a valid header value"
+                        .to_string()
+                ),
+                (
+                    "headers.c".to_string(),
+                    "the value is not ASCII; not a valid header value".to_string()
+                ),
+            ]
+        );
+        // A secret is only read at start: the same check applies then, naming the header.
+        std::env::set_var("GPUSHIP_TEST_OTLP_CRLF", "Bearer secret\r\nX-Injected: 1");
+        let secret: OtlpSinkConfig = toml::from_str(
+            "endpoint = \"http://c:4317\"\n[headers]\nAuthorization = { env = \"GPUSHIP_TEST_OTLP_CRLF\" }\n",
+        )
+        .unwrap();
+        assert!(secret.problems().is_empty());
+        let err = secret.check_start().unwrap_err();
+        assert_eq!(
+            err,
+            "header Authorization: the value contains a line break (CR/LF); not a valid header value"
+        );
+        assert!(!err.contains("secret"));
     }
 
     #[test]

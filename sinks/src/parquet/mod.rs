@@ -21,6 +21,7 @@ pub use files::{FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
 pub use remote::{ObjectStoreDestination, ObjectStoreOptions, RemoteError, S3Url};
 
+use crate::limits::out_of_range;
 use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
@@ -174,32 +175,24 @@ impl ParquetSinkConfig {
             }
             None => {}
         }
-        if !(1..=22).contains(&self.zstd_level) {
-            problems.push((
-                "zstd_level",
-                format!("{} is outside 1..=22", self.zstd_level),
-            ));
+        if let Some(message) = out_of_range(self.zstd_level, 1..=22) {
+            problems.push(("zstd_level", message));
         }
-        if !XID_MAX_FILE_AGE_MS_RANGE.contains(&self.xid_max_file_age_ms) {
-            problems.push((
+        // Files are encoded in memory: max_file_bytes bounds each open file's memory.
+        for (key, value, range) in [
+            ("row_group_rows", self.row_group_rows as u64, 1..=16_777_216),
+            ("row_group_bytes", self.row_group_bytes as u64, 1..=1 << 30),
+            ("max_file_rows", self.max_file_rows, 1..=1_000_000_000),
+            ("max_file_bytes", self.max_file_bytes as u64, 1..=4 << 30),
+            ("max_file_age_secs", self.max_file_age_secs, 1..=86_400),
+            (
                 "xid_max_file_age_ms",
-                format!(
-                    "{} is outside {}..={}",
-                    self.xid_max_file_age_ms,
-                    XID_MAX_FILE_AGE_MS_RANGE.start(),
-                    XID_MAX_FILE_AGE_MS_RANGE.end()
-                ),
-            ));
-        }
-        for (key, value) in [
-            ("row_group_rows", self.row_group_rows as u64),
-            ("row_group_bytes", self.row_group_bytes as u64),
-            ("max_file_rows", self.max_file_rows),
-            ("max_file_bytes", self.max_file_bytes as u64),
-            ("max_file_age_secs", self.max_file_age_secs),
+                self.xid_max_file_age_ms,
+                XID_MAX_FILE_AGE_MS_RANGE,
+            ),
         ] {
-            if value == 0 {
-                problems.push((key, "must be greater than 0".to_string()));
+            if let Some(message) = out_of_range(value, range) {
+                problems.push((key, message));
             }
         }
         problems

@@ -193,11 +193,22 @@ impl ObjectStoreOptions {
                 ));
             }
         }
-        if self.retry_timeout_secs == 0 || self.request_timeout_secs == 0 {
-            problems.push((
-                "object_store",
-                "retry_timeout_secs and request_timeout_secs must be greater than 0".into(),
-            ));
+        for (key, value, range) in [
+            ("object_store.max_retries", self.max_retries as u64, 0..=100),
+            (
+                "object_store.retry_timeout_secs",
+                self.retry_timeout_secs,
+                1..=3_600,
+            ),
+            (
+                "object_store.request_timeout_secs",
+                self.request_timeout_secs,
+                1..=3_600,
+            ),
+        ] {
+            if let Some(message) = crate::limits::out_of_range(value, range) {
+                problems.push((key, message));
+            }
         }
         problems
     }

@@ -102,27 +102,26 @@ impl Default for BufferConfig {
 }
 
 impl BufferConfig {
-    /// Every problem with the values, as `(key, message)` pairs; empty when valid.
+    /// Every problem with the values, as `(key, message)` pairs (keys relative to the sink).
     pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut problems = Vec::new();
-        if self.max_events == 0 {
-            problems.push(("max_events", "must be greater than 0".to_string()));
-        }
-        if self.max_bytes == 0 {
-            problems.push(("max_bytes", "must be greater than 0".to_string()));
-        }
-        if !STALL_TIMEOUT_MS_RANGE.contains(&self.stall_timeout_ms) {
-            problems.push((
-                "stall_timeout_ms",
-                format!(
-                    "{} is outside {}..={}",
-                    self.stall_timeout_ms,
-                    STALL_TIMEOUT_MS_RANGE.start(),
-                    STALL_TIMEOUT_MS_RANGE.end()
-                ),
-            ));
-        }
-        problems
+        use crate::limits::out_of_range;
+        [
+            (
+                "buffer.max_events",
+                out_of_range(self.max_events as u64, 1..=16_777_216),
+            ),
+            (
+                "buffer.max_bytes",
+                out_of_range(self.max_bytes as u64, 1..=16 << 30),
+            ),
+            (
+                "buffer.stall_timeout_ms",
+                out_of_range(self.stall_timeout_ms, STALL_TIMEOUT_MS_RANGE),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, message)| Some((key, message?)))
+        .collect()
     }
 
     /// `stall_timeout_ms` as a duration.

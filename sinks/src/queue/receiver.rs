@@ -188,7 +188,7 @@ impl QueueReceiver {
         shared
             .lock()
             .closed_at
-            .and_then(|closed| closed.checked_add(shared.shutdown_timeout))
+            .map(|closed| crate::limits::instant_after(closed, shared.shutdown_timeout))
     }
 
     /// The sink delivered a batch (after counting it in its stats): it is healthy again, and

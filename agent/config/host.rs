@@ -1,0 +1,84 @@
+//! Checks of a configuration against the host it is loaded on: what the operator named
+//! explicitly must be there. These are the partial starts that are refused (docs/operations.md,
+//! "Partial starts"): `gpuship run` would otherwise start without the part the file asked for
+//! and exit 0. What is discovered (`libraries = ["auto"]`, the XID tracepoint) may be absent:
+//! the agent says so and runs with the rest.
+
+use std::path::Path;
+
+use super::parse::Lines;
+use super::{Config, Problem};
+
+/// Every problem of `config` on this host.
+pub(super) fn problems(config: &Config, lines: &Lines) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let cuda = &config.sources.cuda;
+    if cuda.enabled {
+        for (i, library) in cuda.libraries.iter().enumerate() {
+            if library == "auto" || library.trim().is_empty() {
+                continue;
+            }
+            if let Some(message) = library_problem(Path::new(library)) {
+                let key = format!("sources.cuda.libraries[{i}]");
+                problems.push(Problem {
+                    line: lines.find(&key),
+                    key,
+                    message,
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// Why an explicitly configured library cannot be probed.
+fn library_problem(path: &Path) -> Option<String> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => None,
+        Ok(_) => Some(format!("{shown} is not a file")),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "{shown} does not exist on this host (use \"auto\" to search the usual places, \
+             or [sources.cuda] enabled = false)"
+        )),
+        Err(err) => Some(format!("{shown}: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_problems(text: &str) -> Vec<String> {
+        let config = Config::from_toml(text, Path::new("t.toml")).unwrap();
+        problems(&config, &Lines::of(text))
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn an_explicit_library_that_is_not_there_is_a_problem_auto_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let present = dir.path().join("libcuda.so.1");
+        std::fs::write(&present, b"\x7fELF").unwrap();
+        let text = format!(
+            "[sources.cuda]\nlibraries = [\n  \"auto\",\n  \"{}\",\n  \"/nonexistent/libcuda.so.1\",\n  \"{}\",\n]\n",
+            present.display(),
+            dir.path().display()
+        );
+        assert_eq!(
+            host_problems(&text),
+            [
+                "line 5: sources.cuda.libraries[2]: /nonexistent/libcuda.so.1 does not exist on this host (use \"auto\" to search the usual places, or [sources.cuda] enabled = false)".to_string(),
+                format!("line 6: sources.cuda.libraries[3]: {} is not a file", dir.path().display()),
+            ]
+        );
+        assert!(host_problems("[sources.cuda]\nlibraries = [\"auto\"]\n").is_empty());
+        // A disabled source needs nothing.
+        assert!(host_problems(
+            "[sources.cuda]\nenabled = false\nlibraries = [\"/nonexistent/libcuda.so.1\"]\n"
+        )
+        .is_empty());
+    }
+}
