@@ -187,7 +187,11 @@ fn assert_accounting(stopped: &Stopped, sink: &str, calls: u64, xids: u64) {
     );
     // Other tests log XIDs to the same kernel log: at least ours, and all of them delivered.
     let xid = stopped.sink_named(sink, "xid");
-    assert!(xid["delivered"].as_u64().unwrap_or(0) >= xids, "{}", stopped.outcome);
+    assert!(
+        xid["delivered"].as_u64().unwrap_or(0) >= xids,
+        "{}",
+        stopped.outcome
+    );
     assert_eq!(xid["delivered"], xid["received"], "{}", stopped.outcome);
 }
 
@@ -336,13 +340,19 @@ fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
     let mut our_xids = 0;
     for record in &printed {
         if record.body.contains("XID") {
-            if record.body.contains("0000:e2:00") || format!("{:?}", record.attributes).contains("0000:e2:00") {
+            if record.body.contains("0000:e2:00")
+                || format!("{:?}", record.attributes).contains("0000:e2:00")
+            {
                 our_xids += 1;
             }
             continue;
         }
         let key = (
-            record.attributes.get("thread.id").cloned().unwrap_or_default(),
+            record
+                .attributes
+                .get("thread.id")
+                .cloned()
+                .unwrap_or_default(),
             record.time_unix_nano,
             record.event_name.clone(),
         );
@@ -354,7 +364,11 @@ fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
         "otlp outage: {failed_calls} failed calls, {calls} call records, {} distinct, {duplicates} duplicates, {our_xids} of our XIDs",
         seen.len()
     );
-    assert_eq!(seen.len() as u64, failed_calls, "every failed call received");
+    assert_eq!(
+        seen.len() as u64,
+        failed_calls,
+        "every failed call received"
+    );
     assert_eq!(duplicates, 0, "each once");
     assert_eq!(our_xids, 3, "each of our XIDs once");
 }

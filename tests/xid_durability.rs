@@ -132,3 +132,35 @@ fn an_xid_logged_while_the_agent_was_down_is_read_at_the_next_start_once() {
     );
     assert_eq!(xid_rows(&lake, &bus).len(), 1);
 }
+
+#[test]
+fn an_xid_journaled_before_the_cursor_was_saved_is_not_read_twice() {
+    let base = data_dir();
+    let (lake, state) = (base.path().join("lake"), base.path().join("state"));
+    // The lake is unavailable (a file holds its name): the XID stays in the journal.
+    std::fs::write(&lake, b"not a directory").unwrap();
+    let agent = Agent::start(&config(&lake, &state), &[]);
+    let bus = unique_bus(4);
+    kmsg(&xid_line(&bus, 79));
+    agent.wait_for_log(&format!("pci_bus_id={bus}"), Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let killed_log = agent.kill_hard();
+    // A kill between the journal's fsync and the cursor's: the cursor is still before the XID.
+    let cursor_path = state.join("kmsg-cursor.json");
+    let mut cursor: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cursor_path).unwrap()).unwrap();
+    let seq = cursor["seq"].as_u64().unwrap();
+    cursor["seq"] = seq.saturating_sub(50).into();
+    std::fs::write(&cursor_path, cursor.to_string()).unwrap();
+
+    std::fs::remove_file(&lake).unwrap();
+    let agent = Agent::start(&config(&lake, &state), &[]);
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    assert_eq!(
+        xid_rows(&lake, &bus),
+        vec![(79, "kmsg".to_string())],
+        "first run:\n{killed_log}\nsecond run:\n{}",
+        stopped.log
+    );
+}

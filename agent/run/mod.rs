@@ -211,10 +211,12 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
 
     let kmsg_thread = if config.sources.xid.kmsg {
         let context = capture.clone();
+        let journaled = journaled_kmsg_records(config, &identity.boot_id);
         match kmsg::spawn(
             &config.sources.xid.kmsg_path,
             config.sources.xid.kmsg_start,
             Some(&config.agent.state_dir),
+            journaled,
             context,
         ) {
             Ok(handle) => Some(handle),
@@ -351,6 +353,38 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
         bail!("sink(s) failed: {}", failed_sinks.join("; "));
     }
     Ok(outcome)
+}
+
+/// Kernel-log sequence numbers of this boot whose XIDs a previous run journaled in any sink.
+fn journaled_kmsg_records(config: &Config, boot_id: &str) -> std::collections::BTreeSet<u64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
+    let mut seqs = std::collections::BTreeSet::new();
+    for name in sink_names(&config.sinks) {
+        let dir = config.agent.state_dir.join("spool").join(&name);
+        for batch in gpuship_sinks::journaled_xids(&dir) {
+            let records = &batch.records;
+            let (Some(boots), Some(kmsg)) = (
+                records.column_by_name("boot_id"),
+                records.column_by_name("kmsg_seq"),
+            ) else {
+                continue;
+            };
+            let (Some(boots), Some(kmsg)) = (
+                boots.as_string_opt::<i32>(),
+                kmsg.as_primitive_opt::<UInt64Type>(),
+            ) else {
+                continue;
+            };
+            for row in 0..records.num_rows() {
+                if !kmsg.is_null(row) && boots.value(row) == boot_id {
+                    seqs.insert(kmsg.value(row));
+                }
+            }
+        }
+    }
+    seqs
 }
 
 /// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.

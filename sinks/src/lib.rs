@@ -38,7 +38,8 @@ mod test_support;
 
 pub use batch::{EventBatch, EventKind};
 pub use queue::{
-    queue, queue_with, BufferConfig, QueueOptions, QueueReceiver, QueueSender, WhenFull,
+    journaled_xids, queue, queue_with, BufferConfig, QueueOptions, QueueReceiver, QueueSender,
+    WhenFull,
 };
 pub use sink::{DropReason, Sink, SinkError, SinkInput, SinkStats};
 pub use spool::{FsyncPolicy, Spool, SpoolConfig};

@@ -70,6 +70,9 @@ struct Progress {
     skip_through: Option<u64>,
     /// The highest sequence number read.
     last_read: Option<u64>,
+    /// Records of this boot whose XIDs a previous run journaled but had not yet passed the
+    /// cursor for (killed between the two): skipped, or they would be written twice.
+    journaled: std::collections::BTreeSet<u64>,
 }
 
 impl Progress {
@@ -118,10 +121,13 @@ fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
 }
 
 /// Opens the log where the cursor under `state_dir` (if any) says, and starts the reader.
+/// `journaled` are kernel-log sequence numbers of this boot whose XIDs are already in a
+/// sink's XID journal.
 pub fn spawn(
     path: &Path,
     start: KmsgStart,
     state_dir: Option<&Path>,
+    journaled: std::collections::BTreeSet<u64>,
     context: CaptureContext,
 ) -> Result<KmsgThread, ReaderError> {
     let mut file = state_dir.map(|dir| CursorFile::new(dir, &context.identity.boot_id));
@@ -153,6 +159,7 @@ pub fn spawn(
         file,
         skip_through,
         last_read,
+        journaled,
     }));
     let thread_progress = progress.clone();
     let handle = std::thread::Builder::new()
@@ -215,6 +222,10 @@ fn skip_existing(path: &Path) -> Result<(KmsgReader, Option<u64>), ReaderError> 
 /// Notes that `seq` was read; false when it was already handled before a restart.
 fn first_reading(seq: u64, progress: &Mutex<Progress>) -> bool {
     let mut progress = lock(progress);
+    if progress.journaled.remove(&seq) {
+        progress.last_read = Some(progress.last_read.map_or(seq, |last| last.max(seq)));
+        return false;
+    }
     if let Some(skip) = progress.skip_through {
         if seq <= skip {
             return false;

@@ -565,6 +565,24 @@ pub(crate) fn kind_slot(kind: EventKind) -> usize {
     }
 }
 
+/// The XID batches in the journal of the spool at `spool_dir`, as a previous run left them
+/// (read-only; for the kernel-log reader, which must not read again what is journaled).
+pub fn journaled_xids(spool_dir: &std::path::Path) -> Vec<EventBatch> {
+    let dir = spool_dir.join(JOURNAL_DIR);
+    if !dir.is_dir() {
+        return Vec::new();
+    }
+    let config = crate::spool::SpoolConfig::default();
+    let Ok(journal) = Spool::open(&dir, config) else {
+        return Vec::new();
+    };
+    journal
+        .sequence_numbers()
+        .into_iter()
+        .filter_map(|seq| journal.read(seq).ok())
+        .collect()
+}
+
 /// The XID journal's folder inside a sink's spool folder.
 pub const JOURNAL_DIR: &str = "xid-journal";
 
