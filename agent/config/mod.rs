@@ -295,4 +295,6 @@ impl Config {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

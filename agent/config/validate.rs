@@ -97,7 +97,7 @@ fn find_key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usiz
     let header_line = lines
         .iter()
         .enumerate()
-        .filter(|(_, line)| line.trim() == header)
+        .filter(|(_, line)| same_header(line, header))
         .nth(nth)
         .map(|(i, _)| i)?;
     let key_line = lines[header_line + 1..]
@@ -110,6 +110,15 @@ fn find_key_line(text: &str, header: &str, nth: usize, key: &str) -> Option<usiz
         })
         .map(|offset| header_line + 1 + offset);
     Some(key_line.unwrap_or(header_line) + 1)
+}
+
+/// Whether `line` is the table header `header`, however TOML lets it be spelled: spaces
+/// inside the brackets (`[[ sinks ]]`) and a comment after it.
+fn same_header(line: &str, header: &str) -> bool {
+    let code = line.split('#').next().unwrap_or_default();
+    code.chars()
+        .filter(|c| !c.is_whitespace())
+        .eq(header.chars())
 }
 
 fn is_glob_ok(pattern: &str) -> Result<(), String> {
