@@ -316,3 +316,22 @@ fn undamaged_seed_files_read_whole() {
         assert_eq!(table::row_count(&rows), SEED_ROWS, "{kind}");
     }
 }
+
+/// `damaged_parquet_files_are_read_or_rejected` found the Parquet reader panicking on a
+/// footer edited to a negative column chunk offset ("column start and length should not be
+/// negative"); that input replays from its seed in `proptest-regressions/lake/fuzz_tests.txt`.
+/// Here, deterministically: every footer position set to each limit reads or is rejected.
+#[test]
+fn regression_footer_integers_at_their_limits_never_panic() {
+    let (_, seed) = &seeds()[0];
+    let window = seed.len().min(1024);
+    for value in [i32::MIN as u32, u32::MAX] {
+        for at in 0..window {
+            let mut data = seed.clone();
+            let start = data.len() - window + at;
+            let end = (start + 4).min(data.len());
+            data[start..end].copy_from_slice(&value.to_le_bytes()[..end - start]);
+            let _ = table::read_rows(Bytes::from(data), &range());
+        }
+    }
+}

@@ -31,7 +31,7 @@ const MAX_ERROR_CHARS: usize = (MAX_QUOTED_CHARS + MAX_QUOTED_TOKEN_CHARS + 2) *
 fn kernel_escape(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     for &b in bytes {
-        if b < b' ' || b >= 0x7f || b == b'\\' {
+        if !(b' '..0x7f).contains(&b) || b == b'\\' {
             out.extend(format!("\\x{b:02x}").bytes());
         } else {
             out.push(b);
