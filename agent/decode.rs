@@ -282,4 +282,6 @@ pub fn record_bytes<T: Copy>(value: &T) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -341,4 +341,6 @@ impl Config {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -47,12 +47,16 @@ impl Clocks {
     /// Unix nanoseconds for a CLOCK_BOOTTIME timestamp from BPF.
     #[inline]
     pub fn boot_to_unix_ns(&self, boot_ns: u64) -> i64 {
-        (boot_ns as i64).saturating_add(self.boot_to_unix_ns)
+        // Past i64::MAX (a corrupt record) saturates; `as` would wrap to before 1970.
+        i64::try_from(boot_ns)
+            .unwrap_or(i64::MAX)
+            .saturating_add(self.boot_to_unix_ns)
     }
 
     /// Unix nanoseconds for a /dev/kmsg timestamp (microseconds since boot).
     pub fn kmsg_to_unix_ns(&self, timestamp_us: u64) -> i64 {
-        (timestamp_us as i64)
+        i64::try_from(timestamp_us)
+            .unwrap_or(i64::MAX)
             .saturating_mul(1_000)
             .saturating_add(self.monotonic_to_unix_ns)
     }

@@ -183,6 +183,8 @@ impl Lake {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use chrono::{DateTime, Utc};

@@ -2,6 +2,8 @@
 //! `time` column (microseconds, UTC) decides; files written by other tools that only have
 //! `time_ns` are read through that.
 
+use std::panic::AssertUnwindSafe;
+
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMicrosecondType};
 use arrow_array::{BooleanArray, RecordBatch};
@@ -20,6 +22,9 @@ pub enum TableError {
     /// A batch could not be decoded or filtered.
     #[error("decoding rows: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// The Parquet decoder panicked on this file (a damaged file it does not check for).
+    #[error("not readable as Parquet: the decoder failed on a damaged file")]
+    DecoderPanicked,
     /// No column says when the rows happened.
     #[error("no `time` (Timestamp µs) or `time_ns` (Int64) column")]
     NoTime,
@@ -28,6 +33,13 @@ pub enum TableError {
 /// The rows of `data` (a whole Parquet file) that fall inside `range`, as batches; batches
 /// left empty by the filter are not returned.
 pub fn read_rows(data: Bytes, range: &TimeRange) -> Result<Vec<RecordBatch>, TableError> {
+    // The Parquet reader panics on some damaged files (seen: a negative column chunk offset in
+    // the footer) instead of failing. Nothing it touched is used after a panic.
+    std::panic::catch_unwind(AssertUnwindSafe(|| decode_rows(data, range)))
+        .unwrap_or(Err(TableError::DecoderPanicked))
+}
+
+fn decode_rows(data: Bytes, range: &TimeRange) -> Result<Vec<RecordBatch>, TableError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(data)?.build()?;
     let mut batches = Vec::new();
     for batch in reader {

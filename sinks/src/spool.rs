@@ -154,6 +154,11 @@ impl Spool {
             else {
                 continue;
             };
+            // A FIFO, folder or symlink under a segment's name: opening a FIFO blocks forever.
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                quarantine(&path, &corrupt(&path, "not a regular file"));
+                continue;
+            }
             match read_header(&path) {
                 Ok((kind, events, bytes)) => segments.push(Segment {
                     seq,
@@ -379,13 +384,12 @@ fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
     };
     let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
     let payload = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
-    if size != HEADER_LEN as u64 + payload {
+    // Checked: a corrupt length near u64::MAX must not overflow.
+    let expected = payload.checked_add(HEADER_LEN as u64);
+    if expected != Some(size) {
         return Err(corrupt(
             path,
-            &format!(
-                "{size} bytes on disk, header says {}",
-                HEADER_LEN as u64 + payload
-            ),
+            &format!("{size} bytes on disk, header says {HEADER_LEN} + {payload}"),
         ));
     }
     Ok((kind, events, size))
@@ -399,12 +403,11 @@ fn read_segment(path: &Path) -> Result<EventBatch, SpoolError> {
     if crc32fast::hash(payload) != crc {
         return Err(corrupt(path, "checksum mismatch"));
     }
-    let mut reader =
-        StreamReader::try_new(payload, None).map_err(|e| corrupt(path, &e.to_string()))?;
-    let records = reader
-        .next()
-        .ok_or_else(|| corrupt(path, "no record batch"))?
-        .map_err(|e| corrupt(path, &e.to_string()))?;
+    // Arrow's IPC reader panics on some malformed streams (seen: a misaligned offsets buffer
+    // under a valid checksum) instead of failing; such a segment is corrupt, not a crash.
+    let records = std::panic::catch_unwind(|| decode_payload(payload))
+        .unwrap_or_else(|_| Err("the Arrow IPC reader panicked".to_string()))
+        .map_err(|reason| corrupt(path, &reason))?;
     if records.num_rows() as u64 != events || records.schema().fields() != schema_for(kind).fields()
     {
         return Err(corrupt(path, "rows or schema differ from the header"));
@@ -415,6 +418,15 @@ fn read_segment(path: &Path) -> Result<EventBatch, SpoolError> {
             .with_schema(schema_for(kind))
             .map_err(|e| corrupt(path, &e.to_string()))?,
     ))
+}
+
+/// The one record batch of a segment's Arrow IPC stream.
+fn decode_payload(payload: &[u8]) -> Result<arrow_array::RecordBatch, String> {
+    let mut reader = StreamReader::try_new(payload, None).map_err(|e| e.to_string())?;
+    reader
+        .next()
+        .ok_or_else(|| "no record batch".to_string())?
+        .map_err(|e| e.to_string())
 }
 
 fn corrupt(path: &Path, reason: &str) -> SpoolError {
@@ -431,6 +443,9 @@ fn quarantine(path: &Path, err: &SpoolError) {
     let _ = fs::rename(path, aside);
 }
 
+#[cfg(test)]
+#[path = "spool_fuzz_tests.rs"]
+mod fuzz_tests;
 #[cfg(test)]
 #[path = "spool_tests.rs"]
 mod tests;

@@ -299,5 +299,8 @@ fn quote_bytes(b: &[u8]) -> String {
 }
 
 #[cfg(test)]
+#[path = "parse_fuzz_tests.rs"]
+mod fuzz_tests;
+#[cfg(test)]
 #[path = "parse_tests.rs"]
 mod tests;
