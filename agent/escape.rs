@@ -127,6 +127,23 @@ mod tests {
     }
 
     #[test]
+    fn the_xid_catalog_gpuship_xid_prints_has_nothing_to_escape() {
+        use crate::xid::catalog;
+        for info in catalog::entries() {
+            let text = format!("{info}\n{}", catalog::CATALOG_VERSION);
+            assert!(
+                matches!(escape_controls(&text.replace('\n', " ")), Cow::Borrowed(_)),
+                "{text:?}"
+            );
+        }
+        let unknown = catalog::lookup(999_999).to_string();
+        assert!(matches!(
+            escape_controls(&unknown.replace('\n', " ")),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
     fn json_output_keeps_its_value_and_loses_its_raw_controls() {
         let value = serde_json::json!({"detail": "a\u{9b}b\x7f\u{2028}\x1b"});
         let text = serde_json::to_string_pretty(&value).unwrap();

@@ -65,7 +65,7 @@ fn run_with_a_command_prints_hostile_names_and_xid_messages_escaped() {
     // What was hostile is still there to read, as visible escapes.
     assert!(
         stderr.contains(
-            "message=Graphics Exception \\x1b]52;c;aGk=\\x07 ESR \\r\\x1b[31m red \\u{9b}1J\\x7f end"
+            " Graphics Exception \\x1b]52;c;aGk=\\x07 ESR \\r\\x1b[31m red \\u{9b}1J\\x7f end"
         ),
         "{stderr}"
     );

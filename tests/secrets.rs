@@ -104,7 +104,7 @@ fn a_password_or_token_in_an_endpoint_url_is_never_printed() {
         ("summary", &stopped.outcome.to_string()),
         ("metrics", metrics.as_str()),
     ] {
-        for secret in ["url-pw-3b7e", "q-secret-9f", "gpuship:"] {
+        for secret in ["url-pw-3b7e", "q-secret-9f", "gpuship:url"] {
             assert!(!text.contains(secret), "{secret} is in the {what}:\n{text}");
         }
     }
