@@ -7,7 +7,8 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::agent::{binary, data_dir, Agent};
 
@@ -22,21 +23,30 @@ fn config(state: &Path, lake: &Path) -> String {
     )
 }
 
-/// `gpuship run` with `config`, expected to refuse to start.
+/// `gpuship run` with `config`, expected to refuse to start: exit status 1 at once. One that
+/// starts instead is killed after a minute, so that the failure is an assertion, not a hang.
 fn refused(config: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpuship.toml");
     std::fs::write(&path, config).unwrap();
-    let output = Command::new(binary())
+    let mut child = Command::new(binary())
         .args(["run", "--config"])
         .arg(&path)
         .env("NO_COLOR", "1")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
     assert_eq!(
         output.status.code(),
         Some(1),
-        "{}",
+        "the second agent was not refused:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     output
