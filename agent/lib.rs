@@ -12,7 +12,8 @@
 //! - [`live`]: per-function and per-process totals and the latest XIDs, served on `/live`;
 //!   [`top`] is the terminal view that reads them.
 //! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
-//!   [`config`] and [`cli`] are the edges.
+//!   [`config`] and [`cli`] are the edges; [`state_dir`] is the agent's state directory and
+//!   its lock; [`escape`] makes outside text safe to print on a terminal.
 //! - [`lake`]: reads the Parquet lake back for a time range; [`views`] turn it into a
 //!   Perfetto trace (`gpuship export-trace`) and an HTML report (`gpuship report`).
 
@@ -26,6 +27,7 @@ pub mod consumer;
 pub mod decode;
 pub mod doctor;
 pub mod enrich;
+pub mod escape;
 pub mod fanout;
 pub mod lake;
 pub mod live;
@@ -33,6 +35,7 @@ pub mod logging;
 pub mod metrics;
 pub mod run;
 pub mod sources;
+pub mod state_dir;
 pub mod summary;
 pub mod top;
 pub mod views;

@@ -95,7 +95,7 @@ fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&checks).context("encoding the checks")?
+            gpuship::doctor::render_json(&checks).context("encoding the checks")?
         );
     } else {
         print!("{}", gpuship::doctor::render(&checks));

@@ -121,15 +121,17 @@ impl RunSummary {
         self.bytes_copied = self.bytes_copied.saturating_add(other.bytes_copied);
     }
 
-    /// A few lines of text for the terminal.
+    /// A few lines of text for the terminal. Function names come from the traced library's
+    /// symbols and XID keys from the kernel: their control characters are escaped.
     pub fn render(&self) -> String {
+        use crate::escape::Escaped;
         let mut out = String::new();
         let total: u64 = self.calls.values().sum();
         let _ = writeln!(out, "CUDA calls: {total}");
         let mut by_count: Vec<_> = self.calls.iter().collect();
         by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         for (function, count) in by_count {
-            let _ = writeln!(out, "  {count:>10}  {function}");
+            let _ = writeln!(out, "  {count:>10}  {}", Escaped(function));
         }
         let _ = writeln!(
             out,
@@ -139,12 +141,12 @@ impl RunSummary {
         let failed: u64 = self.failures.values().sum();
         let _ = writeln!(out, "failed calls: {failed}");
         for (what, count) in &self.failures {
-            let _ = writeln!(out, "  {count:>10}  {what}");
+            let _ = writeln!(out, "  {count:>10}  {}", Escaped(what));
         }
         let xids: u64 = self.xids.values().sum();
         let _ = writeln!(out, "XIDs: {xids}");
         for (code, count) in &self.xids {
-            let _ = writeln!(out, "  {count:>10}  XID {code}");
+            let _ = writeln!(out, "  {count:>10}  XID {}", Escaped(code));
         }
         out
     }
@@ -222,5 +224,22 @@ mod tests {
         };
         tally.add_to(&mut summary, |_| Some("cuMemAlloc_v2"));
         assert_eq!(summary.bytes_allocated, u64::MAX);
+    }
+
+    #[test]
+    fn names_from_a_traced_library_are_printed_escaped() {
+        // A glob probe takes whatever symbol names the library exports.
+        let mut summary = RunSummary::default();
+        summary.calls.insert("cu\x1b]52;c;aGk=\x07".into(), 3);
+        summary.failures.insert("cuX\r\u{9b}2J 999".into(), 1);
+        summary.xids.insert("13 (\x1b[2J)".into(), 1);
+        let text = summary.render();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains("3  cu\\x1b]52;c;aGk=\\x07\n"), "{text}");
+        assert!(text.contains("1  cuX\\r\\u{9b}2J 999\n"), "{text}");
+        assert!(text.contains("1  XID 13 (\\x1b[2J)\n"), "{text}");
     }
 }

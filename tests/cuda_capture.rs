@@ -128,9 +128,12 @@ fn every_call_of_the_workload_becomes_one_exact_row() {
     assert_eq!(calls, expected_sequence(2));
 
     // Every file is complete and named as the layout says.
-    // (Besides them, the run's accounting document under _accounting/, see tests/report.rs.)
+    // (Besides them, the run's accounting document under _accounting/, see tests/report.rs,
+    // and the agent's lock on the root, .gpuship.lock.)
     for path in files(data.path()) {
-        if path.starts_with(data.path().join("_accounting")) {
+        if path.starts_with(data.path().join("_accounting"))
+            || path == data.path().join(".gpuship.lock")
+        {
             continue;
         }
         let name = path.file_name().unwrap().to_string_lossy().into_owned();

@@ -61,3 +61,51 @@ fn secrets_never_reach_logs_summary_or_metrics() {
         );
     }
 }
+
+#[test]
+fn a_password_or_token_in_an_endpoint_url_is_never_printed() {
+    // A port nothing listens on: every export fails, and failures are where URLs leak.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let fixtures = Fixtures::build();
+    let config = format!(
+        "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 2\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
+         [batch]\ntimeout_ms = 100\n\n\
+         [[sinks]]\ntype = \"otlp\"\nendpoint = \"http://gpuship:url-pw-3b7e@127.0.0.1:{port}/?token=q-secret-9f\"\n\
+         cuda_filter = {{ all = true }}\n\n\
+         [[sinks]]\ntype = \"otlp\"\nname = \"http\"\nprotocol = \"http/protobuf\"\n\
+         endpoint = \"http://gpuship:url-pw-3b7e@127.0.0.1:{port}/v1/logs?token=q-secret-9f\"\n\
+         cuda_filter = {{ all = true }}\n",
+        fixtures.libcuda.display(),
+    );
+    let agent = Agent::start(&config, &[]);
+    let address = agent.metrics_address();
+    fixtures.run_workload(&["sequence", "1"], &[]);
+    agent.wait_for_log("otlp export failed", Duration::from_secs(30));
+    let (_, metrics) = http(&address, "GET /metrics HTTP/1.0\r\n\r\n");
+    let stopped = agent.stop();
+    // The endpoint is still named, without its secrets.
+    for expected in [
+        format!("endpoint=http://***@127.0.0.1:{port}/?token=***"),
+        format!("endpoint=http://***@127.0.0.1:{port}/v1/logs?token=***"),
+    ] {
+        assert!(
+            stopped.log.contains(&expected),
+            "{expected}:\n{}",
+            stopped.log
+        );
+    }
+    for (what, text) in [
+        ("log", stopped.log.as_str()),
+        ("summary", &stopped.outcome.to_string()),
+        ("metrics", metrics.as_str()),
+    ] {
+        for secret in ["url-pw-3b7e", "q-secret-9f", "gpuship:url"] {
+            assert!(!text.contains(secret), "{secret} is in the {what}:\n{text}");
+        }
+    }
+}

@@ -379,3 +379,82 @@ fn the_live_view_says_when_the_agent_is_unreachable_and_retries_until_it_comes()
     tmux.wait_for("top exiting on Ctrl-C", |s| s.contains("top exited with 0"));
     agent.stop();
 }
+
+/// Runs the workload once through a symlink named `name`, so that its process name (the
+/// basename of what was executed, 15 bytes at most) is `name`.
+fn run_named(fixtures: &Fixtures, name: &str) {
+    let link = fixtures.dir.path().join(name);
+    std::os::unix::fs::symlink(&fixtures.workload, &link).expect("symlink");
+    let output = Command::new(&link)
+        .args(["sequence", "1"])
+        .env("CUDA_LIB", &fixtures.libcuda)
+        .output()
+        .expect("running the renamed workload");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("calls=30"), "{stdout}");
+}
+
+#[test]
+fn once_escapes_control_characters_in_process_names_and_xid_messages() {
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = fixtures
+        .cuda_config(data.path(), FUNCTIONS)
+        .replace("kmsg = false", "kmsg = true");
+    let agent = Agent::start(&config, &[]);
+    let address = agent.metrics_address();
+    // Screen clear, CR, DEL, a C1 CSI; and an OSC 52 clipboard write ended by BEL.
+    for name in ["\x1b[2J\r\x7f\u{9b}w", "\x1b]52;c;YQ==\x07"] {
+        run_named(&fixtures, name);
+    }
+    kmsg(
+        "<3>NVRM: Xid (PCI:0000:7d:00): 13, pid=1, name=\x1b[2Jx, Graphics Exception \
+         \x1b]52;c;aGk=\x07 ESR \r\x1b[31m red \u{9b}1J\x7f end",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = http(&address, "GET /live HTTP/1.1\r\n\r\n");
+        let live: serde_json::Value = serde_json::from_str(&body).expect("/live is JSON");
+        let xid_seen = live["xids"]
+            .as_array()
+            .is_some_and(|x| x.iter().any(|x| x["pci_bus_id"] == "0000:7d:00.0"));
+        let calls: u64 = live["processes"]
+            .as_array()
+            .map_or(0, |p| p.iter().filter_map(|p| p["calls"].as_u64()).sum());
+        if xid_seen && calls == 60 {
+            // The raw text really is in the agent's answer: only the printing escapes it.
+            assert!(body.contains("\\u001b]52;c;YQ==\\u0007"), "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never saw both workloads and the XID: {live}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let output = top_once(&address);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(raw.is_empty(), "control characters {raw:?} in:\n{text}");
+    // Names are escaped, then cut to their 16-character column.
+    assert!(text.contains(" \\x1b[2J\\r\\x7f\\u… "), "{text}");
+    assert!(text.contains(" \\x1b]52;c;YQ==\\… "), "{text}");
+    let xid = text
+        .lines()
+        .find(|l| l.contains("0000:7d:00.0"))
+        .expect("XID row");
+    assert!(
+        xid.ends_with(
+            "Graphics Exception \\x1b]52;c;aGk=\\x07 ESR \\r\\x1b[31m red \\u{9b}1J\\x7f end"
+        ),
+        "{xid}"
+    );
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+}

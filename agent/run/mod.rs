@@ -83,6 +83,9 @@ pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
             .map_err(|reason| anyhow!("sink {name} cannot start: {reason}"))?;
     }
     privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
+    // Held until the run returns; the kernel releases it however the process ends.
+    let locks = crate::state_dir::lock(config)?;
+    tracing::debug!(locked = ?locks.locked, "state directory and parquet roots locked");
     let identity = host_identity(config.agent.host_name.as_deref());
     let host_id = machine_id();
     let clocks = Clocks::measure();

@@ -1,10 +1,12 @@
 //! Cells of the view as text: rates, durations, nanoseconds, UTC timestamps, and cutting a cell
-//! to its column (with `…`).
+//! to its column (with `…`, control characters escaped).
 
 use std::time::Duration;
 
-/// `text`, cut to `width` characters (the last one `…` when cut).
+/// `text` with its control characters escaped, cut to `width` characters (the last one `…`
+/// when cut): names and messages come from other users' processes and the kernel.
 pub(super) fn cut(text: &str, width: usize) -> String {
+    let text = crate::escape::escape_controls(text);
     if text.chars().count() <= width {
         return text.to_string();
     }

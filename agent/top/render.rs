@@ -2,6 +2,7 @@
 //! function and process tables and the latest XIDs, fitted to the terminal's width and height.
 //! With colour on, loss counters that are not zero and XIDs of severity `fatal`/`error` are
 //! red; everything else is plain, so `--once` output is the same text without the escapes.
+//! Text from the agent is printed with its control characters escaped ([`crate::escape`]).
 
 use std::time::Duration;
 
@@ -229,13 +230,17 @@ fn finish(line: &Line, width: Option<usize>, color: bool) -> String {
         if left == 0 {
             break;
         }
+        // Every piece, whatever it holds (process names, XID messages, sink names, the
+        // agent's address or an error), reaches the terminal without its control characters:
+        // the only escapes on screen are the ones added below.
+        let text = crate::escape::escape_controls(text);
         let count = text.chars().count();
         let piece = if count > left {
             let mut piece: String = text.chars().take(left.saturating_sub(1)).collect();
             piece.push('…');
             piece
         } else {
-            text.clone()
+            text.into_owned()
         };
         left = left.saturating_sub(count);
         match (color, style) {

@@ -241,7 +241,7 @@ impl XidStage {
                 attribution = a.attribution.as_deref().unwrap_or(""),
                 incident_id = a.incident_id.as_deref().unwrap_or(""),
                 root_candidate = a.root_candidate.unwrap_or(false),
-                message = %record.message,
+                message = %crate::escape::Escaped(&record.message),
                 "XID"
             );
             if let Ok(mut summary) = self.summary.lock() {

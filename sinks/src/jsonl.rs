@@ -4,10 +4,15 @@
 //! Objects use the Parquet column names plus a leading `"kind"`. A batch counts as delivered
 //! once its lines are written and flushed (and fsynced, with `fsync = true`). A write that fails
 //! hands the batch back to the queue, which retries it and spools what does not fit.
+//!
+//! A line is in the file whole or not at all: a failed write (a full disk) is cut back to the
+//! last whole line before the batch is handed back, and a file that does not end in a newline
+//! when it is opened (a crash mid-write) loses that incomplete last line. So every line parses
+//! and the file holds exactly the rows counted as delivered (plus what earlier runs wrote).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -163,6 +168,22 @@ pub fn encode_lines(batch: &EventBatch, out: &mut Vec<u8>) -> Result<(), arrow_s
     Ok(())
 }
 
+/// The length of `file` up to and including its last newline (0 when it has none).
+fn whole_lines_len(file: &File, len: u64) -> io::Result<u64> {
+    let mut end = len;
+    let mut chunk = [0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let part = &mut chunk[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(at) = part.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 /// An append-only file rotated by size: `name` -> `name.1` -> ... -> `name.<max_files>`.
 struct RotatingFile {
     path: PathBuf,
@@ -190,33 +211,55 @@ impl RotatingFile {
             }
         }
         if self.file.is_none() {
-            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent)?;
-            }
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o640)
-                .open(&self.path)?;
-            let size = file.metadata()?.len();
+            let (file, size) = self.open()?;
             self.file = Some((file, size));
             if size > 0 && size + lines.len() as u64 > self.max_bytes {
                 self.rotate()?;
                 return self.append(lines);
             }
         }
+        let fsync = self.fsync;
         let (file, size) = self.file.as_mut().expect("opened above");
-        if let Err(err) = file.write_all(lines) {
-            // Part of the batch may be in the file; the retry appends it whole again, so a
-            // reader may see some lines twice after a disk error, never a lost one.
-            self.file = None;
+        let written = file
+            .write_all(lines)
+            .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
+        if let Err(err) = written {
+            // Part of the batch may be in the file (a full disk takes what fits). Cut it back
+            // to the last whole line: the batch is retried whole, so it is in the file whole
+            // or not at all, and no line is glued to a fragment.
+            if file.set_len(*size).is_err() {
+                // Reopening trims the fragment.
+                self.file = None;
+            }
             return Err(err);
         }
         *size += lines.len() as u64;
-        if self.fsync {
-            file.sync_data()?;
-        }
         Ok(())
+    }
+
+    /// Opens the file for appending; a last line without its newline (a write cut short by a
+    /// crash or a full disk in an earlier run) is removed, so the next line starts on its own.
+    fn open(&self) -> io::Result<(File, u64)> {
+        if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(&self.path)?;
+        let len = file.metadata()?.len();
+        let whole = whole_lines_len(&file, len)?;
+        if whole < len {
+            file.set_len(whole)?;
+            tracing::warn!(
+                path = %self.path.display(),
+                bytes = len - whole,
+                "removed an incomplete last line left by an interrupted write"
+            );
+        }
+        Ok((file, whole))
     }
 
     fn rotated(&self, n: u32) -> PathBuf {
@@ -326,6 +369,124 @@ mod tests {
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
             0o640
         );
+    }
+
+    /// A small tmpfs, unmounted when dropped (tests run as root; elsewhere `None`).
+    struct SmallDisk(tempfile::TempDir);
+
+    impl SmallDisk {
+        fn mount(size: &str) -> Option<SmallDisk> {
+            let dir = tempfile::tempdir().unwrap();
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .ok()?;
+            status.success().then_some(SmallDisk(dir))
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    fn parsed_lines(path: &Path) -> usize {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.is_empty() || text.ends_with('\n'), "ends mid-line");
+        text.lines()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("invalid line {line:?}: {e}"));
+                assert_eq!(value["kind"], "cuda");
+            })
+            .count()
+    }
+
+    #[test]
+    fn on_a_full_disk_every_line_is_whole_and_counted() {
+        let Some(disk) = SmallDisk::mount("64k") else {
+            eprintln!("no tmpfs (not root?): skipped");
+            return;
+        };
+        let path = disk.0.path().join("events.jsonl");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let stats = Arc::new(SinkStats::default());
+        let options = crate::QueueOptions {
+            name: "jsonl".into(),
+            buffer: BufferConfig::default(),
+            spool: None,
+            // Batches still failing then are dropped (shutdown_timeout): the run ends.
+            shutdown_timeout: std::time::Duration::from_millis(300),
+        };
+        let (sender, receiver) = crate::queue_with(options, stats.clone());
+        // About 130 KiB of lines for a 64 KiB disk, in batches of 7 rows.
+        for tag in 0..50 {
+            sender.send_blocking(cuda_batch(7, tag));
+        }
+        drop(sender);
+        let config = JsonlSinkConfig {
+            path: Some(path.clone()),
+            ..Default::default()
+        };
+        runtime
+            .block_on(Box::new(JsonlSink::new("jsonl", config)).run(SinkInput {
+                batches: receiver,
+                stats: stats.clone(),
+            }))
+            .unwrap();
+        let delivered = stats.delivered.get(EventKind::Cuda);
+        assert!(delivered > 0 && delivered < 350, "{delivered}");
+        assert_eq!(parsed_lines(&path), delivered as usize);
+        assert_eq!(
+            delivered + stats.dropped(crate::DropReason::ShutdownTimeout, EventKind::Cuda),
+            350
+        );
+        assert!(stats.errors()["write"] > 0);
+
+        // The next run appends after the last whole line, and the file still matches.
+        let stats = run(
+            JsonlSinkConfig {
+                path: Some(path.clone()),
+                ..Default::default()
+            },
+            vec![],
+        );
+        assert_eq!(stats.delivered.get(EventKind::Cuda), 0);
+        assert_eq!(parsed_lines(&path), delivered as usize);
+    }
+
+    #[test]
+    fn an_incomplete_last_line_from_a_crash_is_removed_before_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut earlier = Vec::new();
+        encode_lines(&cuda_batch(2, 1), &mut earlier).unwrap();
+        earlier.extend_from_slice(b"{\"kin");
+        std::fs::write(&path, &earlier).unwrap();
+        let config = JsonlSinkConfig {
+            path: Some(path.clone()),
+            ..Default::default()
+        };
+        let stats = run(config, vec![cuda_batch(3, 2)]);
+        assert_eq!(stats.delivered.get(EventKind::Cuda), 3);
+        assert_eq!(parsed_lines(&path), 2 + 3);
+
+        // A file that is one incomplete line (no newline at all) is emptied.
+        std::fs::write(&path, b"{\"kind\":\"cu").unwrap();
+        let config = JsonlSinkConfig {
+            path: Some(path.clone()),
+            ..Default::default()
+        };
+        run(config, vec![cuda_batch(1, 3)]);
+        assert_eq!(parsed_lines(&path), 1);
     }
 
     #[test]

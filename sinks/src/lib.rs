@@ -11,7 +11,9 @@
 //! - [`otlp`]: events as OpenTelemetry log records (OTLP sink, Kafka `otlp_proto`).
 //! - [`jsonl`]: JSON lines on stdout or in size-rotated files, for jq.
 //! - [`kafka`]: the Kafka sink (acknowledged delivery through an idempotent producer).
-//! - [`secret`]: passwords and tokens read from the environment or a file, never logged.
+//! - [`secret`]: passwords and tokens read from the environment or a file, never logged, and
+//!   [`secret::redact_url`] for every endpoint that is printed.
+//! - [`secure_fs`]: files under the state directory: 0700/0600, no symlink followed.
 //! - [`template`]: `gpuship.{kind}`-style name templates (topics, message keys).
 //! - [`blackhole`]: discards batches (optionally slowly), for measurements and tests.
 //! - [`limits`]: the range of every configured size and duration; overflow-free arithmetic.
@@ -29,6 +31,7 @@ pub mod parquet;
 pub mod queue;
 pub mod schema;
 pub mod secret;
+pub mod secure_fs;
 pub mod sink;
 pub mod spool;
 pub mod template;

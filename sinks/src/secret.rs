@@ -1,6 +1,10 @@
 //! Secrets in configuration (Kafka SASL passwords, TLS key passwords, OTLP auth headers): the
 //! config names where the value lives, an environment variable or a file, never the value,
 //! and the value is only ever held in a [`Secret`] whose `Debug` shows nothing.
+//!
+//! URLs can carry secrets too (`http://user:password@host`, `?token=...`): every endpoint,
+//! broker list or URL that is printed (logs, errors, validation messages) goes through
+//! [`redact_url`] first.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -145,9 +149,118 @@ impl fmt::Display for Secret {
     }
 }
 
+/// What a redacted secret is printed as.
+pub const REDACTED: &str = "***";
+
+/// `text` (one URL, or a comma-separated list such as Kafka brokers) with its secrets replaced
+/// by `***`: the userinfo before `@` (user and password), every query value, and the fragment.
+/// Scheme, host, port and path are kept, so the line still says where the agent connects.
+///
+/// `http://user:pw@collector:4318/v1/logs?token=t` -> `http://***@collector:4318/v1/logs?token=***`
+pub fn redact_url(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        // Commas separate list items, except inside a query or fragment (which run to the end).
+        let (item, next) = match rest.find([',', '?', '#']) {
+            Some(at) if rest.as_bytes()[at] == b',' => (&rest[..at], Some(&rest[at + 1..])),
+            _ => (rest, None),
+        };
+        redact_one(item, &mut out);
+        match next {
+            Some(next) => {
+                out.push(',');
+                rest = next;
+            }
+            None => return out,
+        }
+    }
+}
+
+fn redact_one(item: &str, out: &mut String) {
+    let (head, fragment) = match item.split_once('#') {
+        Some((head, fragment)) => (head, Some(fragment)),
+        None => (item, None),
+    };
+    let (head, query) = match head.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (head, None),
+    };
+    let (scheme, after) = match head.find("://") {
+        Some(at) => head.split_at(at + 3),
+        None => ("", head),
+    };
+    let (authority, path) = after.split_at(after.find('/').unwrap_or(after.len()));
+    out.push_str(scheme);
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str(REDACTED);
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    out.push_str(path);
+    if let Some(query) = query {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((key, _)) => {
+                    out.push_str(key);
+                    out.push('=');
+                    out.push_str(REDACTED);
+                }
+                // A bare item may be the token itself.
+                None if !pair.is_empty() => out.push_str(REDACTED),
+                None => {}
+            }
+        }
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        if !fragment.is_empty() {
+            out.push_str(REDACTED);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_their_userinfo_query_values_and_fragment() {
+        for (url, expected) in [
+            ("http://user:pw@host", "http://***@host"),
+            (
+                "https://user:p%40ss@collector:4318/v1/logs",
+                "https://***@collector:4318/v1/logs",
+            ),
+            ("https://token@host/x@y", "https://***@host/x@y"),
+            ("http://a:b@c@host:1/", "http://***@host:1/"),
+            (
+                "https://c/otlp?token=s3cret&x=1&bare&",
+                "https://c/otlp?token=***&x=***&***&",
+            ),
+            ("https://c/#access_token=s3cret", "https://c/#***"),
+            ("http://h?sig=a,b,c", "http://h?sig=***"),
+            ("user:pw@broker:9092", "***@broker:9092"),
+            (
+                "b1:9092,SASL_SSL://u:pw@b2:9093,b3",
+                "b1:9092,SASL_SSL://***@b2:9093,b3",
+            ),
+            // Nothing secret: unchanged.
+            ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
+            ("https://c/v1/logs", "https://c/v1/logs"),
+            ("b1:9092,b2:9092", "b1:9092,b2:9092"),
+            ("", ""),
+            ("s3://bucket/prefix", "s3://bucket/prefix"),
+        ] {
+            assert_eq!(redact_url(url), expected, "{url}");
+        }
+    }
 
     #[test]
     fn reads_env_and_file_and_never_prints_the_value() {

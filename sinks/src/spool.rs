@@ -6,9 +6,10 @@
 //! length, CRC-32 of the payload) followed by the batch as an Arrow IPC stream. It is written
 //! under a temporary name, fsynced (per `fsync`), and renamed, so a crash leaves either a whole
 //! segment or none. A segment that fails its checks is reported, renamed to `.corrupt` and
-//! skipped; it never stops the spool.
+//! skipped; it never stops the spool. Folders are 0700 and segments 0600, created through
+//! [`secure_fs`] (no symlink followed).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,7 @@ use arrow_ipc::writer::StreamWriter;
 use serde::Deserialize;
 
 use crate::schema::schema_for;
+use crate::secure_fs;
 use crate::{EventBatch, EventKind};
 
 const MAGIC: &[u8; 8] = b"GPSHSPL1";
@@ -137,7 +139,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
 impl Spool {
     /// Opens (creating) the spool at `dir` and indexes the segments a previous run left.
     pub fn open(dir: &Path, config: SpoolConfig) -> Result<Spool, SpoolError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        secure_fs::ensure_private_dir(dir).map_err(|e| private(dir, e))?;
         let mut segments = Vec::new();
         let mut corrupt_at_open = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_err(dir))?.flatten() {
@@ -158,6 +160,10 @@ impl Spool {
             if !entry.file_type().is_ok_and(|t| t.is_file()) {
                 quarantine(&path, &corrupt(&path, "not a regular file"));
                 continue;
+            }
+            // Segments written by older versions were 0644.
+            if let Err(err) = secure_fs::tighten(&path) {
+                tracing::warn!(%err, "cannot make a spool segment private");
             }
             match read_header(&path) {
                 Ok((kind, events, bytes)) => segments.push(Segment {
@@ -269,19 +275,28 @@ impl Spool {
         header[12..16].copy_from_slice(&(batch.len() as u32).to_le_bytes());
         header[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         header[24..28].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        let mut file = File::create(&temp).map_err(io_err(&temp))?;
-        file.write_all(&header)
+        // O_EXCL|O_NOFOLLOW: a file or symlink planted at this name is refused, never written
+        // through; the name is skipped, so it costs this batch only.
+        let mut file = secure_fs::create_new_private(&temp).map_err(|e| {
+            self.next_seq += 1;
+            private(&temp, e)
+        })?;
+        let written = file
+            .write_all(&header)
             .and_then(|()| file.write_all(&payload))
-            .map_err(io_err(&temp))?;
-        if self.config.fsync == FsyncPolicy::Always {
-            file.sync_all().map_err(io_err(&temp))?;
-        }
+            .and_then(|()| match self.config.fsync {
+                FsyncPolicy::Always => file.sync_all(),
+                FsyncPolicy::Never => Ok(()),
+            });
         drop(file);
+        if let Err(err) = written {
+            // Ours (created just now): remove it, or the next store at this name would fail.
+            let _ = fs::remove_file(&temp);
+            return Err(io_err(&temp)(err));
+        }
         fs::rename(&temp, &path).map_err(io_err(&path))?;
         if self.config.fsync == FsyncPolicy::Always {
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err(&self.dir))?;
+            secure_fs::sync_dir(&self.dir).map_err(|e| private(&self.dir, e))?;
         }
         let bytes = (HEADER_LEN + payload.len()) as u64;
         self.next_seq += 1;
@@ -369,7 +384,7 @@ fn claimed(path: &Path) -> (Option<EventKind>, u64) {
 
 fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
     let mut header = [0u8; HEADER_LEN];
-    let mut file = File::open(path).map_err(io_err(path))?;
+    let mut file = secure_fs::open_read(path).map_err(|e| private(path, e))?;
     let size = file.metadata().map_err(io_err(path))?.len();
     file.read_exact(&mut header)
         .map_err(|_| corrupt(path, "shorter than its header"))?;
@@ -397,7 +412,11 @@ fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
 
 fn read_segment(path: &Path) -> Result<EventBatch, SpoolError> {
     let (kind, events, _) = read_header(path)?;
-    let data = fs::read(path).map_err(io_err(path))?;
+    let mut data = Vec::new();
+    secure_fs::open_read(path)
+        .map_err(|e| private(path, e))?
+        .read_to_end(&mut data)
+        .map_err(io_err(path))?;
     let payload = &data[HEADER_LEN..];
     let crc = u32::from_le_bytes(data[24..28].try_into().unwrap_or_default());
     if crc32fast::hash(payload) != crc {
@@ -427,6 +446,16 @@ fn decode_payload(payload: &[u8]) -> Result<arrow_array::RecordBatch, String> {
         .next()
         .ok_or_else(|| "no record batch".to_string())?
         .map_err(|e| e.to_string())
+}
+
+fn private(path: &Path, err: secure_fs::SecureFsError) -> SpoolError {
+    match err {
+        secure_fs::SecureFsError::Io { path, source } => SpoolError::Io { path, source },
+        other => SpoolError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::other(other.to_string()),
+        },
+    }
 }
 
 fn corrupt(path: &Path, reason: &str) -> SpoolError {

@@ -110,3 +110,87 @@ fn room_and_drop_oldest_follow_max_size() {
     assert!(limited.has_room(one));
     assert_eq!(drain(&mut limited), vec![2]);
 }
+
+#[test]
+fn folders_are_0700_segments_0600_and_a_planted_symlink_is_not_followed() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::sync::Arc;
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool/sink");
+    let precious = root.path().join("precious");
+    std::fs::write(&precious, b"root-owned content").unwrap();
+    let spool = Spool::open(&dir, SpoolConfig::default()).unwrap();
+    assert_eq!(mode(&root.path().join("spool")), 0o700);
+    assert_eq!(mode(&dir), 0o700);
+    // Someone who could write in the folder plants the next segment's temporary name.
+    symlink(&precious, dir.join("0000000000000000.seg.tmp")).unwrap();
+
+    // Through the queue, as in a run: the batch that hits the symlink is counted as
+    // `spool_failed` (and logged); the next one takes the next name.
+    let stats = Arc::new(crate::SinkStats::default());
+    let options = crate::QueueOptions {
+        name: "t".into(),
+        buffer: crate::BufferConfig {
+            max_events: 100,
+            max_bytes: usize::MAX,
+            when_full: crate::WhenFull::Block,
+        },
+        spool: Some(spool),
+        shutdown_timeout: std::time::Duration::from_millis(100),
+    };
+    let (tx, mut rx) = crate::queue_with(options, stats.clone());
+    tx.send_blocking(cuda(3, 1));
+    tx.send_blocking(cuda(4, 2));
+    drop(tx);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            while let Some(batch) = rx.recv().await {
+                rx.reject(batch);
+            }
+        });
+    assert_eq!(std::fs::read(&precious).unwrap(), b"root-owned content");
+    assert_eq!(mode(&precious), 0o644);
+    assert_eq!(
+        stats.dropped(crate::DropReason::SpoolFailed, EventKind::Cuda)
+            + stats.spool_pending(EventKind::Cuda),
+        7
+    );
+    assert!(stats.dropped(crate::DropReason::SpoolFailed, EventKind::Cuda) >= 3);
+    let segments: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    assert!(!segments.is_empty());
+    for segment in &segments {
+        assert_eq!(mode(segment), 0o600, "{}", segment.display());
+    }
+
+    // A segment left 0644 by an older version is made private when the spool opens; the
+    // planted name is removed (the link, not what it points to).
+    std::fs::set_permissions(&segments[0], std::fs::Permissions::from_mode(0o644)).unwrap();
+    let reopened = Spool::open(&dir, SpoolConfig::default()).unwrap();
+    assert_eq!(mode(&segments[0]), 0o600);
+    assert!(!dir.join("0000000000000000.seg.tmp").exists());
+    assert_eq!(std::fs::read(&precious).unwrap(), b"root-owned content");
+    assert_eq!(
+        reopened.pending_events(EventKind::Cuda),
+        stats.spool_pending(EventKind::Cuda)
+    );
+}
+
+#[test]
+fn a_spool_folder_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Spool::open(dir.path(), SpoolConfig::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("is writable by group or others"),
+        "{err}"
+    );
+}

@@ -165,7 +165,7 @@ impl Worker {
         let (settled_tx, settled) = mpsc::unbounded_channel();
         let producer = new_producer(&sink.name, &client_config, settled_tx.clone())
             .map_err(|e| start_error(format!("cannot create the producer: {e}")))?;
-        tracing::info!(sink = %sink.name, brokers = %config.brokers, xid_topic = %routes[0].topic, cuda_topic = %routes[1].topic, encoding = config.encoding.as_str(), "kafka sink started");
+        tracing::info!(sink = %sink.name, brokers = %crate::secret::redact_url(&config.brokers), xid_topic = %routes[0].topic, cuda_topic = %routes[1].topic, encoding = config.encoding.as_str(), "kafka sink started");
         Ok(Self {
             name: sink.name,
             max_in_flight_rows: config.max_in_flight_messages as usize,

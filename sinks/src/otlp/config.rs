@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::limits::out_of_range;
-use crate::secret::{Secret, SecretError, SecretSource};
+use crate::secret::{redact_url, Secret, SecretError, SecretSource};
 
 /// Transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -139,10 +139,13 @@ impl OtlpSinkConfig {
                 "endpoint",
                 format!(
                     "{:?} must be an http:// or https:// URL with a host",
-                    self.endpoint
+                    redact_url(&self.endpoint)
                 ),
             ),
-            Err(err) => problem("endpoint", format!("{:?}: {err}", self.endpoint)),
+            Err(err) => problem(
+                "endpoint",
+                format!("{:?}: {err}", redact_url(&self.endpoint)),
+            ),
         }
         for (key, value, range) in [
             ("timeout_secs", self.timeout_secs, 1..=3_600),

@@ -61,7 +61,7 @@ impl Sink for OtlpSink {
                 .map_err(start_error)?;
             let exporter = Exporter::new(&self.config, &headers).map_err(start_error)?;
             let mapping = OtlpMapping::new(&self.identity, self.host_id.as_deref(), &resource);
-            tracing::info!(sink = %self.name, endpoint = %self.config.request_url(), protocol = ?self.config.protocol, "otlp sink started");
+            tracing::info!(sink = %self.name, endpoint = %crate::secret::redact_url(&self.config.request_url()), protocol = ?self.config.protocol, "otlp sink started");
             Worker {
                 name: self.name.clone(),
                 exporter,

@@ -184,12 +184,18 @@ impl ObjectStoreOptions {
             if endpoint.starts_with("http://") && !self.allow_http {
                 problems.push((
                     "object_store.endpoint",
-                    format!("{endpoint:?} is plain HTTP: set allow_http = true to use it"),
+                    format!(
+                        "{:?} is plain HTTP: set allow_http = true to use it",
+                        crate::secret::redact_url(endpoint)
+                    ),
                 ));
             } else if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
                 problems.push((
                     "object_store.endpoint",
-                    format!("{endpoint:?} must start with https:// (or http://)"),
+                    format!(
+                        "{:?} must start with https:// (or http://)",
+                        crate::secret::redact_url(endpoint)
+                    ),
                 ));
             }
         }
