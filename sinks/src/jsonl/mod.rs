@@ -10,9 +10,7 @@
 //! when it is opened (a crash mid-write) loses that incomplete last line. So every line parses
 //! and the file holds exactly the rows counted as delivered (plus what earlier runs wrote).
 
-use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -22,6 +20,10 @@ use crate::encode::json::JsonRows;
 use crate::limits::out_of_range;
 use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
+
+mod file;
+
+use file::RotatingFile;
 
 /// `[[sinks]] type = "jsonl"`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -166,122 +168,6 @@ pub fn encode_lines(batch: &EventBatch, out: &mut Vec<u8>) -> Result<(), arrow_s
         out.push(b'\n');
     }
     Ok(())
-}
-
-/// The length of `file` up to and including its last newline (0 when it has none).
-fn whole_lines_len(file: &File, len: u64) -> io::Result<u64> {
-    let mut end = len;
-    let mut chunk = [0u8; 4096];
-    while end > 0 {
-        let start = end.saturating_sub(chunk.len() as u64);
-        let part = &mut chunk[..(end - start) as usize];
-        file.read_exact_at(part, start)?;
-        if let Some(at) = part.iter().rposition(|&b| b == b'\n') {
-            return Ok(start + at as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
-}
-
-/// An append-only file rotated by size: `name` -> `name.1` -> ... -> `name.<max_files>`.
-struct RotatingFile {
-    path: PathBuf,
-    max_bytes: u64,
-    max_files: u32,
-    fsync: bool,
-    file: Option<(File, u64)>,
-}
-
-impl RotatingFile {
-    fn new(path: PathBuf, config: &JsonlSinkConfig) -> Self {
-        Self {
-            path,
-            max_bytes: config.max_file_bytes,
-            max_files: config.max_files,
-            fsync: config.fsync,
-            file: None,
-        }
-    }
-
-    fn append(&mut self, lines: &[u8]) -> io::Result<()> {
-        if let Some((_, size)) = &self.file {
-            if *size > 0 && size + lines.len() as u64 > self.max_bytes {
-                self.rotate()?;
-            }
-        }
-        if self.file.is_none() {
-            let (file, size) = self.open()?;
-            self.file = Some((file, size));
-            if size > 0 && size + lines.len() as u64 > self.max_bytes {
-                self.rotate()?;
-                return self.append(lines);
-            }
-        }
-        let fsync = self.fsync;
-        let (file, size) = self.file.as_mut().expect("opened above");
-        let written = file
-            .write_all(lines)
-            .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
-        if let Err(err) = written {
-            // Part of the batch may be in the file (a full disk takes what fits). Cut it back
-            // to the last whole line: the batch is retried whole, so it is in the file whole
-            // or not at all, and no line is glued to a fragment.
-            if file.set_len(*size).is_err() {
-                // Reopening trims the fragment.
-                self.file = None;
-            }
-            return Err(err);
-        }
-        *size += lines.len() as u64;
-        Ok(())
-    }
-
-    /// Opens the file for appending; a last line without its newline (a write cut short by a
-    /// crash or a full disk in an earlier run) is removed, so the next line starts on its own.
-    fn open(&self) -> io::Result<(File, u64)> {
-        if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o640)
-            .open(&self.path)?;
-        let len = file.metadata()?.len();
-        let whole = whole_lines_len(&file, len)?;
-        if whole < len {
-            file.set_len(whole)?;
-            tracing::warn!(
-                path = %self.path.display(),
-                bytes = len - whole,
-                "removed an incomplete last line left by an interrupted write"
-            );
-        }
-        Ok((file, whole))
-    }
-
-    fn rotated(&self, n: u32) -> PathBuf {
-        let mut name = self.path.clone().into_os_string();
-        name.push(format!(".{n}"));
-        PathBuf::from(name)
-    }
-
-    fn rotate(&mut self) -> io::Result<()> {
-        self.file = None;
-        if self.max_files == 0 {
-            return std::fs::remove_file(&self.path);
-        }
-        let _ = std::fs::remove_file(self.rotated(self.max_files));
-        for n in (1..self.max_files).rev() {
-            let from = self.rotated(n);
-            if from.exists() {
-                std::fs::rename(&from, self.rotated(n + 1))?;
-            }
-        }
-        std::fs::rename(&self.path, self.rotated(1))
-    }
 }
 
 #[cfg(test)]
@@ -461,32 +347,6 @@ mod tests {
         );
         assert_eq!(stats.delivered.get(EventKind::Cuda), 0);
         assert_eq!(parsed_lines(&path), delivered as usize);
-    }
-
-    #[test]
-    fn an_incomplete_last_line_from_a_crash_is_removed_before_appending() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.jsonl");
-        let mut earlier = Vec::new();
-        encode_lines(&cuda_batch(2, 1), &mut earlier).unwrap();
-        earlier.extend_from_slice(b"{\"kin");
-        std::fs::write(&path, &earlier).unwrap();
-        let config = JsonlSinkConfig {
-            path: Some(path.clone()),
-            ..Default::default()
-        };
-        let stats = run(config, vec![cuda_batch(3, 2)]);
-        assert_eq!(stats.delivered.get(EventKind::Cuda), 3);
-        assert_eq!(parsed_lines(&path), 2 + 3);
-
-        // A file that is one incomplete line (no newline at all) is emptied.
-        std::fs::write(&path, b"{\"kind\":\"cu").unwrap();
-        let config = JsonlSinkConfig {
-            path: Some(path.clone()),
-            ..Default::default()
-        };
-        run(config, vec![cuda_batch(1, 3)]);
-        assert_eq!(parsed_lines(&path), 1);
     }
 
     #[test]
