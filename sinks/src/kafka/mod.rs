@@ -318,6 +318,13 @@ impl Worker {
         {
             self.replace_stuck_producer();
         }
+        if failures.iter().any(|(_, code)| fenced(*code))
+            && self.last_replaced.elapsed() >= Duration::from_secs(1)
+        {
+            // The broker no longer takes this producer id or epoch (seen with tansu after a
+            // hang, once messages timed out in flight): every retry would fail the same way.
+            self.replace_producer("the broker fenced the producer id");
+        }
         retry.sort_unstable();
         tracing::warn!(sink = %self.name, %kind, rows = retry.len(), first_error = ?failures[0].1, "kafka delivery failed; rows will be retried");
         let indices = arrow_array::UInt32Array::from(retry);
@@ -377,6 +384,18 @@ impl Worker {
             }
         }
     }
+}
+
+/// Errors that mean the broker refuses this producer's id or epoch for good.
+fn fenced(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::UnknownProducerId
+            | RDKafkaErrorCode::OutOfOrderSequenceNumber
+            | RDKafkaErrorCode::InvalidProducerIdMapping
+    )
 }
 
 fn deadline_passed(input: &SinkInput) -> bool {
