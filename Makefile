@@ -74,7 +74,7 @@ testenv: deps
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 # The whole suite: unit tests, real-eBPF integration tests (root), benches compiled and run once.
 # It needs root: anyone else re-runs `make test` under sudo.

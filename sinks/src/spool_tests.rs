@@ -135,6 +135,7 @@ fn folders_are_0700_segments_0600_and_a_planted_symlink_is_not_followed() {
             max_events: 100,
             max_bytes: usize::MAX,
             when_full: crate::WhenFull::Block,
+            ..crate::BufferConfig::default()
         },
         spool: Some(spool),
         shutdown_timeout: std::time::Duration::from_millis(100),

@@ -364,13 +364,14 @@ impl Shared {
     /// Writes `batch` to the spool (the caller checked it is enabled), applying the policy when
     /// the spool is full: CUDA batches are dropped (`drop_oldest` drops old segments instead),
     /// XIDs are always kept.
-    pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) {
+    /// True when the batch is on disk.
+    pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) -> bool {
         let kind = batch.kind;
         let events = batch.len() as u64;
         let Some(spool) = state.spool.as_mut() else {
             self.stats
                 .drop_events(DropReason::SinkStopped, kind, events);
-            return;
+            return false;
         };
         if kind == EventKind::Cuda && !spool.has_room(bytes as u64) {
             if self.config.when_full == WhenFull::DropOldest {
@@ -384,15 +385,19 @@ impl Shared {
             }
             if !spool.has_room(bytes as u64) {
                 self.stats.drop_events(DropReason::SpoolFull, kind, events);
-                return;
+                return false;
             }
         }
         match spool.store(&batch) {
-            Ok(_) => self.stats.spooled.add(kind, events),
+            Ok(_) => {
+                self.stats.spooled.add(kind, events);
+                true
+            }
             Err(err) => {
                 self.warn_limited(&self.spool_warning, "cannot spool; events dropped", &err);
                 self.stats
                     .drop_events(DropReason::SpoolFailed, kind, events);
+                false
             }
         }
     }

@@ -108,31 +108,34 @@ impl QueueReceiver {
 
     pub(crate) fn spool_the_rest(&self, state: &mut State) {
         let shared = &*self.shared;
-        let mut spooled = 0;
+        let (mut spooled, mut dropped) = (0, 0);
         while let Some(queued) = state.pop() {
             let Queued {
                 batch,
                 bytes,
                 journal,
             } = queued;
-            spooled += batch.len();
-            if state.spool.is_some() {
-                shared.spool_store(state, batch, bytes);
+            let events = batch.len();
+            if state.spool.is_none() {
+                dropped += events;
+                shared
+                    .stats
+                    .drop_events(DropReason::ShutdownTimeout, batch.kind, events as u64);
+            } else if shared.spool_store(state, batch, bytes) {
+                spooled += events;
                 // Now in the spool: the journal entry has done its job.
                 if let (Some(seq), Some(j)) = (journal, state.journal.as_mut()) {
                     j.remove(seq);
                 }
             } else {
-                shared.stats.drop_events(
-                    DropReason::ShutdownTimeout,
-                    batch.kind,
-                    batch.len() as u64,
-                );
+                // Counted by `spool_store` (spool full or failing); an XID keeps its journal
+                // entry, so the next run still sends it.
+                dropped += events;
             }
         }
         shared.publish(state);
-        if spooled > 0 {
-            tracing::warn!(sink = %shared.name, events = spooled, spool = state.spool.is_some(), "shutdown timeout: undelivered events left in the spool");
+        if spooled + dropped > 0 {
+            tracing::warn!(sink = %shared.name, spooled, dropped, "shutdown timeout: undelivered events left in the spool, the rest dropped (counted by reason)");
         }
     }
 
