@@ -1,6 +1,8 @@
 //! Backpressure with a deliberately slow sink (`blackhole` with a delay): each `when_full`
 //! policy behaves as documented and is counted by reason, the identities hold exactly, and
-//! XIDs arrive during a CUDA burst that overwhelms the pipeline.
+//! XIDs arrive during a CUDA burst that overwhelms the pipeline. The policies apply when memory
+//! and spool are both full, or without a spool: these sinks have none (with one, a full queue
+//! spills instead; `tests/outage_load.rs`).
 
 mod common;
 
@@ -15,7 +17,8 @@ fn config(fixtures: &Fixtures, ring_mib: u32, kmsg: bool, when_full: &str) -> St
         "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = {kmsg}\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\nring_size_mib = {ring_mib}\n\n\
          [batch]\nmax_events = 2000\ntimeout_ms = 50\n\n\
-         [[sinks]]\ntype = \"blackhole\"\ndelay_ms = 40\n[sinks.buffer]\nmax_events = 4000\nwhen_full = \"{when_full}\"\n",
+         [[sinks]]\ntype = \"blackhole\"\ndelay_ms = 40\n[sinks.buffer]\nmax_events = 4000\nwhen_full = \"{when_full}\"\n\
+         [sinks.spool]\nenabled = false\n",
         fixtures.libcuda.display()
     )
 }
