@@ -125,7 +125,7 @@ fn a_metrics_port_in_use_is_a_start_error_unless_metrics_are_off() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("metrics.max_connections: 0 is not in 1..=1024"),
+        stderr.contains("metrics.max_connections: 0 is outside 1..=1024"),
         "{stderr}"
     );
 }

@@ -65,9 +65,13 @@ pub fn consume_all(brokers: &str, topic: &str, at_least: usize) -> Vec<Record> {
     }
     consumer.assign(&assignment).expect("assign");
     let mut records = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Thirty seconds, and more while messages keep coming (millions take a while to read).
+    let mut deadline = Instant::now() + Duration::from_secs(30);
     let mut quiet_since = Instant::now();
     loop {
+        if quiet_since.elapsed() < Duration::from_secs(1) {
+            deadline = deadline.max(Instant::now() + Duration::from_secs(5));
+        }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 records.push(record(&message.detach()));
