@@ -358,3 +358,40 @@ fn views_read_a_bucket_whose_endpoint_is_in_aws_endpoint_url() {
         }
     }
 }
+
+#[test]
+fn an_xid_reaches_the_bucket_within_seconds_while_the_agent_runs() {
+    let moto = Moto::start(0);
+    moto.create_bucket(BUCKET);
+    let fixtures = Fixtures::build();
+    let config = s3_config(&fixtures, &moto.endpoint(), "quick", "");
+    let agent = Agent::start_with_env(&config, &[], &CREDENTIALS);
+    kmsg("<3>NVRM: Xid (PCI:0000:5f:00): 79, pid=4243, name=trainer, GPU has fallen off the bus.");
+    agent.wait_for_log("pci_bus_id=0000:5f:00.0", Duration::from_secs(10));
+    let logged = std::time::Instant::now();
+    // The design bound is one second (xid_max_file_age_ms) plus the upload; five leave room
+    // for a busy machine. Before, the XID waited for max_file_age_secs (300 s) or a stop.
+    let xid_object = || {
+        moto.keys(BUCKET)
+            .into_iter()
+            .any(|key| key.starts_with("quick/xid/dt="))
+    };
+    while !xid_object() && logged.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        xid_object(),
+        "no XID object 5 s after the XID, with the agent running:\n{}",
+        agent.log()
+    );
+    assert_eq!(
+        rows_in_s3(&moto, "quick", "xid", "WHERE pci_bus_id = '0000:5f:00.0'"),
+        1
+    );
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    assert_eq!(
+        rows_in_s3(&moto, "quick", "xid", "WHERE pci_bus_id = '0000:5f:00.0'"),
+        1
+    );
+}

@@ -417,3 +417,23 @@ fn at_the_shutdown_deadline_undelivered_batches_are_spooled_for_the_next_run() {
     assert_eq!(got.len(), 2);
     assert!(got.contains(&EventKind::Xid) && got.contains(&EventKind::Cuda));
 }
+
+#[test]
+fn repeated_spool_warnings_are_rate_limited_and_counted() {
+    let stats = Arc::new(SinkStats::default());
+    let (_tx, rx) = queue(config(10, WhenFull::Block), stats);
+    let shared = &rx.shared;
+    for _ in 0..5 {
+        shared.warn_limited(
+            &shared.spool_warning,
+            "cannot spool; events dropped",
+            &"disk full",
+        );
+    }
+    let limit = shared.spool_warning.lock().unwrap();
+    assert!(limit.last.is_some(), "the first one is logged");
+    assert_eq!(
+        limit.suppressed, 4,
+        "the next four within the interval are held back"
+    );
+}
