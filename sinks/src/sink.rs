@@ -44,7 +44,7 @@ pub enum SinkError {
 pub struct KindCounters([AtomicU64; 3]);
 
 impl KindCounters {
-    fn slot(kind: EventKind) -> usize {
+    pub(crate) fn slot(kind: EventKind) -> usize {
         match kind {
             EventKind::Xid => 0,
             EventKind::Cuda => 1,

@@ -36,99 +36,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tokio::sync::Notify;
 
 use crate::sink::{DropReason, SinkStats};
 use crate::spool::Spool;
 use crate::{EventBatch, EventKind};
-
-/// What a full queue does with a CUDA batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum WhenFull {
-    /// Wait for room (default).
-    #[default]
-    Block,
-    /// Drop the incoming batch.
-    DropNewest,
-    /// Drop the oldest queued batches.
-    DropOldest,
-}
-
-/// `[sinks.buffer]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BufferConfig {
-    /// Events queued in memory at most.
-    #[serde(default = "default_max_events")]
-    pub max_events: usize,
-    /// Bytes (Arrow memory) queued in memory at most.
-    #[serde(default = "default_max_bytes")]
-    pub max_bytes: usize,
-    /// Policy when full.
-    #[serde(default)]
-    pub when_full: WhenFull,
-    /// A sink holding work that acknowledges nothing for this long is stalled: unhealthy, and
-    /// what does not fit in memory is spooled (counted as `stalled` failed attempts).
-    #[serde(default = "default_stall_timeout_ms")]
-    pub stall_timeout_ms: u64,
-}
-
-/// The range `stall_timeout_ms` must be in.
-pub const STALL_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_600_000;
-
-fn default_stall_timeout_ms() -> u64 {
-    2_000
-}
-
-fn default_max_events() -> usize {
-    1 << 16
-}
-
-fn default_max_bytes() -> usize {
-    2 << 20
-}
-
-impl Default for BufferConfig {
-    fn default() -> Self {
-        Self {
-            max_events: default_max_events(),
-            max_bytes: default_max_bytes(),
-            when_full: WhenFull::default(),
-            stall_timeout_ms: default_stall_timeout_ms(),
-        }
-    }
-}
-
-impl BufferConfig {
-    /// Every problem with the values, as `(key, message)` pairs (keys relative to the sink).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        use crate::limits::out_of_range;
-        [
-            (
-                "buffer.max_events",
-                out_of_range(self.max_events as u64, 1..=16_777_216),
-            ),
-            (
-                "buffer.max_bytes",
-                out_of_range(self.max_bytes as u64, 1..=16 << 30),
-            ),
-            (
-                "buffer.stall_timeout_ms",
-                out_of_range(self.stall_timeout_ms, STALL_TIMEOUT_MS_RANGE),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(key, message)| Some((key, message?)))
-        .collect()
-    }
-
-    /// `stall_timeout_ms` as a duration.
-    pub fn stall_timeout(&self) -> Duration {
-        Duration::from_millis(self.stall_timeout_ms)
-    }
-}
 
 /// Retry delays after a failed delivery: doubling from the first to the last.
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
@@ -209,7 +121,7 @@ impl State {
     /// Events of `kind` handed to the sink that it has not yet settled (delivered, failed,
     /// refused or handed back).
     pub(crate) fn in_sink(&self, stats: &SinkStats, kind: EventKind) -> u64 {
-        let slot = kind_slot(kind);
+        let slot = crate::sink::KindCounters::slot(kind);
         let settled = stats.delivered.get(kind)
             + stats.failed.get(kind)
             + stats.dropped(DropReason::Rejected, kind);
@@ -220,7 +132,7 @@ impl State {
 
     /// Counts `events` of `kind` handed to the sink.
     pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
-        self.handed[kind_slot(kind)] += events as u64;
+        self.handed[crate::sink::KindCounters::slot(kind)] += events as u64;
         self.last_progress = now;
         if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
             self.xid_unsettled_since = Some(now);
@@ -276,43 +188,6 @@ impl Shared {
             self.stats
                 .spool_bytes
                 .store(spool.bytes(), Ordering::Relaxed);
-        }
-    }
-
-    /// Writes an XID batch ahead to the journal; its entry, None without a journal or when the
-    /// write failed (logged: the batch is still delivered from memory).
-    pub(crate) fn journal_store(&self, state: &mut State, batch: &EventBatch) -> Option<u64> {
-        let journal = state.journal.as_mut()?;
-        let seq = journal.next_seq();
-        match journal.store(batch) {
-            Ok(_) => Some(seq),
-            Err(err) => {
-                self.warn_limited(
-                    &self.journal_warning,
-                    "cannot write the XID journal; these XIDs are only in memory",
-                    &err,
-                );
-                None
-            }
-        }
-    }
-
-    /// Deletes the journal entries of handed XID batches once the sink holds nothing
-    /// unsettled: then every one of them was delivered, failed, refused, or handed back (and
-    /// journaled again).
-    pub(crate) fn release_journal(&self, state: &mut State) {
-        if state.in_sink(&self.stats, EventKind::Xid) > 0 {
-            return;
-        }
-        state.xid_unsettled_since = None;
-        if state.journal_handed.is_empty() {
-            return;
-        }
-        let handed = std::mem::take(&mut state.journal_handed);
-        if let Some(journal) = state.journal.as_mut() {
-            for seq in handed {
-                journal.remove(seq);
-            }
         }
     }
 
@@ -496,101 +371,6 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
     )
 }
 
-/// Counts the segments `spool` quarantined at open as received and dropped (`spool_corrupt`).
-fn count_corrupt_at_open(name: &str, spool: &mut Spool, stats: &SinkStats) {
-    for segment in spool.take_corrupt_at_open() {
-        // A header too damaged to name its kind still counts as one lost segment in the log.
-        let kind = segment.kind.unwrap_or(EventKind::Cuda);
-        stats.received.add(kind, segment.events);
-        stats.drop_events(DropReason::SpoolCorrupt, kind, segment.events);
-        tracing::error!(sink = %name, kind = %kind, events = segment.events, "corrupt spool segment found at start; its events are counted as dropped (spool_corrupt)");
-    }
-}
-
-/// The XID journal beside the spool; None (logged) when it cannot be opened.
-fn open_journal(name: &str, spool: &Spool, stats: &SinkStats) -> Option<Spool> {
-    let dir = spool.dir().join(JOURNAL_DIR);
-    let config = crate::spool::SpoolConfig {
-        enabled: true,
-        max_size: u64::MAX,
-        fsync: crate::spool::FsyncPolicy::Always,
-    };
-    match Spool::open(&dir, config) {
-        Ok(mut journal) => {
-            count_corrupt_at_open(name, &mut journal, stats);
-            Some(journal)
-        }
-        Err(err) => {
-            tracing::error!(sink = %name, %err, "cannot open the XID journal; XIDs are kept in memory only until delivered");
-            None
-        }
-    }
-}
-
-/// Puts the XIDs a previous run journaled but did not deliver at the head of the XID lane,
-/// still journaled until delivered.
-fn replay_journal(name: &str, mut journal: Spool, state: &mut State, stats: &SinkStats) {
-    let mut replayed = 0;
-    for seq in journal.sequence_numbers() {
-        match journal.read(seq) {
-            Ok(batch) => {
-                let events = batch.len() as u64;
-                stats.received.add(batch.kind, events);
-                replayed += events;
-                let bytes = batch.records.get_array_memory_size();
-                state.push(
-                    Queued {
-                        batch,
-                        bytes,
-                        journal: Some(seq),
-                    },
-                    false,
-                );
-            }
-            Err(err) => {
-                let events = journal.remove(seq).unwrap_or(0);
-                stats.received.add(EventKind::Xid, events);
-                stats.drop_events(DropReason::SpoolCorrupt, EventKind::Xid, events);
-                tracing::error!(sink = %name, %err, events, "corrupt XID journal entry; counted as dropped (spool_corrupt)");
-            }
-        }
-    }
-    if replayed > 0 {
-        tracing::warn!(sink = %name, events = replayed, "XIDs journaled by a previous run and not delivered: sending them first");
-    }
-    state.journal = Some(journal);
-}
-
-/// Index of `kind` in per-kind arrays.
-pub(crate) fn kind_slot(kind: EventKind) -> usize {
-    match kind {
-        EventKind::Xid => 0,
-        EventKind::Cuda => 1,
-        EventKind::Driver => 2,
-    }
-}
-
-/// The XID batches in the journal of the spool at `spool_dir`, as a previous run left them
-/// (read-only; for the kernel-log reader, which must not read again what is journaled).
-pub fn journaled_xids(spool_dir: &std::path::Path) -> Vec<EventBatch> {
-    let dir = spool_dir.join(JOURNAL_DIR);
-    if !dir.is_dir() {
-        return Vec::new();
-    }
-    let config = crate::spool::SpoolConfig::default();
-    let Ok(journal) = Spool::open(&dir, config) else {
-        return Vec::new();
-    };
-    journal
-        .sequence_numbers()
-        .into_iter()
-        .filter_map(|seq| journal.read(seq).ok())
-        .collect()
-}
-
-/// The XID journal's folder inside a sink's spool folder.
-pub const JOURNAL_DIR: &str = "xid-journal";
-
 /// A memory-only queue (no spool), for tests and sinks that opt out of spooling.
 pub fn queue(buffer: BufferConfig, stats: Arc<SinkStats>) -> (QueueSender, QueueReceiver) {
     let options = QueueOptions {
@@ -602,8 +382,14 @@ pub fn queue(buffer: BufferConfig, stats: Arc<SinkStats>) -> (QueueSender, Queue
     queue_with(options, stats)
 }
 
+mod config;
+mod journal;
 mod receiver;
 mod sender;
+
+pub use config::{BufferConfig, WhenFull, STALL_TIMEOUT_MS_RANGE};
+use journal::{count_corrupt_at_open, open_journal, replay_journal};
+pub use journal::{journaled_xids, JOURNAL_DIR};
 
 #[cfg(test)]
 mod tests;

@@ -152,7 +152,7 @@ impl QueueReceiver {
         state.retry_at = Instant::now().checked_add(state.backoff);
         state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
         let bytes = batch.records.get_array_memory_size();
-        state.returned[super::kind_slot(batch.kind)] += batch.len() as u64;
+        state.returned[crate::sink::KindCounters::slot(batch.kind)] += batch.len() as u64;
         // A rejected batch was already counted as received; it only changes place.
         if state
             .closed_at
