@@ -59,6 +59,15 @@ fn xid_line(bus: &str, code: u32) -> String {
     )
 }
 
+/// Logs an XID 79 on `bus`, waits until the agent has taken it and then `after`, and kills the
+/// agent with SIGKILL; returns its log.
+fn log_xid_then_kill(agent: Agent, bus: &str, after: Duration) -> String {
+    kmsg(&xid_line(bus, 79));
+    agent.wait_for_log(&format!("pci_bus_id={bus}"), Duration::from_secs(10));
+    std::thread::sleep(after);
+    agent.kill_hard()
+}
+
 #[test]
 fn an_xid_reaches_the_lake_within_seconds_while_the_agent_runs() {
     let base = data_dir();
@@ -88,10 +97,7 @@ fn an_xid_survives_sigkill_200ms_after_it_was_logged_and_is_written_once() {
     let (lake, state) = (base.path().join("lake"), base.path().join("state"));
     let agent = Agent::start(&config(&lake, &state), &[]);
     let bus = unique_bus(2);
-    kmsg(&xid_line(&bus, 79));
-    agent.wait_for_log(&format!("pci_bus_id={bus}"), Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(200));
-    let killed_log = agent.kill_hard();
+    let killed_log = log_xid_then_kill(agent, &bus, Duration::from_millis(200));
     let in_lake_at_kill = xid_rows(&lake, &bus).len();
 
     let agent = Agent::start(&config(&lake, &state), &[]);
@@ -141,10 +147,7 @@ fn an_xid_journaled_before_the_cursor_was_saved_is_not_read_twice() {
     std::fs::write(&lake, b"not a directory").unwrap();
     let agent = Agent::start(&config(&lake, &state), &[]);
     let bus = unique_bus(4);
-    kmsg(&xid_line(&bus, 79));
-    agent.wait_for_log(&format!("pci_bus_id={bus}"), Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(300));
-    let killed_log = agent.kill_hard();
+    let killed_log = log_xid_then_kill(agent, &bus, Duration::from_millis(300));
     // A kill between the journal's fsync and the cursor's: the cursor is still before the XID.
     let cursor_path = state.join("kmsg-cursor.json");
     let mut cursor: serde_json::Value =
