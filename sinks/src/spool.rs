@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use crate::schema::schema_for;
 use crate::secure_fs;
+use crate::sink::KindCounters;
 use crate::{EventBatch, EventKind};
 
 const MAGIC: &[u8; 8] = b"GPSHSPL1";
@@ -116,6 +117,8 @@ pub struct Spool {
     segments: std::collections::VecDeque<Segment>,
     next_seq: u64,
     bytes: u64,
+    /// Events in the segments, by kind (kept as segments come and go: read on every publish).
+    pending: [u64; 3],
     /// Segments found corrupt by `open` (quarantined): kind and events where the header said.
     corrupt_at_open: Vec<(Option<EventKind>, u64)>,
 }
@@ -182,12 +185,17 @@ impl Spool {
         segments.sort_by_key(|s| s.seq);
         let next_seq = segments.last().map_or(0, |s| s.seq + 1);
         let bytes = segments.iter().map(|s| s.bytes).sum();
+        let mut pending = [0; 3];
+        for segment in &segments {
+            pending[KindCounters::slot(segment.kind)] += segment.events;
+        }
         Ok(Spool {
             dir: dir.to_path_buf(),
             config,
             segments: segments.into(),
             next_seq,
             bytes,
+            pending,
             corrupt_at_open,
         })
     }
@@ -225,10 +233,7 @@ impl Spool {
     /// returns its event count, None when there is no such segment.
     pub fn remove(&mut self, seq: u64) -> Option<u64> {
         let index = self.segments.iter().position(|s| s.seq == seq)?;
-        let segment = self.segments.remove(index)?;
-        let _ = fs::remove_file(&segment.path);
-        self.bytes -= segment.bytes;
-        Some(segment.events)
+        self.delete_at(index)
     }
 
     /// The sequence number the next `store` gets.
@@ -238,11 +243,7 @@ impl Spool {
 
     /// Events waiting, by kind.
     pub fn pending_events(&self, kind: EventKind) -> u64 {
-        self.segments
-            .iter()
-            .filter(|s| s.kind == kind)
-            .map(|s| s.events)
-            .sum()
+        self.pending[KindCounters::slot(kind)]
     }
 
     /// True when nothing is spooled.
@@ -301,6 +302,7 @@ impl Spool {
         let bytes = (HEADER_LEN + payload.len()) as u64;
         self.next_seq += 1;
         self.bytes += bytes;
+        self.pending[KindCounters::slot(batch.kind)] += batch.len() as u64;
         self.segments.push_back(Segment {
             seq,
             path,
@@ -330,10 +332,7 @@ impl Spool {
 
     /// Deletes the oldest segment (after its batch was taken).
     pub fn pop(&mut self) {
-        if let Some(segment) = self.segments.front() {
-            let _ = fs::remove_file(&segment.path);
-        }
-        self.forget_front();
+        self.delete_at(0);
     }
 
     /// Deletes the oldest CUDA segment to make room (drop_oldest); returns its event count.
@@ -342,16 +341,27 @@ impl Spool {
             .segments
             .iter()
             .position(|s| s.kind == EventKind::Cuda)?;
+        self.delete_at(index)
+    }
+
+    /// Deletes the segment at `index` and its file; returns its event count.
+    fn delete_at(&mut self, index: usize) -> Option<u64> {
         let segment = self.segments.remove(index)?;
         let _ = fs::remove_file(&segment.path);
-        self.bytes -= segment.bytes;
+        self.uncount(&segment);
         Some(segment.events)
     }
 
+    /// Forgets the oldest segment (its file was set aside as corrupt).
     fn forget_front(&mut self) {
         if let Some(segment) = self.segments.pop_front() {
-            self.bytes -= segment.bytes;
+            self.uncount(&segment);
         }
+    }
+
+    fn uncount(&mut self, segment: &Segment) {
+        self.bytes -= segment.bytes;
+        self.pending[KindCounters::slot(segment.kind)] -= segment.events;
     }
 }
 

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::sink::{DropReason, SinkStats};
+use crate::sink::{DropReason, KindCounters, SinkStats};
 use crate::spool::Spool;
 use crate::{EventBatch, EventKind};
 
@@ -61,6 +61,8 @@ pub(crate) struct State {
     pub(crate) xid: VecDeque<Queued>,
     pub(crate) cuda: VecDeque<Queued>,
     pub(crate) events: usize,
+    /// `events` by kind (kept as batches come and go, so publishing is not a scan).
+    pub(crate) events_by_kind: [u64; 3],
     pub(crate) bytes: usize,
     pub(crate) senders: usize,
     pub(crate) receiver_alive: bool,
@@ -88,6 +90,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn push(&mut self, queued: Queued, front: bool) {
         self.events += queued.batch.len();
+        self.events_by_kind[KindCounters::slot(queued.batch.kind)] += queued.batch.len() as u64;
         self.bytes += queued.bytes;
         let lane = match queued.batch.kind {
             EventKind::Xid => &mut self.xid,
@@ -103,9 +106,29 @@ impl State {
 
     pub(crate) fn pop(&mut self) -> Option<Queued> {
         let queued = self.xid.pop_front().or_else(|| self.cuda.pop_front())?;
-        self.events -= queued.batch.len();
-        self.bytes -= queued.bytes;
+        self.forget(&queued);
         Some(queued)
+    }
+
+    /// Takes the oldest XID batch only.
+    pub(crate) fn pop_xid(&mut self) -> Option<Queued> {
+        let queued = self.xid.pop_front()?;
+        self.forget(&queued);
+        Some(queued)
+    }
+
+    /// Takes the oldest CUDA/driver batch only (dropped by `drop_oldest`).
+    pub(crate) fn pop_oldest_cuda(&mut self) -> Option<Queued> {
+        let queued = self.cuda.pop_front()?;
+        self.forget(&queued);
+        Some(queued)
+    }
+
+    /// Uncounts a batch that left memory.
+    fn forget(&mut self, queued: &Queued) {
+        self.events -= queued.batch.len();
+        self.events_by_kind[KindCounters::slot(queued.batch.kind)] -= queued.batch.len() as u64;
+        self.bytes -= queued.bytes;
     }
 
     pub(crate) fn has_room(&self, config: &BufferConfig, events: usize, bytes: usize) -> bool {
@@ -121,7 +144,7 @@ impl State {
     /// Events of `kind` handed to the sink that it has not yet settled (delivered, failed,
     /// refused or handed back).
     pub(crate) fn in_sink(&self, stats: &SinkStats, kind: EventKind) -> u64 {
-        let slot = crate::sink::KindCounters::slot(kind);
+        let slot = KindCounters::slot(kind);
         let settled = stats.delivered.get(kind)
             + stats.failed.get(kind)
             + stats.dropped(DropReason::Rejected, kind);
@@ -132,7 +155,7 @@ impl State {
 
     /// Counts `events` of `kind` handed to the sink.
     pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
-        self.handed[crate::sink::KindCounters::slot(kind)] += events as u64;
+        self.handed[KindCounters::slot(kind)] += events as u64;
         self.last_progress = now;
         if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
             self.xid_unsettled_since = Some(now);
@@ -169,16 +192,8 @@ impl Shared {
             .queued_bytes
             .store(state.bytes as u64, Ordering::Relaxed);
         for kind in EventKind::ALL {
-            let lane = match kind {
-                EventKind::Xid => &state.xid,
-                EventKind::Cuda | EventKind::Driver => &state.cuda,
-            };
-            let queued = lane
-                .iter()
-                .filter(|q| q.batch.kind == kind)
-                .map(|q| q.batch.len() as u64)
-                .sum();
-            self.stats.set_queued_events(kind, queued);
+            self.stats
+                .set_queued_events(kind, state.events_by_kind[KindCounters::slot(kind)]);
         }
         if let Some(spool) = &state.spool {
             for kind in EventKind::ALL {
@@ -332,6 +347,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         xid: VecDeque::new(),
         cuda: VecDeque::new(),
         events: 0,
+        events_by_kind: [0; 3],
         bytes: 0,
         senders: 1,
         receiver_alive: true,

@@ -70,10 +70,7 @@ impl QueueReceiver {
     fn take(&self, state: &mut State, xid_only: bool) -> Option<EventBatch> {
         let shared = &*self.shared;
         let queued = if xid_only {
-            state.xid.pop_front().inspect(|q| {
-                state.events -= q.batch.len();
-                state.bytes -= q.bytes;
-            })
+            state.pop_xid()
         } else {
             state.pop()
         };

@@ -132,11 +132,9 @@ fn admit(
         }
         WhenFull::DropOldest => {
             while !state.has_room(&shared.config, events, bytes) {
-                let Some(old) = state.cuda.pop_front() else {
+                let Some(old) = state.pop_oldest_cuda() else {
                     break;
                 };
-                state.events -= old.batch.len();
-                state.bytes -= old.bytes;
                 shared.stats.drop_events(
                     DropReason::BufferFull,
                     old.batch.kind,
