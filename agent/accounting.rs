@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::bpf::cuda::types::gpuship_ring_stat;
 
-/// The BPF rings.
+/// The BPF rings. Per-ring counters are a table indexed by this enum: a new ring is a new
+/// variant here (with its name), and nothing else in this file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ring {
     /// The XID tracepoint's ring.
@@ -21,6 +22,24 @@ pub enum Ring {
     Cuda,
     /// The driver hooks' ring.
     Driver,
+}
+
+impl Ring {
+    /// Every ring, in the order snapshots, metrics and the summary list them.
+    pub const ALL: [Ring; 3] = [Ring::Xid, Ring::Cuda, Ring::Driver];
+
+    /// The name in metrics labels, logs and JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Ring::Xid => "xid",
+            Ring::Cuda => "cuda",
+            Ring::Driver => "driver",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// Counters of one BPF ring, copied from the program's per-CPU array.
@@ -54,12 +73,8 @@ pub struct KmsgCounters {
 /// Everything the agent counts.
 #[derive(Debug, Default)]
 pub struct Accounting {
-    /// The `xid` ring.
-    pub xid_ring: RingCounters,
-    /// The `cuda` ring.
-    pub cuda_ring: RingCounters,
-    /// The `driver` ring.
-    pub driver_ring: RingCounters,
+    /// Each ring's counters, indexed by [`Ring`] (see [`Accounting::ring`]).
+    rings: [RingCounters; Ring::ALL.len()],
     /// The kernel log.
     pub kmsg: KmsgCounters,
     /// XIDs the tracepoint reported that the kernel log did not, while both ran.
@@ -102,7 +117,7 @@ pub struct SinkHealth {
 /// One ring's counters.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct RingSnapshot {
-    /// `xid` or `cuda`.
+    /// The ring's name ([`Ring::name`]).
     pub ring: &'static str,
     /// submitted + lost_in_kernel.
     pub emitted: u64,
@@ -224,34 +239,27 @@ impl Accounting {
         }
     }
 
-    fn ring_counters(&self, ring: Ring) -> &RingCounters {
-        match ring {
-            Ring::Xid => &self.xid_ring,
-            Ring::Cuda => &self.cuda_ring,
-            Ring::Driver => &self.driver_ring,
-        }
+    /// The counters of one ring.
+    pub fn ring(&self, ring: Ring) -> &RingCounters {
+        &self.rings[ring.index()]
     }
 
     /// Copies every counter. Agent-side counters are read before the kernel's, so a record
     /// counted as received is always already counted as submitted: `pending_in_ring` >= 0.
     pub fn snapshot(&self) -> Snapshot {
-        let received = [
-            self.xid_ring.received.load(Ordering::Acquire),
-            self.cuda_ring.received.load(Ordering::Acquire),
-            self.driver_ring.received.load(Ordering::Acquire),
-        ];
+        let received = Ring::ALL.map(|ring| self.ring(ring).received.load(Ordering::Acquire));
         if let Ok(maps) = self.kernel_counters.lock() {
             for (ring, map) in maps.iter() {
-                read_kernel_counters(map, self.ring_counters(*ring));
+                read_kernel_counters(map, self.ring(*ring));
             }
         }
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Snapshot {
-            rings: vec![
-                self.xid_ring.snapshot("xid", received[0]),
-                self.cuda_ring.snapshot("cuda", received[1]),
-                self.driver_ring.snapshot("driver", received[2]),
-            ],
+            rings: Ring::ALL
+                .into_iter()
+                .zip(received)
+                .map(|(ring, received)| self.ring(ring).snapshot(ring.name(), received))
+                .collect(),
             kmsg: KmsgSnapshot {
                 xids: load(&self.kmsg.xids),
                 unpaired_tracepoint: load(&self.xid_unpaired_tracepoint),
@@ -342,22 +350,20 @@ mod tests {
     #[test]
     fn identities_hold_when_everything_is_accounted() {
         let accounting = Accounting::default();
-        accounting.cuda_ring.submitted.store(10, Ordering::Relaxed);
-        accounting
-            .cuda_ring
-            .lost_in_kernel
-            .store(2, Ordering::Relaxed);
-        accounting.cuda_ring.received.store(10, Ordering::Relaxed);
+        let cuda = accounting.ring(Ring::Cuda);
+        cuda.submitted.store(10, Ordering::Relaxed);
+        cuda.lost_in_kernel.store(2, Ordering::Relaxed);
+        cuda.received.store(10, Ordering::Relaxed);
         let snapshot = accounting.snapshot();
         assert_eq!(snapshot.ring("cuda").unwrap().emitted, 12);
         assert!(snapshot.broken_identities().is_empty());
         // Records still in the ring keep the identity.
-        accounting.cuda_ring.received.store(9, Ordering::Relaxed);
+        cuda.received.store(9, Ordering::Relaxed);
         let snapshot = accounting.snapshot();
         assert_eq!(snapshot.ring("cuda").unwrap().pending_in_ring, 1);
         assert!(snapshot.broken_identities().is_empty());
         // More received than submitted cannot happen; it is reported.
-        accounting.cuda_ring.received.store(11, Ordering::Relaxed);
+        cuda.received.store(11, Ordering::Relaxed);
         let broken = accounting.snapshot().broken_identities();
         assert_eq!(
             broken,

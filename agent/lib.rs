@@ -1,11 +1,13 @@
 //! gpuship: makes NVIDIA GPU failures (XID errors) and CUDA driver activity visible.
 //!
 //! A tour of the crate, in the order data flows:
-//! - [`sources`]: capture. BPF programs on the XID tracepoint and libcuda uprobes
-//!   ([`bpf`] holds their generated skeletons), and the kernel-log reader.
-//! - [`decode`]: ring-buffer records to typed rows, rejecting malformed ones.
+//! - [`sources`]: capture, one folder per source behind one trait (BPF programs on the XID
+//!   tracepoint, libcuda uprobes and driver hooks, whose generated skeletons are in [`bpf`],
+//!   and the kernel-log reader), each with its loader, decoder and batcher; [`consumer`]
+//!   polls the ring sources' rings.
+//! - [`decode`]: what the sources' record decoders share (checked copies, C strings).
 //! - [`enrich`]: host identity, clocks, and GPU identity by PCI bus id.
-//! - [`batcher`]: rows into Arrow record batches (schemas live in the `gpuship-sinks` crate).
+//! - [`xid`]: the XID stage the XID sources report to; [`batcher`]: XIDs into batches.
 //! - [`fanout`]: batches to every sink's bounded queue.
 //! - [`accounting`]: counters that prove every event was delivered or counted as lost;
 //!   [`metrics`] serves them to Prometheus.
@@ -20,7 +22,6 @@
 pub mod accounting;
 pub mod batcher;
 pub mod bpf;
-pub mod capture;
 pub mod cli;
 pub mod config;
 pub mod consumer;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use gpuship::batcher::CudaBatcher;
 use gpuship::bpf::cuda::types::{cuda_event, gpuship_arg_valid, gpuship_record_kind};
 use gpuship::config::BatchConfig;
-use gpuship::decode::{self, c_chars, record_bytes, Decoder};
-use gpuship::enrich::{Clocks, GpuDirectory};
+use gpuship::decode::{c_chars, record_bytes};
+use gpuship::enrich::Clocks;
 use gpuship::live::{LivePublisher, LiveTap};
+use gpuship::sources::cuda::batcher::CudaBatcher;
+use gpuship::sources::cuda::decode::{self, Decoder};
 use gpuship::sources::cuda::plan::FunctionTable;
 use gpuship::summary::CallTally;
 use gpuship_sinks::schema::HostIdentity;
@@ -66,7 +67,6 @@ fn decoder() -> Decoder {
             "cuMemAlloc_v2",
             "cuMemcpyHtoDAsync_v2",
         ]),
-        Arc::new(GpuDirectory::default()),
     )
 }
 

@@ -307,7 +307,7 @@ mod tests {
     use gpuship_sinks::{DropReason, EventKind, SinkStats};
 
     use super::*;
-    use crate::accounting::Accounting;
+    use crate::accounting::{Accounting, Ring};
 
     #[test]
     fn exposition_has_every_family_with_labels_and_values() {
@@ -319,15 +319,10 @@ mod tests {
         stats.set_healthy(false);
         stats.count_error("message_timed_out", 4);
         accounting.sinks.push(("lake".into(), stats));
-        accounting.cuda_ring.submitted.store(12, Ordering::Relaxed);
-        accounting
-            .cuda_ring
-            .lost_in_kernel
-            .store(2, Ordering::Relaxed);
-        accounting
-            .driver_ring
-            .unmatched_returns
-            .store(5, Ordering::Relaxed);
+        let (cuda, driver) = (accounting.ring(Ring::Cuda), accounting.ring(Ring::Driver));
+        cuda.submitted.store(12, Ordering::Relaxed);
+        cuda.lost_in_kernel.store(2, Ordering::Relaxed);
+        driver.unmatched_returns.store(5, Ordering::Relaxed);
         let text = render(&accounting.snapshot());
         for line in [
             "gpuship_kernel_emitted_events_total{ring=\"cuda\"} 14",

@@ -1,14 +1,65 @@
-//! Capture: everything that produces events.
+//! Capture: everything that produces events, one folder per source behind one interface
+//! ([`source`]), registered in [`REGISTRY`].
 //!
 //! - [`xid_tracepoint`]: the BPF program on `nvidia:nvidia_dev_xid`.
-//! - [`kmsg`]: `NVRM: Xid` lines from the kernel log.
 //! - [`cuda`]: BPF uprobes on libcuda's driver API.
+//! - [`driver`]: NVIDIA driver ioctls and functions (syscall tracepoints, fentry/fexit).
+//! - [`kmsg`]: `NVRM: Xid` lines from the kernel log (a thread, not a ring).
 //! - [`tracefs`]: finding (or mounting) the tracing filesystem the first one needs.
 //!
-//! Sources only capture; decoding and batching happen downstream.
+//! Each source folder owns its loader, record decoder, batcher and counters, and hands its
+//! output on through [`output`] only: no source knows the fan-out, the XID stage or the live
+//! view. Adding a source is a new folder and one line in [`REGISTRY`] (see
+//! docs/ARCHITECTURE.md, "How to add a source").
 
 pub mod cuda;
 pub mod driver;
 pub mod kmsg;
+pub mod output;
+pub mod source;
 pub mod tracefs;
 pub mod xid_tracepoint;
+
+pub use output::Outputs;
+pub use source::{
+    Loaded, RingMaps, RingSource, RunningRing, RunningThread, SourceSetup, SourceStatus, Started,
+    ThreadSource,
+};
+
+/// One registered source.
+#[derive(Clone, Copy)]
+pub enum Registered {
+    /// Polled by the consumer thread.
+    Ring(&'static dyn RingSource),
+    /// Runs on its own thread.
+    Thread(&'static dyn ThreadSource),
+}
+
+/// Every source, in the order they start and their statuses are reported.
+pub static REGISTRY: &[Registered] = &[
+    Registered::Ring(&xid_tracepoint::XidTracepointSource),
+    Registered::Ring(&cuda::CudaSource),
+    Registered::Ring(&driver::DriverSource),
+    Registered::Thread(&kmsg::KmsgSource),
+];
+
+/// The registered ring sources, in order.
+pub fn ring_sources() -> impl Iterator<Item = &'static dyn RingSource> {
+    REGISTRY.iter().filter_map(|entry| match entry {
+        Registered::Ring(source) => Some(*source),
+        Registered::Thread(_) => None,
+    })
+}
+
+/// The registered thread sources, in order.
+pub fn thread_sources() -> impl Iterator<Item = &'static dyn ThreadSource> {
+    REGISTRY.iter().filter_map(|entry| match entry {
+        Registered::Thread(source) => Some(*source),
+        Registered::Ring(_) => None,
+    })
+}
+
+#[cfg(test)]
+mod decode_fuzz_tests;
+#[cfg(test)]
+mod decode_tests;

@@ -3,12 +3,19 @@
 //! - [`catalog`]: the functions known by name and where their arguments are.
 //! - [`library`]: finding the library and its exported functions.
 //! - [`plan`]: which symbols get probes, with which cookie.
-//! - [`probes`]: loading the program and attaching the planned probes.
+//! - [`probes`]: loading the program and attaching the planned probes ([`attach`]).
+//! - [`decode`]: ring records to rows; [`batcher`]: rows to batches.
+//! - [`source`]: the source as the consumer runs it.
 //! - [`results`]: CUresult names.
 
 pub mod attach;
+pub mod batcher;
 pub mod catalog;
+pub mod decode;
 pub mod library;
 pub mod plan;
 pub mod probes;
 pub mod results;
+pub mod source;
+
+pub use source::CudaSource;

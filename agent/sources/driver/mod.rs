@@ -2,9 +2,18 @@
 //! device files from the syscall tracepoints, and driver functions timed with fentry/fexit
 //! through the modules' BTF. Every hook is optional; one that cannot attach is reported with the
 //! reason and the others carry on.
+//!
+//! - [`devices`]: device names by number; [`requests`]: ioctl request numbers decoded.
+//! - [`decode`]: ring records to rows; [`batcher`]: rows to batches.
+//! - [`source`]: the source as the consumer runs it; loading and hook checks are here.
 
+pub mod batcher;
+pub mod decode;
 pub mod devices;
 pub mod requests;
+pub mod source;
+
+pub use source::DriverSource;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;

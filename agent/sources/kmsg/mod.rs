@@ -5,26 +5,31 @@
 //! With a state directory, the reader keeps a cursor there ([`cursor`]) and resumes after it
 //! when restarted within the same boot, so XIDs logged while the agent was down are read, and
 //! none twice.
+//!
+//! [`source`] starts it as a thread source; XIDs go to the XID sink, never to the stage itself.
 
 pub mod cursor;
 pub mod parse;
 pub mod reader;
+pub mod source;
+
+pub use source::KmsgSource;
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuship_sinks::schema::{XidAnnotations, XidDetails, XidRecord, XidSource};
+use gpuship_sinks::schema::{HostIdentity, XidAnnotations, XidDetails, XidRecord, XidSource};
 
 use self::cursor::{CursorFile, Resume};
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
-use crate::capture::CaptureContext;
+use super::output::XidSink;
+use crate::accounting::Accounting;
 use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
-use crate::xid::XidStage;
 
 /// How often the reader checks whether it should stop.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -62,6 +67,23 @@ pub fn xid_record(
     }
 }
 
+/// What the reader needs: where rows come from, where XIDs go, what it counts, when to stop.
+#[derive(Clone)]
+pub struct KmsgContext {
+    /// Host identity (its boot id keys the cursor).
+    pub identity: HostIdentity,
+    /// Clock offsets.
+    pub clocks: Clocks,
+    /// GPUs by bus id.
+    pub gpus: Arc<GpuDirectory>,
+    /// Counters (`kmsg`).
+    pub accounting: Arc<Accounting>,
+    /// Set to stop; the reader takes what is already in the log first.
+    pub stop: Arc<AtomicBool>,
+    /// Where XIDs go.
+    pub xids: Arc<dyn XidSink>,
+}
+
 /// How far the reader got, and the cursor file it keeps (when there is a state directory).
 #[derive(Debug)]
 struct Progress {
@@ -77,8 +99,8 @@ struct Progress {
 
 impl Progress {
     /// Saves how far every record is handled: the last one read, but never past an XID the
-    /// stage has not yet handed to the sinks.
-    fn sync(&mut self, stage: &XidStage, force: bool) {
+    /// XID sink has not yet handed to the sinks.
+    fn sync(&mut self, stage: &dyn XidSink, force: bool) {
         let (Some(file), Some(last)) = (self.file.as_mut(), self.last_read) else {
             return;
         };
@@ -97,6 +119,7 @@ impl Progress {
 pub struct KmsgThread {
     handle: Option<JoinHandle<()>>,
     progress: Arc<Mutex<Progress>>,
+    xids: Arc<dyn XidSink>,
 }
 
 impl KmsgThread {
@@ -109,10 +132,9 @@ impl KmsgThread {
         }
     }
 
-    /// Once the XID stage has emitted what it held (after [`XidStage::finish`]): saves the
-    /// final cursor.
-    pub fn save_cursor(&self, stage: &XidStage) {
-        lock(&self.progress).sync(stage, true);
+    /// Once the XID sink has emitted what it held: saves the final cursor.
+    pub fn save_cursor(&self) {
+        lock(&self.progress).sync(&*self.xids, true);
     }
 }
 
@@ -128,7 +150,7 @@ pub fn spawn(
     start: KmsgStart,
     state_dir: Option<&Path>,
     journaled: std::collections::BTreeSet<u64>,
-    context: CaptureContext,
+    context: KmsgContext,
 ) -> Result<KmsgThread, ReaderError> {
     let mut file = state_dir.map(|dir| CursorFile::new(dir, &context.identity.boot_id));
     let saved = file.as_mut().and_then(|file| match file.load() {
@@ -162,6 +184,7 @@ pub fn spawn(
         journaled,
     }));
     let thread_progress = progress.clone();
+    let xids = context.xids.clone();
     let handle = std::thread::Builder::new()
         .name("gpuship-kmsg".into())
         .spawn(move || read_loop(reader, context, thread_progress))
@@ -172,10 +195,11 @@ pub fn spawn(
     Ok(KmsgThread {
         handle: Some(handle),
         progress,
+        xids,
     })
 }
 
-fn read_loop(mut reader: KmsgReader, context: CaptureContext, progress: Arc<Mutex<Progress>>) {
+fn read_loop(mut reader: KmsgReader, context: KmsgContext, progress: Arc<Mutex<Progress>>) {
     let mut stopping = false;
     loop {
         // Once asked to stop, read only what is already there, then leave.
@@ -193,7 +217,7 @@ fn read_loop(mut reader: KmsgReader, context: CaptureContext, progress: Arc<Mute
                 break;
             }
         }
-        lock(&progress).sync(&context.xid, false);
+        lock(&progress).sync(&*context.xids, false);
         context
             .accounting
             .kmsg
@@ -203,7 +227,7 @@ fn read_loop(mut reader: KmsgReader, context: CaptureContext, progress: Arc<Mute
             stopping = true;
         }
     }
-    lock(&progress).sync(&context.xid, true);
+    lock(&progress).sync(&*context.xids, true);
 }
 
 /// Opens the log at its beginning and reads every record already there; returns the reader
@@ -243,7 +267,7 @@ fn first_reading(seq: u64, progress: &Mutex<Progress>) -> bool {
     true
 }
 
-fn handle_record(raw: &[u8], context: &CaptureContext, progress: &Mutex<Progress>) {
+fn handle_record(raw: &[u8], context: &KmsgContext, progress: &Mutex<Progress>) {
     let record = match parse_record(raw) {
         Ok(record) => record,
         Err(err) => {
@@ -269,8 +293,8 @@ fn handle_record(raw: &[u8], context: &CaptureContext, progress: &Mutex<Progress
             }
             let row = xid_record(&record, xid, &context.clocks, &context.gpus);
             context.accounting.kmsg.xids.fetch_add(1, Ordering::Relaxed);
-            // Reconciled, annotated, logged and sent by the XID stage.
-            context.xid.report(row);
+            // Reconciled, annotated, logged and sent by the XID sink.
+            context.xids.report(row);
         }
         Ok(None) => {}
         Err(err) => {

@@ -7,8 +7,53 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use std::sync::Arc;
+
+use gpuship_sinks::schema::{CudaRow, LaunchDims, XidRecord, XidSource};
+
 use crate::bpf::cuda::types::cuda_event as CudaEvent;
+use crate::bpf::cuda::types::{cuda_event, gpuship_arg_valid, gpuship_record_kind};
+use crate::bpf::driver::types::driver_event;
+use crate::bpf::xid::types::{gpuship_xid_flag, xid_event};
+use crate::decode::{c_chars, record_bytes, DecodeError};
+use crate::enrich::{Clocks, GpuDirectory};
+use crate::sources::cuda::decode::{cuda_event, Decoder as CudaDecoder, NOT_CAPTURED};
+use crate::sources::cuda::plan::FunctionTable;
+use crate::sources::cuda::results::result_name;
+use crate::sources::driver::decode::driver_row;
+use crate::sources::driver::devices::DeviceNames;
+use crate::sources::driver::requests;
+use crate::sources::xid_tracepoint::decode::xid_record;
+
+/// The CUDA decoder and the XID tracepoint's decoding with one set of clocks and GPUs, as
+/// these tests use them (each source decodes its own records).
+struct Decoder {
+    cuda: CudaDecoder,
+    clocks: Clocks,
+    gpus: Arc<GpuDirectory>,
+}
+
+impl Decoder {
+    fn new(clocks: Clocks, functions: FunctionTable, gpus: Arc<GpuDirectory>) -> Self {
+        Self {
+            cuda: CudaDecoder::new(clocks, functions),
+            clocks,
+            gpus,
+        }
+    }
+
+    fn cuda_row<'a>(
+        &'a self,
+        event: &cuda_event,
+        comm: &'a str,
+    ) -> Result<CudaRow<'a>, DecodeError> {
+        self.cuda.cuda_row(event, comm)
+    }
+
+    fn xid_record(&self, raw: &[u8]) -> Result<XidRecord, DecodeError> {
+        xid_record(raw, &self.clocks, &self.gpus)
+    }
+}
 
 /// Cases per property in the normal test run, unless `PROPTEST_CASES` says otherwise.
 const SHORT_BUDGET: u32 = 512;

@@ -1,4 +1,4 @@
-//! XIDs from the driver's tracepoint, through `bpf/xid.bpf.c`.
+//! Loading `bpf/xid.bpf.c` onto the driver's XID tracepoint.
 //!
 //! The record layout is taken from the tracepoint's format file and handed to the program as
 //! rodata, so the program follows the driver instead of assuming offsets. Where the tracepoint

@@ -1,0 +1,234 @@
+//! The capture phase of `gpuship run`: the XID stage, the sources' outputs wired to the
+//! pipeline (`outputs`), the consumer thread with every ring source, then every thread source,
+//! and the XID stage's timer. Fails when no source at all could start.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use gpuship_sinks::limits::nanos_i64;
+use libbpf_rs::MapHandle;
+
+use super::outputs::{FanOutEmitter, LiveCalls};
+use super::sinks::sink_names;
+use super::start::Started;
+use super::{RunOptions, Target};
+use crate::config::Config;
+use crate::consumer;
+use crate::enrich::driver_version;
+use crate::fanout::FanOut;
+use crate::sources::cuda::probes::ProcessFilter;
+use crate::sources::{self, Outputs, RunningThread, SourceSetup, SourceStatus, Started as Start};
+use crate::summary::RunSummary;
+use crate::xid::attribution::Attributor;
+use crate::xid::{XidStage, XidStageSettings};
+
+/// The running capture.
+pub(super) struct Capture {
+    /// Set to stop every source.
+    pub stop: Arc<AtomicBool>,
+    /// The run summary the sources and the XID stage add to.
+    pub summary: Arc<Mutex<RunSummary>>,
+    /// Each ring source's status at start.
+    pub statuses: Vec<SourceStatus>,
+    /// The traced-process map, when CUDA probes record selected processes only.
+    pub traced_tgids: Option<MapHandle>,
+    /// The consumer thread (every ring source).
+    pub consumer: JoinHandle<()>,
+    /// Every running thread source, by name.
+    pub threads: Vec<(&'static str, Box<dyn RunningThread>)>,
+    /// Where XIDs are reconciled, annotated and sent.
+    pub xid_stage: Arc<XidStage>,
+    /// Sends XIDs whose twin did not come in time.
+    pub xid_ticker: JoinHandle<()>,
+}
+
+impl Capture {
+    /// Names of the attached ring sources.
+    pub fn attached(&self) -> Vec<&'static str> {
+        let attached = self.statuses.iter().filter(|s| s.attached);
+        attached.map(|s| s.source).collect()
+    }
+
+    /// Whether the thread source `name` runs.
+    pub fn thread_runs(&self, name: &str) -> bool {
+        self.threads.iter().any(|(thread, _)| *thread == name)
+    }
+}
+
+/// Starts every source, handing them the sinks' fan-out taken from `started`.
+pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Result<Capture> {
+    let config = &options.config;
+    let stop = Arc::new(AtomicBool::new(false));
+    let summary = Arc::new(Mutex::new(RunSummary::default()));
+    let fanout = std::mem::take(&mut started.fanout);
+    let xid_stage = Arc::new(xid_stage(config, started, fanout.clone(), summary.clone()));
+    let outputs = Outputs {
+        batches: Arc::new(FanOutEmitter {
+            fanout,
+            accounting: started.accounting.clone(),
+        }),
+        xids: xid_stage.clone(),
+        attribution: xid_stage.clone(),
+        calls: Arc::new(LiveCalls(started.live.clone())),
+    };
+    let setup = SourceSetup {
+        sources: config.sources.clone(),
+        batch: config.batch.clone(),
+        enrich: config.enrich.clone(),
+        filter: match options.target {
+            Target::AllProcesses => ProcessFilter::All,
+            Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
+        },
+        identity: started.identity.clone(),
+        clocks: started.clocks,
+        gpus: started.gpus.clone(),
+        accounting: started.accounting.clone(),
+        stop: stop.clone(),
+        summary: summary.clone(),
+        state_dir: config.agent.state_dir.clone(),
+        journaled_kmsg: journaled_kmsg_records(config, &started.identity.boot_id),
+        outputs,
+    };
+    let (consumer, ready) = consumer::spawn(setup.clone());
+    let ready = ready
+        .recv()
+        .context("the consumer thread ended before it was ready")??;
+    let threads = start_threads(&setup);
+    // The threads hold the only other clones: once they end, the sink queues close.
+    drop(setup);
+    let tracepoint_runs = ready
+        .sources
+        .iter()
+        .any(|s| s.attached && s.source == "xid_tracepoint");
+    let paired = tracepoint_runs && threads.iter().any(|(name, _)| *name == "kmsg");
+    if paired {
+        xid_stage.pair_sources();
+    }
+    let capture = Capture {
+        xid_ticker: xid_ticker(&xid_stage, &stop, paired)?,
+        stop,
+        summary,
+        statuses: ready.sources,
+        traced_tgids: ready.traced_tgids,
+        consumer,
+        threads,
+        xid_stage,
+    };
+    if capture.attached().is_empty() && capture.threads.is_empty() {
+        capture.stop.store(true, Ordering::Release);
+        let reasons: Vec<String> = capture
+            .statuses
+            .iter()
+            .map(|s| format!("{}: {}", s.source, s.detail))
+            .collect();
+        bail!(
+            "no source could start ({}) and the kernel log is not readable",
+            reasons.join("; ")
+        );
+    }
+    Ok(capture)
+}
+
+/// The thread that sends XIDs whose twin did not come in time. Only paired sources hold
+/// reports back; otherwise the tick has nothing to do and the thread wakes once a second.
+/// Unparked at stop.
+fn xid_ticker(
+    stage: &Arc<XidStage>,
+    stop: &Arc<AtomicBool>,
+    paired: bool,
+) -> anyhow::Result<JoinHandle<()>> {
+    let (stage, stop) = (stage.clone(), stop.clone());
+    let period = Duration::from_millis(if paired { 50 } else { 1000 });
+    std::thread::Builder::new()
+        .name("gpuship-xid".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park_timeout(period);
+                stage.tick();
+            }
+        })
+        .context("starting the XID thread")
+}
+
+/// Kernel-log sequence numbers of this boot whose XIDs a previous run journaled in any sink.
+fn journaled_kmsg_records(config: &Config, boot_id: &str) -> BTreeSet<u64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
+    let mut seqs = BTreeSet::new();
+    for name in sink_names(&config.sinks) {
+        let dir = config.agent.state_dir.join("spool").join(&name);
+        for batch in gpuship_sinks::journaled_xids(&dir) {
+            let records = &batch.records;
+            let (Some(boots), Some(kmsg)) = (
+                records.column_by_name("boot_id"),
+                records.column_by_name("kmsg_seq"),
+            ) else {
+                continue;
+            };
+            let (Some(boots), Some(kmsg)) = (
+                boots.as_string_opt::<i32>(),
+                kmsg.as_primitive_opt::<UInt64Type>(),
+            ) else {
+                continue;
+            };
+            for row in 0..records.num_rows() {
+                if !kmsg.is_null(row) && boots.value(row) == boot_id {
+                    seqs.insert(kmsg.value(row));
+                }
+            }
+        }
+    }
+    seqs
+}
+
+/// The XID stage, sending to `fanout` and telling the live view.
+fn xid_stage(
+    config: &Config,
+    started: &Started,
+    fanout: FanOut,
+    summary: Arc<Mutex<RunSummary>>,
+) -> XidStage {
+    let xid = &config.sources.xid;
+    let stage = XidStage::new(
+        started.identity.clone(),
+        XidStageSettings {
+            reconcile_window: Duration::from_millis(xid.reconcile_window_ms),
+            incident_window: Duration::from_secs(xid.incident_window_secs),
+            attribution_window: Duration::from_secs(xid.attribution_window_secs),
+            driver_version: driver_version(&config.enrich.nvidia_proc_dir),
+        },
+        Attributor::new(
+            &config.enrich.proc_dir,
+            &config.enrich.dev_dir,
+            &config.enrich.pod_log_dir,
+            nanos_i64(Duration::from_secs(xid.attribution_window_secs)),
+        ),
+        fanout,
+        started.accounting.clone(),
+        summary,
+    );
+    stage.with_live(started.live.clone())
+}
+
+/// Starts every registered thread source; one that cannot start is logged and left out.
+fn start_threads(setup: &SourceSetup) -> Vec<(&'static str, Box<dyn RunningThread>)> {
+    let mut threads = Vec::new();
+    for source in sources::thread_sources() {
+        match source.start(setup) {
+            Start::Running(thread) => threads.push((source.name(), thread)),
+            Start::Disabled => {}
+            Start::Failed(reason) if source.name() == "kmsg" => {
+                tracing::warn!(err = %reason, "kernel log not readable; XIDs come from the tracepoint only");
+            }
+            Start::Failed(reason) => {
+                tracing::warn!(source = source.name(), %reason, "source not started; carrying on without it");
+            }
+        }
+    }
+    threads
+}

@@ -1,0 +1,185 @@
+//! The start phase of `gpuship run`: everything that must work before anything is captured.
+//! Sinks that cannot start, missing privileges, a locked state directory or a metrics port in
+//! use are errors here. Then the runtime, the sinks with their queues and spools, the
+//! accounting documents and the metrics server start.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use gpuship_sinks::schema::HostIdentity;
+use gpuship_sinks::{queue_with, QueueOptions, SinkInput, SinkStats, Spool, SpoolConfig};
+
+use super::ledger::Ledger;
+use super::privileges;
+use super::progress::StopSignals;
+use super::sinks::{self, build_sink, sink_names};
+use crate::accounting::Accounting;
+use crate::config::Config;
+use crate::consumer;
+use crate::enrich::{host_identity, machine_id, Clocks, GpuDirectory};
+use crate::fanout::FanOut;
+use crate::live::LiveTap;
+use crate::metrics::{self, Health};
+use crate::state_dir::AgentLocks;
+
+/// A sink's task on the runtime.
+pub(super) type SinkTask = (
+    String,
+    tokio::task::JoinHandle<Result<(), gpuship_sinks::SinkError>>,
+);
+
+/// What the start phase set up; the later phases use it.
+pub(super) struct Started {
+    /// Held until the run returns; the kernel releases it however the process ends.
+    pub _locks: AgentLocks,
+    /// Host identity for rows.
+    pub identity: HostIdentity,
+    /// Clock offsets.
+    pub clocks: Clocks,
+    /// GPUs by bus id.
+    pub gpus: Arc<GpuDirectory>,
+    /// The async runtime the sinks, the metrics server and the ledger run on.
+    pub runtime: tokio::runtime::Runtime,
+    /// SIGTERM and SIGINT, waited on by the wait phase.
+    pub signals: Option<StopSignals>,
+    /// Batches to every sink; moved into the capture phase's emitter.
+    pub fanout: FanOut,
+    /// Counters.
+    pub accounting: Arc<Accounting>,
+    /// Each sink's task.
+    pub sink_tasks: Vec<SinkTask>,
+    /// The accounting documents kept beside the data, when a sink has a place for them.
+    pub ledger: Option<Ledger>,
+    /// What `/health` answers.
+    pub health: Arc<Health>,
+    /// The live view (`/live`).
+    pub live: Arc<LiveTap>,
+}
+
+/// Checks what must hold, then starts the runtime, the sinks, the ledger and the metrics.
+pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
+    // A sink that cannot start is an error now, before anything is captured.
+    for (name, entry) in sink_names(&config.sinks).iter().zip(&config.sinks) {
+        sinks::check_start(&entry.sink)
+            .map_err(|reason| anyhow!("sink {name} cannot start: {reason}"))?;
+    }
+    privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
+    let locks = crate::state_dir::lock(config)?;
+    tracing::debug!(locked = ?locks.locked, "state directory and parquet roots locked");
+    let identity = host_identity(config.agent.host_name.as_deref());
+    let clocks = Clocks::measure();
+    let gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpuship-rt")
+        // The sinks run here and must keep up with the consumer (see consumer::priority).
+        .on_thread_start(consumer::priority::raise_sink_thread)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let signals = {
+        let _runtime = runtime.enter();
+        StopSignals::install()
+    };
+    // Before any sink starts: a port in use is a start error, not a silent run without probes.
+    let metrics_listener = metrics::bind(&config.metrics, &runtime)?;
+    let (fanout, accounting, sink_tasks) = start_sinks(config, &identity, &runtime);
+    let accounting = Arc::new(accounting);
+    let ledger = Ledger::for_sinks(
+        &config.sinks,
+        &identity.host,
+        chrono::Utc::now(),
+        runtime.handle(),
+    );
+    if let Some(ledger) = &ledger {
+        tracing::info!(documents = ?ledger.locations(), "accounting documents kept beside the data");
+        let period = Duration::from_secs(config.agent.stats_interval_secs.clamp(1, 60));
+        runtime.spawn(ledger.clone().keep_written(accounting.clone(), period));
+    }
+    let health = Arc::new(Health::default());
+    let live = Arc::new(LiveTap::new());
+    if let Some(listener) = metrics_listener {
+        let served = metrics::Served {
+            accounting: accounting.clone(),
+            health: health.clone(),
+            live: live.clone(),
+        };
+        let limits = metrics::Limits::new(config.metrics.max_connections);
+        runtime.spawn(metrics::serve(listener, served, limits));
+    }
+    Ok(Started {
+        _locks: locks,
+        identity,
+        clocks,
+        gpus,
+        runtime,
+        signals: Some(signals),
+        fanout,
+        accounting,
+        sink_tasks,
+        ledger,
+        health,
+        live,
+    })
+}
+
+/// Builds every sink with its queue and spool, and starts it on the runtime.
+fn start_sinks(
+    config: &Config,
+    identity: &HostIdentity,
+    runtime: &tokio::runtime::Runtime,
+) -> (FanOut, Accounting, Vec<SinkTask>) {
+    let host_id = machine_id();
+    let mut fanout = FanOut::default();
+    let mut accounting = Accounting::default();
+    let mut sink_tasks = Vec::new();
+    for (name, entry) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
+        let sink = build_sink(&name, &entry.sink, identity, host_id.as_deref());
+        let stats = Arc::new(SinkStats::default());
+        let spool = open_spool(&config.agent.state_dir, &name, &entry.options.spool);
+        let options = QueueOptions {
+            name: name.clone(),
+            buffer: entry.options.buffer.clone(),
+            spool,
+            shutdown_timeout: Duration::from_secs(config.agent.shutdown_timeout_secs),
+        };
+        let (sender, batches) = queue_with(options, stats.clone());
+        fanout.add(name.clone(), sender, stats.clone(), &entry.options);
+        accounting.sinks.push((name.clone(), stats.clone()));
+        let run = sink.run(SinkInput {
+            batches,
+            stats: stats.clone(),
+        });
+        let task = runtime.spawn(sinks::watched(name.clone(), stats, run));
+        sink_tasks.push((name, task));
+    }
+    (fanout, accounting, sink_tasks)
+}
+
+/// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.
+fn open_spool(state_dir: &Path, sink: &str, config: &SpoolConfig) -> Option<Spool> {
+    if !config.enabled {
+        return None;
+    }
+    let dir = state_dir.join("spool").join(sink);
+    match Spool::open(&dir, config.clone()) {
+        Ok(spool) => {
+            if !spool.is_empty() {
+                tracing::info!(
+                    sink,
+                    dir = %dir.display(),
+                    xid = spool.pending_events(gpuship_sinks::EventKind::Xid),
+                    cuda = spool.pending_events(gpuship_sinks::EventKind::Cuda),
+                    "spooled events from a previous run will be delivered first"
+                );
+            }
+            Some(spool)
+        }
+        Err(err) => {
+            tracing::error!(sink, %err, "cannot open the spool; this sink runs without one");
+            None
+        }
+    }
+}

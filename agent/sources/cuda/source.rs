@@ -1,0 +1,186 @@
+//! The CUDA source as the consumer runs it: records to rows (with their container and pod),
+//! rows to batches, per-call totals for the summary and the live view, and what XID
+//! attribution needs (which processes call, which failed calls belong to an incident).
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+use gpuship_sinks::EventBatch;
+use libbpf_rs::{MapHandle, OpenObject};
+
+use super::batcher::CudaBatcher;
+use super::decode::{cuda_event, Decoder};
+use super::probes::{self, CudaProbes, ProcessFilter};
+use crate::accounting::Ring;
+use crate::decode::{c_chars, DecodeError};
+use crate::enrich::WorkloadResolver;
+use crate::sources::output::{CallView, Outputs};
+use crate::sources::source::{Loaded, RingMaps, RingSource, RunningRing, SourceSetup};
+use crate::summary::{CallTally, RunSummary};
+
+/// The source's name in statuses.
+const NAME: &str = "cuda";
+
+/// How stale a process's latest-call time may get before it is refreshed.
+const ACTIVITY_RESOLUTION_NS: i64 = 100_000_000;
+
+/// The CUDA uprobes source (see [`crate::sources::REGISTRY`]).
+pub struct CudaSource;
+
+impl RingSource for CudaSource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn load<'obj>(
+        &self,
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        setup: &SourceSetup,
+    ) -> Loaded<'obj> {
+        let config = &setup.sources.cuda;
+        if !config.enabled {
+            return Loaded::skipped(NAME, "disabled in config");
+        }
+        match probes::load(storage, config, setup.filter) {
+            Ok(Ok(probes)) => {
+                let detail = format!("{} symbols", probes.probed_symbols);
+                Loaded::attached(NAME, detail, Box::new(CudaCapture::new(probes, setup)))
+            }
+            Ok(Err(reason)) => Loaded::skipped(NAME, reason),
+            Err(err) => Loaded::skipped(NAME, format!("{err:#}")),
+        }
+    }
+}
+
+/// The attached probes and what the consumer holds between their records.
+struct CudaCapture<'obj> {
+    probes: CudaProbes<'obj>,
+    filter: ProcessFilter,
+    decoder: Decoder,
+    batcher: CudaBatcher,
+    calls: CallTally,
+    /// Processes seen making calls since the last flush: pid -> latest call time.
+    active: HashMap<i32, i64>,
+    /// The pid and time last written to `active` (most rows repeat them).
+    last_active: (i32, i64),
+    /// Container and pod of each process, cached.
+    workloads: WorkloadResolver,
+    /// Per-process counts for the live view, and its publication.
+    view: Box<dyn CallView>,
+    outputs: Outputs,
+}
+
+impl<'obj> CudaCapture<'obj> {
+    fn new(probes: CudaProbes<'obj>, setup: &SourceSetup) -> Self {
+        let functions = probes.functions.clone();
+        Self {
+            filter: setup.filter,
+            decoder: Decoder::new(setup.clocks, functions.clone()),
+            batcher: CudaBatcher::new(setup.identity.clone(), &setup.batch),
+            calls: CallTally::default(),
+            active: HashMap::new(),
+            last_active: (0, 0),
+            workloads: WorkloadResolver::new(&setup.enrich.proc_dir, &setup.enrich.pod_log_dir),
+            view: setup.outputs.calls.open(functions),
+            outputs: setup.outputs.clone(),
+            probes,
+        }
+    }
+
+    /// The row of one record, counted and batched; a full batch when one is due.
+    #[inline]
+    fn batch_record(&mut self, raw: &[u8]) -> Result<Option<EventBatch>, DecodeError> {
+        let Self {
+            decoder,
+            batcher,
+            calls,
+            active,
+            last_active,
+            workloads,
+            view,
+            outputs,
+            ..
+        } = self;
+        let event = cuda_event(raw)?;
+        let comm = c_chars(&event.comm);
+        let mut row = decoder.cuda_row(&event, &comm)?;
+        row.workload = workloads.resolve(row.pid).map(|w| &**w);
+        calls.record(event.function_id, &row);
+        if view.call(row.pid, &event.comm, row.result != 0) {
+            view.publish(calls, Instant::now(), false);
+        }
+        let (last_pid, last_time) = *last_active;
+        if row.pid != last_pid || row.time_ns - last_time > ACTIVITY_RESOLUTION_NS {
+            active.insert(row.pid, row.time_ns);
+            *last_active = (row.pid, row.time_ns);
+        }
+        // A failed call of a process an XID incident affected carries the incident.
+        if row.result != 0 {
+            let incident = outputs.attribution.incident_for(row.pid, row.time_ns);
+            return Ok(batcher.push_linked(&row, incident.as_deref()));
+        }
+        Ok(batcher.push(&row))
+    }
+}
+
+impl RunningRing for CudaCapture<'_> {
+    fn rings(&self) -> anyhow::Result<Vec<RingMaps>> {
+        let maps = &self.probes.skel.maps;
+        Ok(vec![RingMaps {
+            ring: Ring::Cuda,
+            records: MapHandle::try_from(&maps.cuda_ring)?,
+            kernel_counters: MapHandle::try_from(&maps.cuda_stats)?,
+        }])
+    }
+
+    #[inline]
+    fn on_record(&mut self, _ring: Ring, raw: &[u8]) -> Result<(), DecodeError> {
+        match self.batch_record(raw) {
+            Ok(Some(batch)) => self.outputs.batches.emit(batch),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::debug!(%err, len = raw.len(), "malformed CUDA record skipped");
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends rows that are due (all of them when `all`), tells XID attribution which
+    /// processes made calls, and publishes the live view's totals.
+    fn flush(&mut self, now: Instant, all: bool) {
+        if !self.active.is_empty() {
+            self.outputs
+                .attribution
+                .processes_active(&mut self.active.drain());
+            self.last_active = (0, 0);
+        }
+        self.workloads.expire_if_due(now);
+        self.view.publish(&self.calls, now, all);
+        let batch = if all {
+            self.batcher.flush()
+        } else {
+            self.batcher.flush_if_due(now)
+        };
+        if let Some(batch) = batch {
+            self.outputs.batches.emit(batch);
+        }
+    }
+
+    fn detach(&self) {
+        self.probes.detach();
+    }
+
+    fn traced_processes(&self) -> anyhow::Result<Option<MapHandle>> {
+        match self.filter {
+            ProcessFilter::Selected => Ok(Some(self.probes.traced_tgids()?)),
+            ProcessFilter::All => Ok(None),
+        }
+    }
+
+    fn finish(&mut self, summary: &mut RunSummary) {
+        let functions = &self.probes.functions;
+        std::mem::take(&mut self.calls).add_to(summary, |id| functions.name(id));
+    }
+}

@@ -1,0 +1,69 @@
+//! Where a source's output goes: the narrow interfaces a source sees instead of the pipeline.
+//!
+//! A source turns records into rows and batches and hands them on through these traits; it
+//! never sees the fan-out, the XID stage or the live view. `agent/run` implements them over
+//! those (see `run/capture.rs`), which is how sources stay below them: nothing under
+//! `sources/` imports `xid::` or `live::`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpuship_sinks::schema::XidRecord;
+use gpuship_sinks::EventBatch;
+
+use super::cuda::plan::FunctionTable;
+use crate::summary::CallTally;
+
+/// Hands finished batches on to the sinks (counting them as batched).
+pub trait BatchEmitter: Send + Sync {
+    /// Sends one batch; blocks while a sink whose buffer is full says `block`.
+    fn emit(&self, batch: EventBatch);
+}
+
+/// Takes XIDs from the sources that see them (reconciled, annotated and sent downstream).
+pub trait XidSink: Send + Sync {
+    /// One decoded XID.
+    fn report(&self, record: XidRecord);
+
+    /// The lowest kernel-log sequence number reported and not yet handed to the sinks (the
+    /// kernel-log source's cursor must not pass it).
+    fn oldest_unsettled_kmsg(&self) -> Option<u64>;
+}
+
+/// What XID attribution needs from the CUDA calls: which processes are making calls, and the
+/// incident a failed call belongs to.
+pub trait CallAttribution: Send + Sync {
+    /// Processes seen making calls: (pid, latest call time in Unix ns).
+    fn processes_active(&self, calls: &mut dyn Iterator<Item = (i32, i64)>);
+
+    /// The incident that affected `pid` at `time_ns`, if any.
+    fn incident_for(&self, pid: i32, time_ns: i64) -> Option<Arc<str>>;
+}
+
+/// Running per-call totals for a view of the calls as they happen (the live view).
+pub trait CallView: Send {
+    /// Counts one call; true when the caller should offer a publication (see `publish`).
+    fn call(&mut self, pid: i32, comm: &[i8], failed: bool) -> bool;
+
+    /// Publishes the totals if one is due, or now when `now_anyway`.
+    fn publish(&mut self, calls: &CallTally, now: Instant, now_anyway: bool);
+}
+
+/// Opens a [`CallView`] once the source knows its function names.
+pub trait CallViews: Send + Sync {
+    /// A view naming function ids with `functions`.
+    fn open(&self, functions: FunctionTable) -> Box<dyn CallView>;
+}
+
+/// Everything a source may hand on, cloned into each capture thread.
+#[derive(Clone)]
+pub struct Outputs {
+    /// Batches to the sinks.
+    pub batches: Arc<dyn BatchEmitter>,
+    /// XIDs to the XID stage.
+    pub xids: Arc<dyn XidSink>,
+    /// CUDA calls to XID attribution.
+    pub attribution: Arc<dyn CallAttribution>,
+    /// CUDA calls to the live view.
+    pub calls: Arc<dyn CallViews>,
+}
