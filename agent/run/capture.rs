@@ -2,7 +2,6 @@
 //! pipeline (`outputs`), the consumer thread with every ring source, then every thread source,
 //! and the XID stage's timer. Fails when no source at all could start.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,7 +12,6 @@ use gpuship_sinks::limits::nanos_i64;
 use libbpf_rs::MapHandle;
 
 use super::outputs::{FanOutEmitter, LiveCalls};
-use super::sinks::sink_names;
 use super::start::Started;
 use super::{RunOptions, Target};
 use crate::config::Config;
@@ -90,7 +88,7 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         stop: stop.clone(),
         summary: summary.clone(),
         state_dir: config.agent.state_dir.clone(),
-        journaled_kmsg: journaled_kmsg_records(config, &started.identity.boot_id),
+        journaled_kmsg: std::mem::take(&mut started.journaled_kmsg),
         outputs,
     };
     let (consumer, ready) = consumer::spawn(setup.clone());
@@ -152,38 +150,6 @@ fn xid_ticker(
             }
         })
         .context("starting the XID thread")
-}
-
-/// Kernel-log sequence numbers of this boot whose XIDs a previous run journaled in any sink.
-fn journaled_kmsg_records(config: &Config, boot_id: &str) -> BTreeSet<u64> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::UInt64Type;
-    use arrow_array::Array;
-    let mut seqs = BTreeSet::new();
-    for name in sink_names(&config.sinks) {
-        let dir = config.agent.state_dir.join("spool").join(&name);
-        for batch in gpuship_sinks::journaled_xids(&dir) {
-            let records = &batch.records;
-            let (Some(boots), Some(kmsg)) = (
-                records.column_by_name("boot_id"),
-                records.column_by_name("kmsg_seq"),
-            ) else {
-                continue;
-            };
-            let (Some(boots), Some(kmsg)) = (
-                boots.as_string_opt::<i32>(),
-                kmsg.as_primitive_opt::<UInt64Type>(),
-            ) else {
-                continue;
-            };
-            for row in 0..records.num_rows() {
-                if !kmsg.is_null(row) && boots.value(row) == boot_id {
-                    seqs.insert(kmsg.value(row));
-                }
-            }
-        }
-    }
-    seqs
 }
 
 /// The XID stage, sending to `fanout` and telling the live view.

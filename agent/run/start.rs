@@ -3,6 +3,7 @@
 //! use are errors here. Then the runtime, the sinks with their queues and spools, the
 //! accounting documents and the metrics server start.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +57,9 @@ pub(super) struct Started {
     pub health: Arc<Health>,
     /// The live view (`/live`).
     pub live: Arc<LiveTap>,
+    /// Kernel-log records of this boot whose XIDs a previous run journaled (read before the
+    /// sinks start delivering, and so removing, them).
+    pub journaled_kmsg: BTreeSet<u64>,
 }
 
 /// Checks what must hold, then starts the runtime, the sinks, the ledger and the metrics.
@@ -85,6 +89,7 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
     };
     // Before any sink starts: a port in use is a start error, not a silent run without probes.
     let metrics_listener = metrics::bind(&config.metrics, &runtime)?;
+    let journaled_kmsg = journaled_kmsg_records(config, &identity.boot_id);
     let (fanout, accounting, sink_tasks) = start_sinks(config, &identity, &runtime);
     let accounting = Arc::new(accounting);
     let ledger = Ledger::for_sinks(
@@ -122,6 +127,7 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
         ledger,
         health,
         live,
+        journaled_kmsg,
     })
 }
 
@@ -156,6 +162,38 @@ fn start_sinks(
         sink_tasks.push((name, task));
     }
     (fanout, accounting, sink_tasks)
+}
+
+/// Kernel-log sequence numbers of this boot whose XIDs a previous run journaled in any sink.
+fn journaled_kmsg_records(config: &Config, boot_id: &str) -> BTreeSet<u64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
+    let mut seqs = BTreeSet::new();
+    for name in sink_names(&config.sinks) {
+        let dir = config.agent.state_dir.join("spool").join(&name);
+        for batch in gpuship_sinks::journaled_xids(&dir) {
+            let records = &batch.records;
+            let (Some(boots), Some(kmsg)) = (
+                records.column_by_name("boot_id"),
+                records.column_by_name("kmsg_seq"),
+            ) else {
+                continue;
+            };
+            let (Some(boots), Some(kmsg)) = (
+                boots.as_string_opt::<i32>(),
+                kmsg.as_primitive_opt::<UInt64Type>(),
+            ) else {
+                continue;
+            };
+            for row in 0..records.num_rows() {
+                if !kmsg.is_null(row) && boots.value(row) == boot_id {
+                    seqs.insert(kmsg.value(row));
+                }
+            }
+        }
+    }
+    seqs
 }
 
 /// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.
