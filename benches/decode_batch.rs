@@ -3,7 +3,6 @@
 //! finish). Target: >= 3 M events/s on one core. `consumer_counting`: the per-call tallies the
 //! consumer keeps beside that (run summary, live view).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
