@@ -5,6 +5,7 @@
 //! - [`cuda`]: BPF uprobes on libcuda's driver API.
 //! - [`driver`]: NVIDIA driver ioctls and functions (syscall tracepoints, fentry/fexit).
 //! - [`kmsg`]: `NVRM: Xid` lines from the kernel log (a thread, not a ring).
+//! - [`functions`]: function names by id (probe cookies to names).
 //! - [`tracefs`]: finding (or mounting) the tracing filesystem the first one needs.
 //!
 //! Each source folder owns its loader, record decoder, batcher and counters, and hands its
@@ -14,6 +15,7 @@
 
 pub mod cuda;
 pub mod driver;
+pub mod functions;
 pub mod kmsg;
 pub mod output;
 pub mod source;

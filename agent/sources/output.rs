@@ -11,7 +11,7 @@ use std::time::Instant;
 use gpuship_sinks::schema::XidRecord;
 use gpuship_sinks::EventBatch;
 
-use super::cuda::plan::FunctionTable;
+use super::functions::FunctionTable;
 use crate::summary::CallTally;
 
 /// Hands finished batches on to the sinks (counting them as batched).

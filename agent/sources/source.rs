@@ -23,7 +23,6 @@ use std::time::Instant;
 use gpuship_sinks::schema::HostIdentity;
 use libbpf_rs::{MapHandle, OpenObject};
 
-use super::cuda::probes::ProcessFilter;
 use super::output::Outputs;
 use crate::accounting::{Accounting, Ring};
 use crate::config::{BatchConfig, EnrichConfig, SourcesConfig};
@@ -61,6 +60,15 @@ impl SourceStatus {
             detail: reason.into(),
         }
     }
+}
+
+/// Which processes the probes record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessFilter {
+    /// Every process that maps the library.
+    All,
+    /// Only processes whose tgid is put in the `traced_tgids` map, and their descendants.
+    Selected,
 }
 
 /// What every source may need to start: its configuration, the host's identity, clocks and

@@ -5,49 +5,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use super::catalog::{default_entry, ArgSpec, DEFAULT_FUNCTIONS};
 use super::library::ExportedFunction;
 use crate::bpf::cuda::types::gpuship_cookie_layout;
-
-/// Function names by id, shared with the decoder.
-#[derive(Debug, Clone, Default)]
-pub struct FunctionTable {
-    names: Vec<Arc<str>>,
-}
-
-impl FunctionTable {
-    /// The name of function `id`, or None for an id no probe was given.
-    #[inline]
-    pub fn name(&self, id: u32) -> Option<&str> {
-        self.names.get(id as usize).map(|n| &**n)
-    }
-
-    /// A table with the given names at ids 0, 1, ...
-    pub fn from_names<I: IntoIterator<Item = S>, S: Into<Arc<str>>>(names: I) -> Self {
-        Self {
-            names: names.into_iter().map(Into::into).collect(),
-        }
-    }
-
-    /// Number of functions.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// True when no function is probed.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    fn id_of(&mut self, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
-        *ids.entry(name.to_string()).or_insert_with(|| {
-            self.names.push(Arc::from(name));
-            (self.names.len() - 1) as u32
-        })
-    }
-}
+pub use crate::sources::functions::FunctionTable;
 
 /// One uprobe + uretprobe pair to attach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +97,7 @@ pub fn plan_probes(
                 found_exact[i] = true;
             }
             let spec = entry.map_or(ArgSpec::GENERIC, |(_, spec)| spec);
-            let id = plan.functions.id_of(&mut ids, name);
+            let id = plan.functions.intern(&mut ids, name);
             let at_entry = entry_only.iter().any(|p| p.matches(name));
             let entry_only_bit =
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;

@@ -12,15 +12,7 @@ use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
 use crate::config::CudaSourceConfig;
-
-/// Which processes the probes record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessFilter {
-    /// Every process that maps the library.
-    All,
-    /// Only processes whose tgid is put in the `traced_tgids` map, and their descendants.
-    Selected,
-}
+pub use crate::sources::source::ProcessFilter;
 
 /// The loaded program, its links and the function table for decoding.
 pub struct CudaProbes<'obj> {
