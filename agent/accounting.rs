@@ -347,6 +347,28 @@ impl Snapshot {
 mod tests {
     use super::*;
 
+    /// One row per ring, in `Ring::ALL` order, each counting only its own ring.
+    #[test]
+    fn rings_are_a_table_indexed_by_ring() {
+        let accounting = Accounting::default();
+        for (n, ring) in Ring::ALL.into_iter().enumerate() {
+            accounting
+                .ring(ring)
+                .received
+                .store(n as u64 + 1, Ordering::Relaxed);
+            accounting
+                .ring(ring)
+                .submitted
+                .store(n as u64 + 1, Ordering::Relaxed);
+        }
+        let snapshot = accounting.snapshot();
+        let names: Vec<_> = snapshot.rings.iter().map(|r| r.ring).collect();
+        assert_eq!(names, ["xid", "cuda", "driver"]);
+        for (n, ring) in snapshot.rings.iter().enumerate() {
+            assert_eq!(ring.received, n as u64 + 1, "{}", ring.ring);
+        }
+    }
+
     #[test]
     fn identities_hold_when_everything_is_accounted() {
         let accounting = Accounting::default();

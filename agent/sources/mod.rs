@@ -62,6 +62,21 @@ pub fn thread_sources() -> impl Iterator<Item = &'static dyn ThreadSource> {
 }
 
 #[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Statuses and `gpuship run`'s summary list the sources in this order.
+    #[test]
+    fn the_registry_lists_every_source_once_in_start_order() {
+        let rings: Vec<_> = ring_sources().map(|s| s.name()).collect();
+        let threads: Vec<_> = thread_sources().map(|s| s.name()).collect();
+        assert_eq!(rings, ["xid_tracepoint", "cuda", "driver"]);
+        assert_eq!(threads, ["kmsg"]);
+        assert_eq!(REGISTRY.len(), rings.len() + threads.len());
+    }
+}
+
+#[cfg(test)]
 mod decode_fuzz_tests;
 #[cfg(test)]
 mod decode_tests;
