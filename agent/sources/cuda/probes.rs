@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -59,36 +60,10 @@ pub fn load<'obj>(
     config: &CudaSourceConfig,
     filter: ProcessFilter,
 ) -> anyhow::Result<Result<CudaProbes<'obj>, String>> {
-    let (libraries, missing_paths) = resolve_libraries(&config.libraries);
-    if !missing_paths.is_empty() {
-        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
-    }
-    if libraries.is_empty() {
-        return Ok(Err(format!(
-            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
-            config.libraries
-        )));
-    }
-    let mut exported = Vec::new();
-    for library in &libraries {
-        let functions = exported_functions(library)?;
-        exported.push((library.clone(), functions));
-    }
-    let plan: ProbePlan = plan_probes(
-        &exported,
-        &config.functions,
-        &config.exclude_functions,
-        &config.entry_only,
-    );
-    if !plan.missing.is_empty() {
-        tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
-    }
-    if plan.probes.is_empty() {
-        return Ok(Err(format!(
-            "no requested function is exported by {libraries:?}"
-        )));
-    }
-
+    let (libraries, plan) = match plan(config)? {
+        Ok(planned) => planned,
+        Err(reason) => return Ok(Err(reason)),
+    };
     let mut open = CudaSkelBuilder::default()
         .open(storage)
         .context("opening the CUDA BPF object")?;
@@ -140,6 +115,40 @@ pub fn load<'obj>(
         entry_links: RefCell::new(links.entry),
         return_links: RefCell::new(links.ret),
     }))
+}
+
+/// The libraries to probe and the probe plan, or why there is nothing to probe.
+fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, ProbePlan), String>> {
+    let (libraries, missing_paths) = resolve_libraries(&config.libraries);
+    if !missing_paths.is_empty() {
+        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
+    }
+    if libraries.is_empty() {
+        return Ok(Err(format!(
+            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
+            config.libraries
+        )));
+    }
+    let mut exported = Vec::new();
+    for library in &libraries {
+        let functions = exported_functions(library)?;
+        exported.push((library.clone(), functions));
+    }
+    let plan: ProbePlan = plan_probes(
+        &exported,
+        &config.functions,
+        &config.exclude_functions,
+        &config.entry_only,
+    );
+    if !plan.missing.is_empty() {
+        tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
+    }
+    if plan.probes.is_empty() {
+        return Ok(Err(format!(
+            "no requested function is exported by {libraries:?}"
+        )));
+    }
+    Ok(Ok((libraries, plan)))
 }
 
 /// uprobe_multi links exist since Linux 6.6.

@@ -179,19 +179,16 @@ fn explain_load_error(function: &str, error: &str) -> String {
     }
 }
 
-/// Loads the program with the ioctl hook (when enabled and NVIDIA majors exist) and every
-/// configured function that can be traced. `Ok(Err)` when no hook could run.
-pub fn load<'obj>(
-    storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &DriverSourceConfig,
-) -> anyhow::Result<(Option<DriverHooks<'obj>>, Vec<HookStatus>)> {
+/// Which hooks can run here: the device majors for the ioctl hook (empty when it is off or
+/// there are no NVIDIA devices), the function timed by each slot, and a status for each hook
+/// that is configured.
+fn plan_hooks(config: &DriverSourceConfig) -> (Vec<u32>, Vec<Option<String>>, Vec<HookStatus>) {
     let mut statuses = Vec::new();
     let majors = if config.ioctl {
         device_majors(config)
     } else {
         Vec::new()
     };
-    let ioctl = config.ioctl && !majors.is_empty();
     if config.ioctl && majors.is_empty() {
         statuses.push(HookStatus {
             hook: "ioctl".into(),
@@ -210,10 +207,50 @@ pub fn load<'obj>(
         });
         slot_functions[slot] = resolved.ok();
     }
+    (majors, slot_functions, statuses)
+}
+
+/// Loads the program with the ioctl hook (when enabled and NVIDIA majors exist) and every
+/// configured function that can be traced. `None` when no hook could run.
+pub fn load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &DriverSourceConfig,
+) -> anyhow::Result<(Option<DriverHooks<'obj>>, Vec<HookStatus>)> {
+    let (majors, slot_functions, mut statuses) = plan_hooks(config);
+    let ioctl = !majors.is_empty();
     if !ioctl && slot_functions.iter().all(Option::is_none) {
         return Ok((None, statuses));
     }
+    let (skel, links) = open_and_attach(storage, &majors, &slot_functions)?;
+    if ioctl {
+        statuses.insert(
+            0,
+            HookStatus {
+                hook: "ioctl".into(),
+                attached: true,
+                detail: format!("syscalls:sys_{{enter,exit}}_ioctl on device majors {majors:?}"),
+            },
+        );
+    }
+    tracing::info!(ioctl, majors = ?majors, functions = ?slot_functions.iter().flatten().collect::<Vec<_>>(), "driver hooks attached");
+    Ok((
+        Some(DriverHooks {
+            skel,
+            links: RefCell::new(links),
+            slot_functions,
+        }),
+        statuses,
+    ))
+}
 
+/// Opens the program, keeps the ioctl hook when `majors` is not empty and the slots that name
+/// a function, loads and attaches them.
+fn open_and_attach<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    majors: &[u32],
+    slot_functions: &[Option<String>],
+) -> anyhow::Result<(DriverSkel<'obj>, Vec<Link>)> {
+    let ioctl = !majors.is_empty();
     let mut open = DriverSkelBuilder::default()
         .open(storage)
         .context("opening the driver BPF object")?;
@@ -253,23 +290,5 @@ pub fn load<'obj>(
         let name = prog.name().to_string_lossy().into_owned();
         links.push(prog.attach().with_context(|| format!("attaching {name}"))?);
     }
-    if ioctl {
-        statuses.insert(
-            0,
-            HookStatus {
-                hook: "ioctl".into(),
-                attached: true,
-                detail: format!("syscalls:sys_{{enter,exit}}_ioctl on device majors {majors:?}"),
-            },
-        );
-    }
-    tracing::info!(ioctl, majors = ?majors, functions = ?slot_functions.iter().flatten().collect::<Vec<_>>(), "driver hooks attached");
-    Ok((
-        Some(DriverHooks {
-            skel,
-            links: RefCell::new(links),
-            slot_functions,
-        }),
-        statuses,
-    ))
+    Ok((skel, links))
 }
