@@ -47,7 +47,7 @@ pub struct SinkOptions {
 pub const OPTION_KEYS: [&str; 5] = ["name", "kinds", "cuda_filter", "buffer", "spool"];
 
 fn all_kinds() -> Vec<EventKind> {
-    EventKind::ALL.to_vec()
+    EventKind::all().collect()
 }
 
 impl Default for SinkOptions {

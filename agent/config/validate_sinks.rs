@@ -80,7 +80,11 @@ impl Config {
 fn options_problems(report: &mut Report, table: &str, entry: &SinkEntry) {
     let options = &entry.options;
     if options.kinds.is_empty() {
-        report.add(table, "kinds", "needs at least one of \"xid\", \"cuda\"");
+        report.add(
+            table,
+            "kinds",
+            format!("needs at least one of {}", EventKind::quoted_names()),
+        );
     }
     if options.cuda_filter.is_some() && !options.kinds.contains(&EventKind::Cuda) {
         report.add(

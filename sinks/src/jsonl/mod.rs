@@ -174,7 +174,7 @@ pub fn encode_lines(batch: &EventBatch, out: &mut Vec<u8>) -> Result<(), arrow_s
 mod tests {
     use super::*;
     use crate::queue::{queue, BufferConfig};
-    use crate::sink::SinkStats;
+    use crate::stats::SinkStats;
     use crate::test_support::{cuda_batch, xid_batch};
     use crate::EventKind;
     use std::sync::Arc;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{QueueReceiver, Queued, State, BACKOFF_FIRST, BACKOFF_MAX};
-use crate::sink::DropReason;
+use crate::stats::DropReason;
 use crate::{EventBatch, EventKind};
 
 /// How often a waiting receiver re-checks deadlines and stalls.
@@ -149,7 +149,7 @@ impl QueueReceiver {
         state.retry_at = Instant::now().checked_add(state.backoff);
         state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
         let bytes = batch.records.get_array_memory_size();
-        state.returned[crate::sink::KindCounters::slot(batch.kind)] += batch.len() as u64;
+        state.returned[batch.kind] += batch.len() as u64;
         // A rejected batch was already counted as received; it only changes place.
         if state
             .closed_at
