@@ -6,7 +6,9 @@ use gpuship_sinks::jsonl::JsonlSinkConfig;
 use gpuship_sinks::kafka::KafkaSinkConfig;
 use gpuship_sinks::otlp::OtlpSinkConfig;
 use gpuship_sinks::parquet::ParquetSinkConfig;
-use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
+use gpuship_sinks::{
+    BufferConfig, DefaultCudaRows, EventKind, RegisteredSinkType, SinkType, SpoolConfig,
+};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -96,10 +98,54 @@ impl CudaFilter {
     };
 }
 
-/// The destination of one `[[sinks]]` entry; `type` selects it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SinkConfig {
+/// Every sink type, one line each: `Variant(config type)`. The config type implements
+/// [`RegisteredSinkType`] in its sink's folder (its `type` name, validation, default CUDA rows,
+/// start-up check, build and health check); this list makes it a `[[sinks]]` `type`. Adding a
+/// sink is its folder plus one line here.
+macro_rules! sink_types {
+    ($($(#[$doc:meta])* $variant:ident($config:ty),)+) => {
+        /// The destination of one `[[sinks]]` entry; `type` selects it.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum SinkConfig {
+            $($(#[$doc])* $variant($config),)+
+        }
+
+        /// The `type` values, in the order error messages list them.
+        pub const SINK_TYPES: &[&str] = &[$(<$config as RegisteredSinkType>::TYPE_NAME,)+];
+
+        impl SinkConfig {
+            /// The `type` value.
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $(SinkConfig::$variant(_) => <$config as RegisteredSinkType>::TYPE_NAME,)+
+                }
+            }
+
+            /// What the sink's type does for the agent (validate, build, check).
+            pub fn sink_type(&self) -> &dyn SinkType {
+                match self {
+                    $(SinkConfig::$variant(config) => config,)+
+                }
+            }
+
+            /// Reads the type-specific keys of a sink whose `type` is `type_name`; None when
+            /// no sink has that type, Some(None) when the keys are wrong (problems recorded).
+            fn parse_destination(
+                type_name: &str,
+                destination: Spanned<DeValue<'_>>,
+                path: &str,
+                problems: &mut Problems,
+            ) -> Option<Option<SinkConfig>> {
+                $(if type_name == <$config as RegisteredSinkType>::TYPE_NAME {
+                    return Some(typed::<$config>(destination, path, problems).map(SinkConfig::$variant));
+                })+
+                None
+            }
+        }
+    };
+}
+
+sink_types! {
     /// Parquet files.
     Parquet(ParquetSinkConfig),
     /// Kafka topics (boxed: the largest config by far).
@@ -113,31 +159,15 @@ pub enum SinkConfig {
 }
 
 impl SinkConfig {
-    /// The `type` value.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            SinkConfig::Parquet(_) => "parquet",
-            SinkConfig::Kafka(_) => "kafka",
-            SinkConfig::Jsonl(_) => "jsonl",
-            SinkConfig::Otlp(_) => "otlp",
-            SinkConfig::Blackhole(_) => "blackhole",
-        }
-    }
-}
-
-impl SinkConfig {
-    /// The CUDA selection a sink of this type has when its entry sets none: OTLP, the costliest
-    /// sink per event, takes failed calls only; the others take every call.
+    /// The CUDA selection a sink of this type has when its entry sets none (OTLP, the costliest
+    /// sink per event, takes failed calls only; the others take every call).
     pub fn default_cuda_filter(&self) -> Option<CudaFilter> {
-        match self {
-            SinkConfig::Otlp(_) => Some(CudaFilter::FAILED_ONLY),
-            _ => None,
+        match self.sink_type().default_cuda_rows() {
+            DefaultCudaRows::FailedOnly => Some(CudaFilter::FAILED_ONLY),
+            DefaultCudaRows::All => None,
         }
     }
 }
-
-/// The `type` values, in the order error messages list them.
-pub const SINK_TYPES: [&str; 5] = ["parquet", "kafka", "jsonl", "otlp", "blackhole"];
 
 impl SinkEntry {
     /// Parses the `index`th `[[sinks]]` table: shared options, then the part its `type`
@@ -173,7 +203,11 @@ impl SinkEntry {
             problems,
         );
         let destination = Spanned::new(span.clone(), DeValue::Table(destination));
-        let types = SINK_TYPES.map(|t| format!("`{t}`")).join(", ");
+        let types = SINK_TYPES
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let Some(type_value) = type_value else {
             problems.at(
                 format!("{path}.type"),
@@ -183,25 +217,20 @@ impl SinkEntry {
             return None;
         };
         let type_offset = type_value.span().start;
-        let sink = match type_value.get_ref().as_str() {
-            Some("parquet") => typed(destination, &path, problems).map(SinkConfig::Parquet),
-            Some("kafka") => {
-                typed(destination, &path, problems).map(|kafka| SinkConfig::Kafka(Box::new(kafka)))
-            }
-            Some("jsonl") => typed(destination, &path, problems).map(SinkConfig::Jsonl),
-            Some("otlp") => typed(destination, &path, problems).map(SinkConfig::Otlp),
-            Some("blackhole") => typed(destination, &path, problems).map(SinkConfig::Blackhole),
-            other => {
-                let found =
-                    other.map_or("a value that is not a string".into(), |t| format!("`{t}`"));
-                problems.at(
-                    format!("{path}.type"),
-                    type_offset,
-                    format!("unknown sink type {found}, expected one of {types}"),
-                );
-                None
-            }
-        }?;
+        let type_name = type_value.get_ref().as_str();
+        let parsed = type_name
+            .and_then(|name| SinkConfig::parse_destination(name, destination, &path, problems));
+        let Some(sink) = parsed else {
+            let found =
+                type_name.map_or("a value that is not a string".into(), |t| format!("`{t}`"));
+            problems.at(
+                format!("{path}.type"),
+                type_offset,
+                format!("unknown sink type {found}, expected one of {types}"),
+            );
+            return None;
+        };
+        let sink = sink?;
         let mut options = options?;
         if !filter_set {
             options.cuda_filter = sink.default_cuda_filter();
@@ -384,5 +413,40 @@ mod tests {
         assert_eq!(all.options.cuda_filter, None);
         let parquet = parse("type = \"parquet\"\npath = \"/d\"\n").unwrap();
         assert_eq!(parquet.options.cuda_filter, None);
+    }
+
+    #[test]
+    fn every_registered_type_parses_under_its_name() {
+        assert_eq!(
+            SINK_TYPES,
+            ["parquet", "kafka", "jsonl", "otlp", "blackhole"],
+            "the order error messages list them in"
+        );
+        let keys = [
+            "path = \"/d\"\n",
+            "brokers = \"b:9092\"\n",
+            "",
+            "endpoint = \"http://c:4317\"\n",
+            "",
+        ];
+        for (type_name, keys) in SINK_TYPES.iter().zip(keys) {
+            let entry = parse(&format!("type = \"{type_name}\"\n{keys}")).unwrap();
+            assert_eq!(entry.sink.type_name(), *type_name);
+            assert!(entry.sink.sink_type().problems().is_empty(), "{type_name}");
+        }
+    }
+
+    #[test]
+    fn an_empty_kinds_list_names_every_kind() {
+        let text = "[[sinks]]\ntype = \"blackhole\"\nkinds = []\n";
+        let err = super::super::Config::from_toml(text, std::path::Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                r#"line 3: sinks[0].kinds: needs at least one of "xid", "cuda", "driver""#
+            ),
+            "{err}"
+        );
     }
 }

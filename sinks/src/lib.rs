@@ -4,6 +4,8 @@
 //!   and the builders that turn rows into [`arrow_array::RecordBatch`]es.
 //! - [`batch`]: [`EventBatch`], one record batch of one event kind, the unit every sink takes.
 //! - [`sink`]: the [`Sink`] trait every destination implements.
+//! - [`sink_type`]: [`SinkType`], what a sink's config does for the agent (validate, build,
+//!   health check); a new sink implements it and is registered by one line in the agent.
 //! - [`stats`]: [`SinkStats`], what each sink did with its events, per kind and drop reason
 //!   (written by the queue and the sinks; depends on neither).
 //! - [`queue`]: the bounded queue in front of each sink: `when_full` policy, XID lane, spool.
@@ -35,6 +37,7 @@ pub mod schema;
 pub mod secret;
 pub mod secure_fs;
 pub mod sink;
+pub mod sink_type;
 pub mod spool;
 pub mod stats;
 pub mod template;
@@ -51,5 +54,6 @@ pub use queue::{
     WhenFull,
 };
 pub use sink::{Sink, SinkError, SinkInput};
+pub use sink_type::{BuildContext, DefaultCudaRows, RegisteredSinkType, SinkType};
 pub use spool::{FsyncPolicy, Spool, SpoolConfig};
 pub use stats::{DropReason, KindCounters, SinkStats};

@@ -22,6 +22,7 @@ use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
 mod file;
+mod sink_type;
 
 use file::RotatingFile;
 

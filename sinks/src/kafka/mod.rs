@@ -13,6 +13,7 @@ pub mod config;
 pub mod delivery;
 pub mod messages;
 pub mod security;
+mod sink_type;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
