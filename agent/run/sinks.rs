@@ -61,9 +61,12 @@ impl Sink for HealthChecked {
             check,
         } = *self;
         let name = inner.name().to_string();
-        // Beside the sink, not before it: a slow destination does not delay delivery.
-        tokio::spawn(report_health(name, type_name, check));
-        inner.run(input)
+        let run = inner.run(input);
+        Box::pin(async move {
+            // Beside the sink, not before it: a slow destination does not delay delivery.
+            tokio::spawn(report_health(name, type_name, check));
+            run.await
+        })
     }
 }
 

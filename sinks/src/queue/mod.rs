@@ -36,6 +36,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use enum_map::EnumMap;
 use tokio::sync::Notify;
 
@@ -43,9 +44,22 @@ use crate::spool::Spool;
 use crate::stats::{DropReason, SinkStats};
 use crate::{EventBatch, EventKind, Retention};
 
-/// Retry delays after a failed delivery: doubling from the first to the last.
+/// Retry delays after a failed delivery: doubling from the first to the last, each with a
+/// random jitter of up to itself added (capped at the last), so sinks that failed together
+/// do not retry in step.
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// A fresh series of retry delays (after a delivery succeeded, or at start).
+pub(crate) fn retry_delays() -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(BACKOFF_FIRST)
+        .with_max_delay(BACKOFF_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
 
 /// A batch waiting in memory.
 #[derive(Debug)]
@@ -83,7 +97,8 @@ pub(crate) struct State {
     pub(crate) stalled: bool,
     /// False from a rejected batch until the next delivered one.
     pub(crate) sink_healthy: bool,
-    pub(crate) backoff: Duration,
+    /// The delays of the retries to come.
+    pub(crate) backoff: ExponentialBackoff,
     pub(crate) retry_at: Option<Instant>,
     pub(crate) closed_at: Option<Instant>,
 }
@@ -359,7 +374,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         xid_unsettled_since: None,
         stalled: false,
         sink_healthy: true,
-        backoff: BACKOFF_FIRST,
+        backoff: retry_delays(),
         retry_at: None,
         closed_at: None,
     };

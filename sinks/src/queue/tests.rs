@@ -522,3 +522,19 @@ fn repeated_spool_warnings_are_rate_limited_and_counted() {
         "the next four within the interval are held back"
     );
 }
+
+#[test]
+fn retry_delays_double_with_jitter_and_stay_within_bounds() {
+    let delays: Vec<Duration> = retry_delays().take(12).collect();
+    assert!(delays[0] >= BACKOFF_FIRST && delays[0] < BACKOFF_FIRST * 2);
+    assert!(delays[1] >= BACKOFF_FIRST * 2, "{delays:?}");
+    for delay in &delays[7..] {
+        // The base reached the maximum; the receiver caps the jitter there.
+        assert!(delay.min(&BACKOFF_MAX) == &BACKOFF_MAX, "{delays:?}");
+    }
+    let series: Vec<Vec<Duration>> = (0..4).map(|_| retry_delays().take(3).collect()).collect();
+    assert!(
+        series.windows(2).any(|w| w[0] != w[1]),
+        "jitter makes series differ: {series:?}"
+    );
+}
