@@ -33,7 +33,7 @@ use crate::xid::attribution::Attributor;
 use crate::xid::{XidStage, XidStageSettings};
 
 pub use privileges::{can_trace, effective_capabilities};
-pub use sinks::{build_sink, sink_names};
+pub use sinks::{build_sink, check_sinks, sink_names};
 
 /// How long the final accounting document may take at shutdown (a stop must finish within
 /// the service manager's limit: 60 s in deploy/).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use gpuship_sinks::schema::HostIdentity;
 use gpuship_sinks::sink::SinkRun;
-use gpuship_sinks::sink_type::HealthCheck;
+use gpuship_sinks::sink_type::{Health, HealthCheck};
 use gpuship_sinks::{BuildContext, Sink, SinkInput, SinkStats};
 
 pub use crate::config::sink_names;
@@ -40,6 +40,49 @@ pub fn build_sink(
 /// begins, with its name, instead of taking no events while the agent looks healthy.
 pub fn check_start(config: &SinkConfig) -> Result<(), String> {
     config.sink_type().check_start()
+}
+
+/// Every sink's start check and destination health check, run now (concurrently, each within
+/// its timeout): `(sink name, type, outcome)`, for `gpuship doctor`. Creates nothing.
+pub fn check_sinks(config: &crate::config::Config) -> Vec<(String, &'static str, Health)> {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            let reason = format!("cannot start a runtime for the checks: {err}");
+            return sink_names(&config.sinks)
+                .into_iter()
+                .zip(&config.sinks)
+                .map(|(name, entry)| (name, entry.sink.type_name(), Err(reason.clone())))
+                .collect();
+        }
+    };
+    runtime.block_on(async {
+        let checks: Vec<_> = sink_names(&config.sinks)
+            .into_iter()
+            .zip(&config.sinks)
+            .map(|(name, entry)| {
+                let sink_type = entry.sink.sink_type();
+                let started = sink_type.check_start();
+                let health = sink_type.health_check();
+                let task = tokio::spawn(async move {
+                    started.map_err(|reason| format!("cannot start: {reason}"))?;
+                    health.await
+                });
+                (name, entry.sink.type_name(), task)
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for (name, type_name, task) in checks {
+            let health = task
+                .await
+                .unwrap_or_else(|err| Err(format!("check failed: {err}")));
+            outcomes.push((name, type_name, health));
+        }
+        outcomes
+    })
 }
 
 /// A sink whose run first starts its destination's health check beside it.

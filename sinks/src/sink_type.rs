@@ -10,6 +10,7 @@
 //! keep the events meanwhile.
 
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -136,6 +137,49 @@ pub async fn tcp_reachable(address: String) -> Health {
     .await
 }
 
+/// Whether the sink could write at `target` (a directory or a file it creates or appends to),
+/// without creating anything: an existing `target` must be writable; a missing one needs its
+/// nearest existing ancestor to be a writable directory (the sink creates the rest).
+pub fn writable(target: &Path) -> Health {
+    let mut existing = target;
+    while !existing.exists() {
+        existing = match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+    }
+    if existing != target && !existing.is_dir() {
+        return Err(format!(
+            "{} cannot be created: {} is not a directory",
+            target.display(),
+            existing.display()
+        ));
+    }
+    if !may_write(existing) {
+        return Err(format!("{} is not writable", existing.display()));
+    }
+    Ok(if existing == target {
+        format!("{} is writable", target.display())
+    } else {
+        format!(
+            "{} will be created in {} (writable)",
+            target.display(),
+            existing.display()
+        )
+    })
+}
+
+/// access(2) with W_OK: what this process may write, read-only mounts included.
+fn may_write(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `path` is a valid NUL-terminated string that outlives the call; access only
+    // reads it.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}
+
 /// `host:port` of a URL such as `https://collector:4318/v1/logs` (the scheme's default port
 /// when none is given); None when it has no host.
 pub fn host_port(url: &str) -> Option<String> {
@@ -177,6 +221,19 @@ mod tests {
         );
         assert_eq!(host_port("http://[::1]").as_deref(), Some("[::1]:80"));
         assert_eq!(host_port("http:///x"), None);
+    }
+
+    #[test]
+    fn writable_creates_nothing_and_names_what_blocks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("a/b/lake");
+        let found = writable(&missing).unwrap();
+        assert!(found.contains("will be created"), "{found}");
+        assert!(!dir.path().join("a").exists(), "nothing is created");
+        assert!(writable(dir.path()).unwrap().contains("is writable"));
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        let err = writable(&dir.path().join("file/lake")).unwrap_err();
+        assert!(err.contains("is not a directory"), "{err}");
     }
 
     #[test]
