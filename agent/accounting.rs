@@ -271,7 +271,7 @@ impl Accounting {
                 .sinks
                 .iter()
                 .flat_map(|(name, stats)| {
-                    EventKind::ALL.into_iter().map(move |kind| SinkSnapshot {
+                    EventKind::all().map(move |kind| SinkSnapshot {
                         sink: name.clone(),
                         kind,
                         received: stats.received.get(kind),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::BooleanArray;
-use gpuship_sinks::{EventBatch, EventKind, QueueSender, SinkStats};
+use gpuship_sinks::{EnumMap, EventBatch, EventKind, QueueSender, SinkStats};
 
 use crate::config::{CudaFilter, SinkOptions};
 
@@ -21,9 +21,8 @@ struct Route {
     name: String,
     sender: Arc<QueueSender>,
     stats: Arc<SinkStats>,
-    takes_xid: bool,
-    takes_cuda: bool,
-    takes_driver: bool,
+    /// Whether the sink takes each kind (its `kinds`).
+    takes: EnumMap<EventKind, bool>,
     cuda_filter: Option<CudaFilter>,
 }
 
@@ -47,9 +46,7 @@ impl FanOut {
             name: name.into(),
             sender: Arc::new(sender),
             stats,
-            takes_xid: options.kinds.contains(&EventKind::Xid),
-            takes_cuda: options.kinds.contains(&EventKind::Cuda),
-            takes_driver: options.kinds.contains(&EventKind::Driver),
+            takes: EnumMap::from_fn(|kind| options.kinds.contains(&kind)),
             cuda_filter: options.cuda_filter,
         });
     }
@@ -57,12 +54,7 @@ impl FanOut {
     /// Sends `batch` to every sink that takes it. Must not be called from async code.
     pub fn send_blocking(&self, batch: EventBatch) {
         for route in &self.routes {
-            let takes = match batch.kind {
-                EventKind::Xid => route.takes_xid,
-                EventKind::Cuda => route.takes_cuda,
-                EventKind::Driver => route.takes_driver,
-            };
-            if !takes {
+            if !route.takes[batch.kind] {
                 route.stats.filtered.add(batch.kind, batch.len() as u64);
                 continue;
             }
@@ -193,5 +185,60 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             2
         );
+    }
+
+    fn driver_batch(rows: usize) -> EventBatch {
+        use gpuship_sinks::schema::{DriverBatchBuilder, DriverRow};
+        let mut builder = DriverBatchBuilder::new(HostIdentity {
+            host: "h".into(),
+            boot_id: "b".into(),
+        });
+        for _ in 0..rows {
+            builder.append(DriverRow {
+                time_ns: 0,
+                pid: 1,
+                tid: 1,
+                comm: "c".into(),
+                hook: "ioctl".into(),
+                device: None,
+                major: None,
+                minor: None,
+                fd: None,
+                request: None,
+                request_dir: None,
+                request_type: None,
+                request_nr: None,
+                request_size: None,
+                request_name: None,
+                duration_ns: 1,
+                result: Some(0),
+                workload: None,
+            });
+        }
+        EventBatch::new(EventKind::Driver, builder.finish().unwrap())
+    }
+
+    #[test]
+    fn driver_rows_follow_the_kinds_of_each_sink() {
+        let with_driver = Arc::new(SinkStats::default());
+        let without_driver = Arc::new(SinkStats::default());
+        let (with_tx, _with_rx) = queue(BufferConfig::default(), with_driver.clone());
+        let (without_tx, _without_rx) = queue(BufferConfig::default(), without_driver.clone());
+        let mut fanout = FanOut::default();
+        let xid_and_driver = SinkOptions {
+            kinds: vec![EventKind::Xid, EventKind::Driver],
+            ..SinkOptions::default()
+        };
+        fanout.add("with", with_tx, with_driver.clone(), &xid_and_driver);
+        let cuda_only = SinkOptions {
+            kinds: vec![EventKind::Cuda],
+            ..SinkOptions::default()
+        };
+        fanout.add("without", without_tx, without_driver.clone(), &cuda_only);
+        fanout.send_blocking(driver_batch(3));
+        assert_eq!(with_driver.received.get(EventKind::Driver), 3);
+        assert_eq!(with_driver.filtered.get(EventKind::Driver), 0);
+        assert_eq!(without_driver.received.get(EventKind::Driver), 0);
+        assert_eq!(without_driver.filtered.get(EventKind::Driver), 3);
     }
 }

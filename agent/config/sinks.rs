@@ -6,7 +6,9 @@ use gpuship_sinks::jsonl::JsonlSinkConfig;
 use gpuship_sinks::kafka::KafkaSinkConfig;
 use gpuship_sinks::otlp::OtlpSinkConfig;
 use gpuship_sinks::parquet::ParquetSinkConfig;
-use gpuship_sinks::{BufferConfig, EventKind, SpoolConfig};
+use gpuship_sinks::{
+    BufferConfig, DefaultCudaRows, EventKind, RegisteredSinkType, SinkType, SpoolConfig,
+};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -47,7 +49,7 @@ pub struct SinkOptions {
 pub const OPTION_KEYS: [&str; 5] = ["name", "kinds", "cuda_filter", "buffer", "spool"];
 
 fn all_kinds() -> Vec<EventKind> {
-    EventKind::ALL.to_vec()
+    EventKind::all().collect()
 }
 
 impl Default for SinkOptions {
@@ -96,10 +98,54 @@ impl CudaFilter {
     };
 }
 
-/// The destination of one `[[sinks]]` entry; `type` selects it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SinkConfig {
+/// Every sink type, one line each: `Variant(config type)`. The config type implements
+/// [`RegisteredSinkType`] in its sink's folder (its `type` name, validation, default CUDA rows,
+/// start-up check, build and health check); this list makes it a `[[sinks]]` `type`. Adding a
+/// sink is its folder plus one line here.
+macro_rules! sink_types {
+    ($($(#[$doc:meta])* $variant:ident($config:ty),)+) => {
+        /// The destination of one `[[sinks]]` entry; `type` selects it.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum SinkConfig {
+            $($(#[$doc])* $variant($config),)+
+        }
+
+        /// The `type` values, in the order error messages list them.
+        pub const SINK_TYPES: &[&str] = &[$(<$config as RegisteredSinkType>::TYPE_NAME,)+];
+
+        impl SinkConfig {
+            /// The `type` value.
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $(SinkConfig::$variant(_) => <$config as RegisteredSinkType>::TYPE_NAME,)+
+                }
+            }
+
+            /// What the sink's type does for the agent (validate, build, check).
+            pub fn sink_type(&self) -> &dyn SinkType {
+                match self {
+                    $(SinkConfig::$variant(config) => config,)+
+                }
+            }
+
+            /// Reads the type-specific keys of a sink whose `type` is `type_name`; None when
+            /// no sink has that type, Some(None) when the keys are wrong (problems recorded).
+            fn parse_destination(
+                type_name: &str,
+                destination: Spanned<DeValue<'_>>,
+                path: &str,
+                problems: &mut Problems,
+            ) -> Option<Option<SinkConfig>> {
+                $(if type_name == <$config as RegisteredSinkType>::TYPE_NAME {
+                    return Some(typed::<$config>(destination, path, problems).map(SinkConfig::$variant));
+                })+
+                None
+            }
+        }
+    };
+}
+
+sink_types! {
     /// Parquet files.
     Parquet(ParquetSinkConfig),
     /// Kafka topics (boxed: the largest config by far).
@@ -113,31 +159,15 @@ pub enum SinkConfig {
 }
 
 impl SinkConfig {
-    /// The `type` value.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            SinkConfig::Parquet(_) => "parquet",
-            SinkConfig::Kafka(_) => "kafka",
-            SinkConfig::Jsonl(_) => "jsonl",
-            SinkConfig::Otlp(_) => "otlp",
-            SinkConfig::Blackhole(_) => "blackhole",
-        }
-    }
-}
-
-impl SinkConfig {
-    /// The CUDA selection a sink of this type has when its entry sets none: OTLP, the costliest
-    /// sink per event, takes failed calls only; the others take every call.
+    /// The CUDA selection a sink of this type has when its entry sets none (OTLP, the costliest
+    /// sink per event, takes failed calls only; the others take every call).
     pub fn default_cuda_filter(&self) -> Option<CudaFilter> {
-        match self {
-            SinkConfig::Otlp(_) => Some(CudaFilter::FAILED_ONLY),
-            _ => None,
+        match self.sink_type().default_cuda_rows() {
+            DefaultCudaRows::FailedOnly => Some(CudaFilter::FAILED_ONLY),
+            DefaultCudaRows::All => None,
         }
     }
 }
-
-/// The `type` values, in the order error messages list them.
-pub const SINK_TYPES: [&str; 5] = ["parquet", "kafka", "jsonl", "otlp", "blackhole"];
 
 impl SinkEntry {
     /// Parses the `index`th `[[sinks]]` table: shared options, then the part its `type`
@@ -173,7 +203,11 @@ impl SinkEntry {
             problems,
         );
         let destination = Spanned::new(span.clone(), DeValue::Table(destination));
-        let types = SINK_TYPES.map(|t| format!("`{t}`")).join(", ");
+        let types = SINK_TYPES
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let Some(type_value) = type_value else {
             problems.at(
                 format!("{path}.type"),
@@ -183,25 +217,20 @@ impl SinkEntry {
             return None;
         };
         let type_offset = type_value.span().start;
-        let sink = match type_value.get_ref().as_str() {
-            Some("parquet") => typed(destination, &path, problems).map(SinkConfig::Parquet),
-            Some("kafka") => {
-                typed(destination, &path, problems).map(|kafka| SinkConfig::Kafka(Box::new(kafka)))
-            }
-            Some("jsonl") => typed(destination, &path, problems).map(SinkConfig::Jsonl),
-            Some("otlp") => typed(destination, &path, problems).map(SinkConfig::Otlp),
-            Some("blackhole") => typed(destination, &path, problems).map(SinkConfig::Blackhole),
-            other => {
-                let found =
-                    other.map_or("a value that is not a string".into(), |t| format!("`{t}`"));
-                problems.at(
-                    format!("{path}.type"),
-                    type_offset,
-                    format!("unknown sink type {found}, expected one of {types}"),
-                );
-                None
-            }
-        }?;
+        let type_name = type_value.get_ref().as_str();
+        let parsed = type_name
+            .and_then(|name| SinkConfig::parse_destination(name, destination, &path, problems));
+        let Some(sink) = parsed else {
+            let found =
+                type_name.map_or("a value that is not a string".into(), |t| format!("`{t}`"));
+            problems.at(
+                format!("{path}.type"),
+                type_offset,
+                format!("unknown sink type {found}, expected one of {types}"),
+            );
+            return None;
+        };
+        let sink = sink?;
         let mut options = options?;
         if !filter_set {
             options.cuda_filter = sink.default_cuda_filter();
@@ -263,126 +292,4 @@ pub fn sink_name_problem(name: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<SinkEntry, String> {
-        // The tables of one sink: `[buffer]` here is `[sinks.buffer]` in a file.
-        let text = format!("[[sinks]]\n{}", text.replace("\n[", "\n[sinks."));
-        let document = super::super::parse::Document::parse(&text).unwrap();
-        let value = document.root.get_ref().get("sinks").unwrap();
-        let DeValue::Array(items) = value.get_ref() else {
-            panic!()
-        };
-        let mut problems = Problems {
-            text: &text,
-            list: Vec::new(),
-        };
-        let entry = SinkEntry::parse(0, items[0].clone(), &mut problems);
-        match entry {
-            Some(entry) if problems.list.is_empty() => Ok(entry),
-            _ => Err(problems
-                .list
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")),
-        }
-    }
-
-    #[test]
-    fn names_are_restricted_to_plain_folder_names() {
-        for good in ["lake", "parquet-0", "kafka.prod_2", "a", &"x".repeat(64)] {
-            assert_eq!(sink_name_problem(good), None, "{good}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "../../escape",
-            "a/b",
-            "lake\"",
-            "two\nlines",
-            "sp ace",
-            "ünï",
-            &"x".repeat(65),
-        ] {
-            assert!(sink_name_problem(bad).is_some(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn names_are_unique() {
-        let mut configs = vec![
-            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/a"))),
-            SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path("/b"))),
-        ];
-        assert_eq!(sink_names(&configs), vec!["parquet-0", "parquet-1"]);
-        assert_eq!(sink_names(&configs[..1]), vec!["parquet"]);
-        configs[1].options.name = Some("lake".into());
-        assert_eq!(sink_names(&configs), vec!["parquet-0", "lake"]);
-    }
-
-    #[test]
-    fn options_and_destination_are_split() {
-        let entry = parse(
-            "type = \"parquet\"\npath = \"/d\"\nname = \"lake\"\nkinds = [\"xid\"]\n\
-             [buffer]\nmax_events = 10\nwhen_full = \"drop_oldest\"\n[cuda_filter]\nfailed = true\n",
-        )
-        .unwrap();
-        assert_eq!(entry.options.name.as_deref(), Some("lake"));
-        assert_eq!(entry.options.kinds, vec![EventKind::Xid]);
-        assert_eq!(entry.options.buffer.max_events, 10);
-        assert_eq!(
-            entry.options.buffer.when_full,
-            gpuship_sinks::WhenFull::DropOldest
-        );
-        assert_eq!(
-            entry.sink,
-            SinkConfig::Parquet(ParquetSinkConfig::with_path("/d"))
-        );
-        assert!(entry.options.cuda_filter.unwrap().keeps(700, 1));
-    }
-
-    #[test]
-    fn bad_option_values_are_errors() {
-        let err =
-            parse("type = \"parquet\"\npath = \"/d\"\n[buffer]\nwhen_full = \"drop_everything\"\n")
-                .unwrap_err();
-        assert!(err.contains("drop_everything"), "{err}");
-        let err = parse("type = \"parquet\"\npath = \"/d\"\nkinds = [\"gpu\"]\n").unwrap_err();
-        assert!(err.contains("gpu"), "{err}");
-    }
-
-    #[test]
-    fn filter_keeps_failed_or_slow_calls() {
-        let filter = CudaFilter {
-            all: false,
-            failed: true,
-            slower_than_ns: Some(1_000),
-        };
-        assert!(filter.keeps(700, 5));
-        assert!(filter.keeps(0, 1_000));
-        assert!(!filter.keeps(0, 999));
-        let none = CudaFilter {
-            all: false,
-            failed: false,
-            slower_than_ns: None,
-        };
-        assert!(!none.keeps(700, u64::MAX));
-        assert!(CudaFilter { all: true, ..none }.keeps(0, 0));
-    }
-
-    #[test]
-    fn otlp_takes_failed_cuda_calls_unless_told_otherwise() {
-        let entry = parse("type = \"otlp\"\nendpoint = \"http://c:4317\"\n").unwrap();
-        assert_eq!(entry.options.cuda_filter, Some(CudaFilter::FAILED_ONLY));
-        assert_eq!(entry.options.kinds, EventKind::ALL.to_vec());
-        let all =
-            parse("type = \"otlp\"\nendpoint = \"http://c:4317\"\ncuda_filter = { all = true }\n")
-                .unwrap();
-        assert_eq!(all.options.cuda_filter, None);
-        let parquet = parse("type = \"parquet\"\npath = \"/d\"\n").unwrap();
-        assert_eq!(parquet.options.cuda_filter, None);
-    }
-}
+mod tests;

@@ -245,7 +245,11 @@ impl Config {
             xid.attribution_window_secs,
             0..=3_600,
         );
+        self.driver_problems(report);
+        self.cuda_problems(report);
+    }
 
+    fn driver_problems(&self, report: &mut Report) {
         let driver = &self.sources.driver;
         if driver.functions.len() > 8 {
             report.add(
@@ -276,7 +280,6 @@ impl Config {
                 0..=4095,
             );
         }
-        self.cuda_problems(report);
     }
 
     fn cuda_problems(&self, report: &mut Report) {

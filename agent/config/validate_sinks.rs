@@ -80,7 +80,11 @@ impl Config {
 fn options_problems(report: &mut Report, table: &str, entry: &SinkEntry) {
     let options = &entry.options;
     if options.kinds.is_empty() {
-        report.add(table, "kinds", "needs at least one of \"xid\", \"cuda\"");
+        report.add(
+            table,
+            "kinds",
+            format!("needs at least one of {}", EventKind::quoted_names()),
+        );
     }
     if options.cuda_filter.is_some() && !options.kinds.contains(&EventKind::Cuda) {
         report.add(
@@ -119,23 +123,9 @@ fn options_problems(report: &mut Report, table: &str, entry: &SinkEntry) {
 
 /// Problems of the type-specific keys.
 fn destination_problems(report: &mut Report, table: &str, sink: &SinkConfig) {
-    let problems: Vec<(String, String)> = match sink {
-        SinkConfig::Blackhole(blackhole) => owned(blackhole.problems()),
-        SinkConfig::Jsonl(jsonl) => owned(jsonl.problems()),
-        SinkConfig::Otlp(otlp) => otlp.problems(),
-        SinkConfig::Kafka(kafka) => kafka.problems(),
-        SinkConfig::Parquet(parquet) => owned(parquet.problems()),
-    };
-    for (key, message) in problems {
+    for (key, message) in sink.sink_type().problems() {
         report.add(table, &key, message);
     }
-}
-
-fn owned(problems: Vec<(&'static str, String)>) -> Vec<(String, String)> {
-    problems
-        .into_iter()
-        .map(|(key, message)| (key.to_string(), message))
-        .collect()
 }
 
 /// A Parquet root as compared between sinks: an `s3://` URL without trailing slashes, or a

@@ -52,7 +52,25 @@ pub fn run_checks(config: &Config) -> Vec<Check> {
     checks.push(kptr_restrict());
     checks.push(nvidia_btf());
     checks.push(lockdown_check(bpf, lockdown));
+    checks.extend(sink_checks(config));
     checks
+}
+
+/// Each sink's start check and destination health check (informational: a destination that is
+/// down at start is an outage the agent rides out).
+fn sink_checks(config: &Config) -> Vec<Check> {
+    crate::run::check_sinks(config)
+        .into_iter()
+        .map(|(name, type_name, health)| match health {
+            Ok(detail) => Check::pass(format!("sink:{name}"), false, detail),
+            Err(problem) => Check::fail(
+                format!("sink:{name}"),
+                false,
+                problem,
+                format!("make the {type_name} destination reachable and writable, or fix the sink's settings"),
+            ),
+        })
+        .collect()
 }
 
 fn capabilities(required: bool) -> Check {

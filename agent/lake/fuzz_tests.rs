@@ -140,7 +140,7 @@ fn seeds() -> &'static [(EventKind, Vec<u8>)] {
         config.row_group_rows = ROW_GROUP_ROWS;
         let mut files = PartitionedFiles::new(config, "node-a");
         let mut seeds = Vec::new();
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             files.write(kind, &seed_batch(kind));
             for outcome in files.close_all() {
                 let FileOutcome::Finalized { location, .. } = outcome else {

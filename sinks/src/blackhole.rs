@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::sink::{Sink, SinkInput, SinkRun};
+use crate::sink_type::{owned_problems, BuildContext, RegisteredSinkType, SinkType};
 
 /// `[[sinks]] type = "blackhole"`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
@@ -25,6 +26,20 @@ impl BlackholeSinkConfig {
             .into_iter()
             .collect()
     }
+}
+
+impl SinkType for BlackholeSinkConfig {
+    fn problems(&self) -> Vec<(String, String)> {
+        owned_problems(BlackholeSinkConfig::problems(self))
+    }
+
+    fn build(&self, context: &BuildContext<'_>) -> Box<dyn Sink> {
+        Box::new(BlackholeSink::new(context.name, self.clone()))
+    }
+}
+
+impl RegisteredSinkType for BlackholeSinkConfig {
+    const TYPE_NAME: &'static str = "blackhole";
 }
 
 /// The running blackhole sink.

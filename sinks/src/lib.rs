@@ -3,7 +3,11 @@
 //! - [`schema`]: the Arrow schema of every event kind (the column names users' queries rely on)
 //!   and the builders that turn rows into [`arrow_array::RecordBatch`]es.
 //! - [`batch`]: [`EventBatch`], one record batch of one event kind, the unit every sink takes.
-//! - [`sink`]: the [`Sink`] trait every destination implements and the counters it keeps.
+//! - [`sink`]: the [`Sink`] trait every destination implements.
+//! - [`sink_type`]: [`SinkType`], what a sink's config does for the agent (validate, build,
+//!   health check); a new sink implements it and is registered by one line in the agent.
+//! - [`stats`]: [`SinkStats`], what each sink did with its events, per kind and drop reason
+//!   (written by the queue and the sinks; depends on neither).
 //! - [`queue`]: the bounded queue in front of each sink: `when_full` policy, XID lane, spool.
 //! - [`spool`]: a sink's disk spool for outages and shutdown, replayed in order.
 //! - [`parquet`]: the Parquet sink (hive-partitioned files, atomic finalize), the default one.
@@ -33,16 +37,23 @@ pub mod schema;
 pub mod secret;
 pub mod secure_fs;
 pub mod sink;
+pub mod sink_type;
 pub mod spool;
+pub mod stats;
 pub mod template;
 
 #[cfg(test)]
 mod test_support;
 
-pub use batch::{EventBatch, EventKind};
+pub use batch::{EventBatch, EventKind, Retention};
+/// Per-kind tables outside this crate use the same map type (re-exported so they need no
+/// dependency of their own).
+pub use enum_map::EnumMap;
 pub use queue::{
     journaled_xids, queue, queue_with, BufferConfig, QueueOptions, QueueReceiver, QueueSender,
     WhenFull,
 };
-pub use sink::{DropReason, Sink, SinkError, SinkInput, SinkStats};
+pub use sink::{Sink, SinkError, SinkInput};
+pub use sink_type::{BuildContext, DefaultCudaRows, RegisteredSinkType, SinkType};
 pub use spool::{FsyncPolicy, Spool, SpoolConfig};
+pub use stats::{DropReason, KindCounters, SinkStats};

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 /// `{ env = "NAME" }` or `{ file = "/path" }`.
@@ -116,24 +117,33 @@ impl SecretSource {
         if value.is_empty() {
             return Err(SecretError::Empty(origin));
         }
-        Ok(Secret(value))
+        Ok(Secret::from(value))
     }
 }
 
-/// A secret value. `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] gives it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+/// A secret value, held by [`secrecy::SecretString`] (its memory is zeroed when dropped).
+/// `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] gives it.
+#[derive(Clone)]
+pub struct Secret(SecretString);
 
 impl Secret {
     /// The value, for handing to a client library.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 }
 
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
+
 impl From<String> for Secret {
     fn from(value: String) -> Self {
-        Secret(value)
+        Secret(SecretString::from(value))
     }
 }
 

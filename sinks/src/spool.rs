@@ -2,28 +2,26 @@
 //! agent restarts.
 //!
 //! One segment file per batch, named by a sequence number so that order survives restarts:
-//! `<dir>/<seq:016x>.seg`. A segment is a 32-byte header (magic, kind, event count, payload
-//! length, CRC-32 of the payload) followed by the batch as an Arrow IPC stream. It is written
+//! `<dir>/<seq:016x>.seg`; the file format (header and Arrow IPC payload) is in [`segment`],
+//! this module keeps the index of segments and their counts. A segment is written
 //! under a temporary name, fsynced (per `fsync`), and renamed, so a crash leaves either a whole
 //! segment or none. A segment that fails its checks is reported, renamed to `.corrupt` and
 //! skipped; it never stops the spool. Folders are 0700 and segments 0600, created through
 //! [`secure_fs`] (no symlink followed).
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use arrow_ipc::reader::StreamReader;
-use arrow_ipc::writer::StreamWriter;
+use enum_map::EnumMap;
 use serde::Deserialize;
 
-use crate::schema::schema_for;
 use crate::secure_fs;
-use crate::sink::KindCounters;
 use crate::{EventBatch, EventKind};
 
-const MAGIC: &[u8; 8] = b"GPSHSPL1";
-const HEADER_LEN: usize = 32;
+mod segment;
+
+use segment::{claimed, read_header, read_segment, HEADER_LEN};
 
 /// When segments reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -118,7 +116,7 @@ pub struct Spool {
     next_seq: u64,
     bytes: u64,
     /// Events in the segments, by kind (kept as segments come and go: read on every publish).
-    pending: [u64; 3],
+    pending: EnumMap<EventKind, u64>,
     /// Segments found corrupt by `open` (quarantined): kind and events where the header said.
     corrupt_at_open: Vec<(Option<EventKind>, u64)>,
 }
@@ -132,7 +130,7 @@ pub struct CorruptSegment {
     pub events: u64,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
     move |source| SpoolError::Io {
         path: path.to_path_buf(),
         source,
@@ -185,9 +183,9 @@ impl Spool {
         segments.sort_by_key(|s| s.seq);
         let next_seq = segments.last().map_or(0, |s| s.seq + 1);
         let bytes = segments.iter().map(|s| s.bytes).sum();
-        let mut pending = [0; 3];
+        let mut pending = EnumMap::default();
         for segment in &segments {
-            pending[KindCounters::slot(segment.kind)] += segment.events;
+            pending[segment.kind] += segment.events;
         }
         Ok(Spool {
             dir: dir.to_path_buf(),
@@ -243,7 +241,7 @@ impl Spool {
 
     /// Events waiting, by kind.
     pub fn pending_events(&self, kind: EventKind) -> u64 {
-        self.pending[KindCounters::slot(kind)]
+        self.pending[kind]
     }
 
     /// True when nothing is spooled.
@@ -263,19 +261,11 @@ impl Spool {
 
     /// Appends `batch` as the newest segment; returns the bytes written.
     pub fn store(&mut self, batch: &EventBatch) -> Result<u64, SpoolError> {
-        let mut payload = Vec::with_capacity(batch.records.get_array_memory_size() / 2);
-        let encoded = StreamWriter::try_new(&mut payload, &batch.records.schema())
-            .and_then(|mut writer| writer.write(&batch.records).and_then(|()| writer.finish()));
-        encoded.map_err(|e| corrupt(&self.dir, &format!("encoding the batch: {e}")))?;
+        let (header, payload) = segment::encode(batch)
+            .map_err(|e| corrupt(&self.dir, &format!("encoding the batch: {e}")))?;
         let seq = self.next_seq;
         let path = self.dir.join(format!("{seq:016x}.seg"));
         let temp = self.dir.join(format!("{seq:016x}.seg.tmp"));
-        let mut header = [0u8; HEADER_LEN];
-        header[..8].copy_from_slice(MAGIC);
-        header[8] = kind_byte(batch.kind);
-        header[12..16].copy_from_slice(&(batch.len() as u32).to_le_bytes());
-        header[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        header[24..28].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         // O_EXCL|O_NOFOLLOW: a file or symlink planted at this name is refused, never written
         // through; the name is skipped, so it costs this batch only.
         let mut file = secure_fs::create_new_private(&temp).map_err(|e| {
@@ -302,7 +292,7 @@ impl Spool {
         let bytes = (HEADER_LEN + payload.len()) as u64;
         self.next_seq += 1;
         self.bytes += bytes;
-        self.pending[KindCounters::slot(batch.kind)] += batch.len() as u64;
+        self.pending[batch.kind] += batch.len() as u64;
         self.segments.push_back(Segment {
             seq,
             path,
@@ -335,13 +325,12 @@ impl Spool {
         self.delete_at(0);
     }
 
-    /// Deletes the oldest CUDA segment to make room (drop_oldest); returns its event count.
-    pub fn drop_oldest_cuda(&mut self) -> Option<u64> {
-        let index = self
-            .segments
-            .iter()
-            .position(|s| s.kind == EventKind::Cuda)?;
-        self.delete_at(index)
+    /// Deletes the oldest segment of a droppable kind (CUDA, driver) to make room
+    /// (drop_oldest); returns its kind and event count.
+    pub fn drop_oldest_droppable(&mut self) -> Option<(EventKind, u64)> {
+        let index = self.segments.iter().position(|s| s.kind.droppable())?;
+        let kind = self.segments[index].kind;
+        self.delete_at(index).map(|events| (kind, events))
     }
 
     /// Deletes the segment at `index` and its file; returns its event count.
@@ -361,104 +350,11 @@ impl Spool {
 
     fn uncount(&mut self, segment: &Segment) {
         self.bytes -= segment.bytes;
-        self.pending[KindCounters::slot(segment.kind)] -= segment.events;
+        self.pending[segment.kind] -= segment.events;
     }
 }
 
-fn kind_byte(kind: EventKind) -> u8 {
-    match kind {
-        EventKind::Xid => 1,
-        EventKind::Cuda => 2,
-        EventKind::Driver => 3,
-    }
-}
-
-/// What a corrupt segment's header claims, as far as it can be read.
-fn claimed(path: &Path) -> (Option<EventKind>, u64) {
-    let mut header = [0u8; HEADER_LEN];
-    let readable = secure_fs::open_read(path)
-        .ok()
-        .is_some_and(|mut f| f.read_exact(&mut header).is_ok());
-    if !readable || &header[..8] != MAGIC {
-        return (None, 0);
-    }
-    let kind = match header[8] {
-        1 => EventKind::Xid,
-        2 => EventKind::Cuda,
-        3 => EventKind::Driver,
-        _ => return (None, 0),
-    };
-    let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
-    (Some(kind), events)
-}
-
-fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
-    let mut header = [0u8; HEADER_LEN];
-    let mut file = secure_fs::open_read(path).map_err(|e| private(path, e))?;
-    let size = file.metadata().map_err(io_err(path))?.len();
-    file.read_exact(&mut header)
-        .map_err(|_| corrupt(path, "shorter than its header"))?;
-    if &header[..8] != MAGIC {
-        return Err(corrupt(path, "bad magic"));
-    }
-    let kind = match header[8] {
-        1 => EventKind::Xid,
-        2 => EventKind::Cuda,
-        3 => EventKind::Driver,
-        other => return Err(corrupt(path, &format!("unknown kind {other}"))),
-    };
-    let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
-    let payload = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
-    // Checked: a corrupt length near u64::MAX must not overflow.
-    let expected = payload.checked_add(HEADER_LEN as u64);
-    if expected != Some(size) {
-        return Err(corrupt(
-            path,
-            &format!("{size} bytes on disk, header says {HEADER_LEN} + {payload}"),
-        ));
-    }
-    Ok((kind, events, size))
-}
-
-fn read_segment(path: &Path) -> Result<EventBatch, SpoolError> {
-    let (kind, events, _) = read_header(path)?;
-    let mut data = Vec::new();
-    secure_fs::open_read(path)
-        .map_err(|e| private(path, e))?
-        .read_to_end(&mut data)
-        .map_err(io_err(path))?;
-    let payload = &data[HEADER_LEN..];
-    let crc = u32::from_le_bytes(data[24..28].try_into().unwrap_or_default());
-    if crc32fast::hash(payload) != crc {
-        return Err(corrupt(path, "checksum mismatch"));
-    }
-    // Arrow's IPC reader panics on some malformed streams (seen: a misaligned offsets buffer
-    // under a valid checksum) instead of failing; such a segment is corrupt, not a crash.
-    let records = std::panic::catch_unwind(|| decode_payload(payload))
-        .unwrap_or_else(|_| Err("the Arrow IPC reader panicked".to_string()))
-        .map_err(|reason| corrupt(path, &reason))?;
-    if records.num_rows() as u64 != events || records.schema().fields() != schema_for(kind).fields()
-    {
-        return Err(corrupt(path, "rows or schema differ from the header"));
-    }
-    Ok(EventBatch::new(
-        kind,
-        records
-            .with_schema(schema_for(kind))
-            .map_err(|e| corrupt(path, &e.to_string()))?,
-    ))
-}
-
-/// The one record batch of a segment's Arrow IPC stream.
-fn decode_payload(payload: &[u8]) -> Result<arrow_array::RecordBatch, String> {
-    let mut reader = StreamReader::try_new(payload, None).map_err(|e| e.to_string())?;
-    reader
-        .next()
-        .ok_or_else(|| "no record batch".to_string())?
-        .map_err(|e| e.to_string())
-}
-
-fn private(path: &Path, err: secure_fs::SecureFsError) -> SpoolError {
+pub(crate) fn private(path: &Path, err: secure_fs::SecureFsError) -> SpoolError {
     match err {
         secure_fs::SecureFsError::Io { path, source } => SpoolError::Io { path, source },
         other => SpoolError::Io {
@@ -468,7 +364,7 @@ fn private(path: &Path, err: secure_fs::SecureFsError) -> SpoolError {
     }
 }
 
-fn corrupt(path: &Path, reason: &str) -> SpoolError {
+pub(crate) fn corrupt(path: &Path, reason: &str) -> SpoolError {
     SpoolError::Corrupt {
         path: path.to_path_buf(),
         reason: reason.to_string(),
@@ -483,8 +379,6 @@ fn quarantine(path: &Path, err: &SpoolError) {
 }
 
 #[cfg(test)]
-#[path = "spool_fuzz_tests.rs"]
 mod fuzz_tests;
 #[cfg(test)]
-#[path = "spool_tests.rs"]
 mod tests;

@@ -22,6 +22,7 @@ use crate::sink::{run_blocking, Sink, SinkInput, SinkRun};
 use crate::EventBatch;
 
 mod file;
+mod sink_type;
 
 use file::RotatingFile;
 
@@ -174,7 +175,7 @@ pub fn encode_lines(batch: &EventBatch, out: &mut Vec<u8>) -> Result<(), arrow_s
 mod tests {
     use super::*;
     use crate::queue::{queue, BufferConfig};
-    use crate::sink::SinkStats;
+    use crate::stats::SinkStats;
     use crate::test_support::{cuda_batch, xid_batch};
     use crate::EventKind;
     use std::sync::Arc;

@@ -361,5 +361,4 @@ impl KafkaSinkConfig {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

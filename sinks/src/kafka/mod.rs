@@ -13,11 +13,13 @@ pub mod config;
 pub mod delivery;
 pub mod messages;
 pub mod security;
+mod sink_type;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use enum_map::EnumMap;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
@@ -75,6 +77,7 @@ impl Sink for KafkaSink {
 }
 
 /// Per-kind constants: topic and headers.
+#[derive(Debug)]
 struct KindRoute {
     topic: String,
     headers: OwnedHeaders,
@@ -83,7 +86,7 @@ struct KindRoute {
 struct Worker {
     name: String,
     client_config: ClientConfig,
-    routes: [KindRoute; 3],
+    routes: EnumMap<EventKind, KindRoute>,
     encoder: MessageEncoder,
     producer: Arc<KafkaProducer>,
     /// Producers replaced after a fatal error, kept until their last report.
@@ -101,12 +104,13 @@ struct Worker {
     delivery_timeout: Duration,
 }
 
-fn route(kind: EventKind) -> usize {
-    match kind {
-        EventKind::Xid => 0,
-        EventKind::Cuda => 1,
-        EventKind::Driver => 2,
-    }
+/// Every kind's topic, `kind=topic` comma-separated, for the start-up log line.
+fn topics(routes: &EnumMap<EventKind, KindRoute>) -> String {
+    routes
+        .iter()
+        .map(|(kind, route)| format!("{kind}={}", route.topic))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn now_ns() -> u64 {
@@ -128,7 +132,7 @@ impl Worker {
             .map_err(|e| start_error(e.to_string()))?;
         let topic = config.topic_template().map_err(start_error)?;
         let key = config.key_template().map_err(start_error)?;
-        let routes = EventKind::ALL.map(|kind| KindRoute {
+        let routes = EnumMap::from_fn(|kind: EventKind| KindRoute {
             topic: topic.render(|name| match name {
                 "kind" => kind.to_string(),
                 _ => sink.identity.host.to_string(),
@@ -165,7 +169,7 @@ impl Worker {
         let (settled_tx, settled) = mpsc::unbounded_channel();
         let producer = new_producer(&sink.name, &client_config, settled_tx.clone())
             .map_err(|e| start_error(format!("cannot create the producer: {e}")))?;
-        tracing::info!(sink = %sink.name, brokers = %crate::secret::redact_url(&config.brokers), xid_topic = %routes[0].topic, cuda_topic = %routes[1].topic, encoding = config.encoding.as_str(), "kafka sink started");
+        tracing::info!(sink = %sink.name, brokers = %crate::secret::redact_url(&config.brokers), topics = %topics(&routes), encoding = config.encoding.as_str(), "kafka sink started");
         Ok(Self {
             name: sink.name,
             max_in_flight_rows: config.max_in_flight_messages as usize,
@@ -232,7 +236,7 @@ impl Worker {
         }
         self.in_flight_rows += batch.len();
         let in_flight = Arc::new(InFlightBatch::new(kind, batch.records, messages.len()));
-        let route = &self.routes[route(kind)];
+        let route = &self.routes[kind];
         for Message {
             key,
             payload,

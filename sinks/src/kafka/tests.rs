@@ -14,8 +14,8 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::*;
 use crate::queue::{queue_with, BufferConfig, QueueOptions};
-use crate::sink::SinkStats;
 use crate::spool::{Spool, SpoolConfig};
+use crate::stats::SinkStats;
 use crate::test_support::{cuda_batch, identity, xid_batch_with, xid_record};
 
 struct Run {
@@ -283,4 +283,16 @@ async fn a_leader_that_never_answers_leaves_everything_in_the_spool_at_shutdown(
     assert_eq!(run.stats.delivered.get(EventKind::Cuda), 30);
     assert_eq!(run.stats.delivered.get(EventKind::Xid), 1);
     assert_eq!(run.stats.spool_pending(EventKind::Cuda), 0);
+}
+
+#[test]
+fn the_start_line_names_the_topic_of_every_kind() {
+    let routes = EnumMap::from_fn(|kind: EventKind| KindRoute {
+        topic: format!("gpuship.{kind}"),
+        headers: OwnedHeaders::new(),
+    });
+    assert_eq!(
+        topics(&routes),
+        "xid=gpuship.xid,cuda=gpuship.cuda,driver=gpuship.driver"
+    );
 }

@@ -349,5 +349,4 @@ fn human_duration(ns: u64) -> String {
 }
 
 #[cfg(test)]
-#[path = "mapping_tests.rs"]
 mod tests;

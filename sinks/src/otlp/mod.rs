@@ -5,6 +5,7 @@ pub mod attributes;
 pub mod config;
 pub mod mapping;
 pub mod sink;
+mod sink_type;
 pub mod transport;
 
 pub use config::{OtlpProtocol, OtlpSinkConfig};

@@ -15,7 +15,8 @@ use super::config::OtlpSinkConfig;
 use super::mapping::OtlpMapping;
 use super::transport::{Accepted, ExportError, Exporter, MAYBE_DELIVERED};
 use crate::schema::HostIdentity;
-use crate::sink::{DropReason, Sink, SinkError, SinkInput, SinkRun};
+use crate::sink::{Sink, SinkError, SinkInput, SinkRun};
+use crate::stats::DropReason;
 use crate::EventBatch;
 
 /// The running OTLP sink.
@@ -226,5 +227,4 @@ impl Worker {
 }
 
 #[cfg(test)]
-#[path = "sink_tests.rs"]
 mod tests;

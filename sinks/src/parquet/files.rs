@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::RecordBatch;
+use enum_map::EnumMap;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -73,7 +74,7 @@ pub struct PartitionedFiles {
     destination: Box<dyn Destination>,
     host: String,
     config: ParquetSinkConfig,
-    properties: HashMap<EventKind, WriterProperties>,
+    properties: EnumMap<EventKind, WriterProperties>,
     open: HashMap<(EventKind, HourPartition), OpenFile>,
 }
 
@@ -90,10 +91,7 @@ impl PartitionedFiles {
         host: &str,
         destination: Box<dyn Destination>,
     ) -> Self {
-        let properties = EventKind::ALL
-            .iter()
-            .map(|&kind| (kind, writer_properties(&config, kind)))
-            .collect();
+        let properties = EnumMap::from_fn(|kind| writer_properties(&config, kind));
         Self {
             destination,
             host: host.to_string(),
@@ -232,7 +230,7 @@ impl PartitionedFiles {
 
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
         let key = new_file_key(kind, partition, &self.host);
-        let properties = self.properties.get(&kind).cloned();
+        let properties = Some(self.properties[kind].clone());
         let writer =
             ArrowWriter::try_new(Vec::new(), schema_for(kind), properties).map_err(|source| {
                 FileError::Parquet {

@@ -9,6 +9,7 @@ mod encodings;
 mod files;
 mod layout;
 mod remote;
+mod sink_type;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

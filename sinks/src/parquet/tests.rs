@@ -11,7 +11,8 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 
 use super::*;
 use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
-use crate::sink::{SinkInput, SinkStats};
+use crate::sink::SinkInput;
+use crate::stats::SinkStats;
 use crate::{EventBatch, EventKind};
 
 fn identity() -> HostIdentity {

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{Queued, Shared, State};
-use crate::sink::{DropReason, SinkStats};
 use crate::spool::Spool;
+use crate::stats::{DropReason, SinkStats};
 use crate::{EventBatch, EventKind};
 
 impl Shared {

@@ -15,8 +15,8 @@
 //!   capture waits (`block`) or drops (`drop_*`) only when memory and spool are both full, or
 //!   when there is no spool. Once the spool holds anything, every new CUDA/driver batch goes
 //!   behind it, so order is kept; it is replayed, oldest first, once memory is empty, and
-//!   survives restarts. A full spool drops CUDA batches (`spool_full`, by the policy), never
-//!   XIDs.
+//!   survives restarts. A full spool drops CUDA and driver batches (`spool_full`, by the
+//!   policy), never XIDs.
 //! - A sink that holds work but has acknowledged nothing for `stall_timeout_ms` is *stalled*:
 //!   unhealthy, and every batch spilled meanwhile is counted as a failed attempt (`stalled`).
 //!   This is what makes a destination that stops answering without failing (a Kafka broker
@@ -36,15 +36,30 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use enum_map::EnumMap;
 use tokio::sync::Notify;
 
-use crate::sink::{DropReason, KindCounters, SinkStats};
 use crate::spool::Spool;
-use crate::{EventBatch, EventKind};
+use crate::stats::{DropReason, SinkStats};
+use crate::{EventBatch, EventKind, Retention};
 
-/// Retry delays after a failed delivery: doubling from the first to the last.
+/// Retry delays after a failed delivery: doubling from the first to the last, each with a
+/// random jitter of up to itself added (capped at the last), so sinks that failed together
+/// do not retry in step.
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// A fresh series of retry delays (after a delivery succeeded, or at start).
+pub(crate) fn retry_delays() -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(BACKOFF_FIRST)
+        .with_max_delay(BACKOFF_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
 
 /// A batch waiting in memory.
 #[derive(Debug)]
@@ -62,7 +77,7 @@ pub(crate) struct State {
     pub(crate) cuda: VecDeque<Queued>,
     pub(crate) events: usize,
     /// `events` by kind (kept as batches come and go, so publishing is not a scan).
-    pub(crate) events_by_kind: [u64; 3],
+    pub(crate) events_by_kind: EnumMap<EventKind, u64>,
     pub(crate) bytes: usize,
     pub(crate) senders: usize,
     pub(crate) receiver_alive: bool,
@@ -72,8 +87,8 @@ pub(crate) struct State {
     /// Journal entries of XID batches handed to the sink and not yet known settled.
     pub(crate) journal_handed: Vec<u64>,
     /// Events handed to the sink (taken), and handed back by it (rejected), by kind.
-    pub(crate) handed: [u64; 3],
-    pub(crate) returned: [u64; 3],
+    pub(crate) handed: EnumMap<EventKind, u64>,
+    pub(crate) returned: EnumMap<EventKind, u64>,
     /// The last take or acknowledgement (or the start), for stall detection.
     pub(crate) last_progress: Instant,
     /// Since when the sink holds XIDs it has not settled.
@@ -82,7 +97,8 @@ pub(crate) struct State {
     pub(crate) stalled: bool,
     /// False from a rejected batch until the next delivered one.
     pub(crate) sink_healthy: bool,
-    pub(crate) backoff: Duration,
+    /// The delays of the retries to come.
+    pub(crate) backoff: ExponentialBackoff,
     pub(crate) retry_at: Option<Instant>,
     pub(crate) closed_at: Option<Instant>,
 }
@@ -90,12 +106,12 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn push(&mut self, queued: Queued, front: bool) {
         self.events += queued.batch.len();
-        self.events_by_kind[KindCounters::slot(queued.batch.kind)] += queued.batch.len() as u64;
+        self.events_by_kind[queued.batch.kind] += queued.batch.len() as u64;
         self.bytes += queued.bytes;
-        let lane = match queued.batch.kind {
-            EventKind::Xid => &mut self.xid,
-            // Driver rows share the policy-governed lane with CUDA rows.
-            EventKind::Cuda | EventKind::Driver => &mut self.cuda,
+        // Droppable kinds (CUDA, driver) share the policy-governed lane.
+        let lane = match queued.batch.kind.retention() {
+            Retention::Kept => &mut self.xid,
+            Retention::Droppable => &mut self.cuda,
         };
         if front {
             lane.push_front(queued);
@@ -127,7 +143,7 @@ impl State {
     /// Uncounts a batch that left memory.
     fn forget(&mut self, queued: &Queued) {
         self.events -= queued.batch.len();
-        self.events_by_kind[KindCounters::slot(queued.batch.kind)] -= queued.batch.len() as u64;
+        self.events_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
         self.bytes -= queued.bytes;
     }
 
@@ -144,18 +160,17 @@ impl State {
     /// Events of `kind` handed to the sink that it has not yet settled (delivered, failed,
     /// refused or handed back).
     pub(crate) fn in_sink(&self, stats: &SinkStats, kind: EventKind) -> u64 {
-        let slot = KindCounters::slot(kind);
         let settled = stats.delivered.get(kind)
             + stats.failed.get(kind)
             + stats.dropped(DropReason::Rejected, kind);
-        self.handed[slot]
-            .saturating_sub(self.returned[slot])
+        self.handed[kind]
+            .saturating_sub(self.returned[kind])
             .saturating_sub(settled)
     }
 
     /// Counts `events` of `kind` handed to the sink.
     pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
-        self.handed[KindCounters::slot(kind)] += events as u64;
+        self.handed[kind] += events as u64;
         self.last_progress = now;
         if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
             self.xid_unsettled_since = Some(now);
@@ -191,12 +206,11 @@ impl Shared {
         self.stats
             .queued_bytes
             .store(state.bytes as u64, Ordering::Relaxed);
-        for kind in EventKind::ALL {
-            self.stats
-                .set_queued_events(kind, state.events_by_kind[KindCounters::slot(kind)]);
+        for (kind, &events) in &state.events_by_kind {
+            self.stats.set_queued_events(kind, events);
         }
         if let Some(spool) = &state.spool {
-            for kind in EventKind::ALL {
+            for kind in EventKind::all() {
                 self.stats
                     .set_spool_pending(kind, spool.pending_events(kind));
             }
@@ -252,8 +266,8 @@ impl Shared {
     }
 
     /// Writes `batch` to the spool (the caller checked it is enabled), applying the policy when
-    /// the spool is full: CUDA batches are dropped (`drop_oldest` drops old segments instead),
-    /// XIDs are always kept.
+    /// the spool is full: droppable batches (CUDA, driver) are dropped (`drop_oldest` drops old
+    /// droppable segments instead), XIDs are always kept.
     /// True when the batch is on disk.
     pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) -> bool {
         let kind = batch.kind;
@@ -263,14 +277,14 @@ impl Shared {
                 .drop_events(DropReason::SinkStopped, kind, events);
             return false;
         };
-        if kind == EventKind::Cuda && !spool.has_room(bytes as u64) {
+        if kind.droppable() && !spool.has_room(bytes as u64) {
             if self.config.when_full == WhenFull::DropOldest {
                 while !spool.has_room(bytes as u64) {
-                    let Some(dropped) = spool.drop_oldest_cuda() else {
+                    let Some((dropped_kind, dropped)) = spool.drop_oldest_droppable() else {
                         break;
                     };
                     self.stats
-                        .drop_events(DropReason::SpoolFull, EventKind::Cuda, dropped);
+                        .drop_events(DropReason::SpoolFull, dropped_kind, dropped);
                 }
             }
             if !spool.has_room(bytes as u64) {
@@ -335,7 +349,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
     // counted as offered and dropped, so the identities still hold.
     if let Some(spool) = spool.as_mut() {
         count_corrupt_at_open(&options.name, spool, &stats);
-        for kind in EventKind::ALL {
+        for kind in EventKind::all() {
             stats.received.add(kind, spool.pending_events(kind));
             stats.spooled.add(kind, spool.pending_events(kind));
         }
@@ -347,20 +361,20 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         xid: VecDeque::new(),
         cuda: VecDeque::new(),
         events: 0,
-        events_by_kind: [0; 3],
+        events_by_kind: EnumMap::default(),
         bytes: 0,
         senders: 1,
         receiver_alive: true,
         spool,
         journal: None,
         journal_handed: Vec::new(),
-        handed: [0; 3],
-        returned: [0; 3],
+        handed: EnumMap::default(),
+        returned: EnumMap::default(),
         last_progress: Instant::now(),
         xid_unsettled_since: None,
         stalled: false,
         sink_healthy: true,
-        backoff: BACKOFF_FIRST,
+        backoff: retry_delays(),
         retry_at: None,
         closed_at: None,
     };

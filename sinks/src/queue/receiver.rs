@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{QueueReceiver, Queued, State, BACKOFF_FIRST, BACKOFF_MAX};
-use crate::sink::DropReason;
+use super::{retry_delays, QueueReceiver, Queued, State, BACKOFF_MAX};
+use crate::stats::DropReason;
 use crate::{EventBatch, EventKind};
 
 /// How often a waiting receiver re-checks deadlines and stalls.
@@ -137,7 +137,7 @@ impl QueueReceiver {
     }
 
     /// The sink could not deliver `batch`: it is retried first, after a backoff that doubles
-    /// while failures go on. During the backoff, batches that do not fit go to the spool.
+    /// (with jitter) while failures go on. During the backoff, batches that do not fit go to the spool.
     pub fn reject(&self, batch: EventBatch) {
         let shared = &*self.shared;
         let mut state = shared.lock();
@@ -146,10 +146,10 @@ impl QueueReceiver {
         }
         state.sink_healthy = false;
         shared.stats.set_healthy(false);
-        state.retry_at = Instant::now().checked_add(state.backoff);
-        state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
+        let delay = state.backoff.next().unwrap_or(BACKOFF_MAX).min(BACKOFF_MAX);
+        state.retry_at = Instant::now().checked_add(delay);
         let bytes = batch.records.get_array_memory_size();
-        state.returned[crate::sink::KindCounters::slot(batch.kind)] += batch.len() as u64;
+        state.returned[batch.kind] += batch.len() as u64;
         // A rejected batch was already counted as received; it only changes place.
         if state
             .closed_at
@@ -203,7 +203,7 @@ impl QueueReceiver {
         state.stalled = false;
         state.last_progress = Instant::now();
         shared.stats.set_healthy(true);
-        state.backoff = BACKOFF_FIRST;
+        state.backoff = retry_delays();
         state.retry_at = None;
         shared.release_journal(&mut state);
         drop(state);

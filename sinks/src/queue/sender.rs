@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{QueueSender, Queued, Shared, State, WhenFull};
-use crate::sink::DropReason;
+use crate::stats::DropReason;
 use crate::{EventBatch, EventKind};
 
 /// What to do with a batch that arrived.
@@ -109,17 +109,17 @@ fn admit(
     shared.check_stall(state, Instant::now());
     if let Some(spool) = &state.spool {
         let backlog = !spool.is_empty();
-        if backlog || (!fits && kind != EventKind::Xid) {
+        if backlog || (!fits && kind.droppable()) {
             // A full spool under `block` waits for the replay to make room, keeping order;
             // the drop policies drop there (counted by `spool_store` as `spool_full`).
             let spool_full = !spool.has_room(bytes as u64);
-            if spool_full && kind != EventKind::Xid && shared.config.when_full == WhenFull::Block {
+            if spool_full && kind.droppable() && shared.config.when_full == WhenFull::Block {
                 return Admission::Wait;
             }
             return Admission::Spooled;
         }
     }
-    if kind == EventKind::Xid || fits {
+    if !kind.droppable() || fits {
         return Admission::Memory;
     }
     match shared.config.when_full {

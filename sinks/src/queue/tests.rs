@@ -336,6 +336,91 @@ fn block_waits_only_when_memory_and_spool_are_both_full() {
     assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
 }
 
+/// `rows` driver ioctls.
+fn driver(rows: usize) -> EventBatch {
+    use crate::schema::{DriverBatchBuilder, DriverRow};
+    let mut builder = DriverBatchBuilder::new(crate::test_support::identity());
+    for i in 0..rows {
+        builder.append(DriverRow {
+            time_ns: i as i64,
+            pid: 1,
+            tid: 1,
+            comm: "c".into(),
+            hook: "ioctl".into(),
+            device: None,
+            major: None,
+            minor: None,
+            fd: None,
+            request: None,
+            request_dir: None,
+            request_type: None,
+            request_nr: None,
+            request_size: None,
+            request_name: None,
+            duration_ns: 1,
+            result: Some(0),
+            workload: None,
+        });
+    }
+    EventBatch::new(EventKind::Driver, builder.finish().unwrap())
+}
+
+#[test]
+fn a_full_spool_drops_driver_batches_as_it_drops_cuda_ones() {
+    for when_full in [WhenFull::DropNewest, WhenFull::DropOldest] {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = Arc::new(SinkStats::default());
+        let spool_config = crate::SpoolConfig {
+            max_size: 1,
+            ..crate::SpoolConfig::default()
+        };
+        let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
+        let options = QueueOptions {
+            name: "t".into(),
+            buffer: config(4, when_full),
+            spool: Some(spool),
+            shutdown_timeout: Duration::from_secs(30),
+        };
+        let (tx, _rx) = queue_with(options, stats.clone());
+        tx.send_blocking(cuda(4, 1)); // memory now full; the spool takes nothing (1 byte)
+        tx.send_blocking(driver(3));
+        assert_eq!(
+            stats.dropped(DropReason::SpoolFull, EventKind::Driver),
+            3,
+            "{when_full:?}"
+        );
+        assert_eq!(stats.spooled.get(EventKind::Driver), 0);
+        assert_eq!(segments(dir.path()), 0, "the spool stays within max_size");
+    }
+}
+
+#[test]
+fn drop_oldest_evicts_spooled_driver_segments_for_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
+    let one = spool.store(&driver(5)).unwrap();
+    drop(spool);
+    // Room is checked against the batch's memory size: one more would not fit beside the old.
+    let memory = driver(5).records.get_array_memory_size() as u64;
+    let spool_config = crate::SpoolConfig {
+        max_size: one + memory - 1,
+        ..crate::SpoolConfig::default()
+    };
+    let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(4, WhenFull::DropOldest),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, _rx) = queue_with(options, stats.clone());
+    tx.send_blocking(driver(5)); // behind the backlog: the old segment makes room
+    assert_eq!(stats.dropped(DropReason::SpoolFull, EventKind::Driver), 5);
+    assert_eq!(stats.spooled.get(EventKind::Driver), 5 + 5);
+    assert_eq!(segments(dir.path()), 1);
+}
+
 #[test]
 fn corrupt_segments_found_at_start_are_counted_as_received_and_dropped() {
     let dir = tempfile::tempdir().unwrap();
@@ -435,5 +520,21 @@ fn repeated_spool_warnings_are_rate_limited_and_counted() {
     assert_eq!(
         limit.suppressed, 4,
         "the next four within the interval are held back"
+    );
+}
+
+#[test]
+fn retry_delays_double_with_jitter_and_stay_within_bounds() {
+    let delays: Vec<Duration> = retry_delays().take(12).collect();
+    assert!(delays[0] >= BACKOFF_FIRST && delays[0] < BACKOFF_FIRST * 2);
+    assert!(delays[1] >= BACKOFF_FIRST * 2, "{delays:?}");
+    for delay in &delays[7..] {
+        // The base reached the maximum; the receiver caps the jitter there.
+        assert!(delay.min(&BACKOFF_MAX) == &BACKOFF_MAX, "{delays:?}");
+    }
+    let series: Vec<Vec<Duration>> = (0..4).map(|_| retry_delays().take(3).collect()).collect();
+    assert!(
+        series.windows(2).any(|w| w[0] != w[1]),
+        "jitter makes series differ: {series:?}"
     );
 }

@@ -366,5 +366,4 @@ pub fn batch_of(identity: &HostIdentity, records: &[XidRecord]) -> Result<Record
 }
 
 #[cfg(test)]
-#[path = "xid_tests.rs"]
 mod tests;

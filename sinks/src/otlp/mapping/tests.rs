@@ -1,3 +1,5 @@
+//! Tests of the OTLP mapping: log records, attributes and resources for every kind.
+
 use super::*;
 use crate::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
 use crate::test_support::{identity, xid_batch_with, xid_record};

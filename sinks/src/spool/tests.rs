@@ -106,7 +106,7 @@ fn room_and_drop_oldest_follow_max_size() {
     )
     .unwrap();
     assert!(!limited.has_room(1));
-    assert_eq!(limited.drop_oldest_cuda(), Some(50));
+    assert_eq!(limited.drop_oldest_droppable(), Some((EventKind::Cuda, 50)));
     assert!(limited.has_room(one));
     assert_eq!(drain(&mut limited), vec![2]);
 }

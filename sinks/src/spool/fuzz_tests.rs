@@ -13,6 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::schema::schema_for;
 use crate::test_support::{cuda_batch, xid_batch};
 
 // The Arrow IPC panic this harness found (a payload changed under a valid checksum) replays

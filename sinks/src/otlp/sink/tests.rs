@@ -14,7 +14,8 @@ use tokio::net::TcpListener;
 use super::OtlpSink;
 use crate::otlp::config::{OtlpCompression, OtlpProtocol, OtlpSinkConfig};
 use crate::queue::{queue, BufferConfig};
-use crate::sink::{DropReason, Sink, SinkInput, SinkStats};
+use crate::sink::{Sink, SinkInput};
+use crate::stats::{DropReason, SinkStats};
 use crate::test_support::{cuda_batch, identity};
 use crate::EventKind;
 
