@@ -57,7 +57,7 @@ pub struct TopArgs {
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub agent: String,
     /// Time between refreshes: 200ms, 1s, 1.5s, 2m.
-    #[arg(long, default_value = "1s", value_parser = crate::top::parse_interval)]
+    #[arg(long, default_value = "1s", value_parser = gpuship_top::parse_interval)]
     pub interval: std::time::Duration,
     /// Print one plain-text frame (two polls one interval apart, so rates exist) and exit;
     /// exit status 1 when the agent cannot be read.

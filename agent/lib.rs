@@ -12,7 +12,7 @@
 //! - [`accounting`]: counters that prove every event was delivered or counted as lost;
 //!   [`metrics`] serves them to Prometheus.
 //! - [`live`]: per-function and per-process totals and the latest XIDs, served on `/live`;
-//!   [`top`] is the terminal view that reads them.
+//!   `gpuship top` (the `gpuship-top` crate) is the terminal view that reads them.
 //! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
 //!   [`config`] and [`cli`] are the edges; [`state_dir`] is the agent's state directory and
 //!   its lock; [`escape`] makes outside text safe to print on a terminal.
@@ -38,6 +38,5 @@ pub mod run;
 pub mod sources;
 pub mod state_dir;
 pub mod summary;
-pub mod top;
 pub mod views;
 pub mod xid;

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         CliCommand::Xid(args) => xid(args),
         CliCommand::ExportTrace(args) => gpuship::views::export_trace(&args),
         CliCommand::Report(args) => gpuship::views::report(&args),
-        CliCommand::Top(args) => gpuship::top::run(&gpuship::top::TopOptions {
+        CliCommand::Top(args) => gpuship_top::run(&gpuship_top::TopOptions {
             agent: args.agent,
             interval: args.interval,
             once: args.once,

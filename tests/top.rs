@@ -458,3 +458,52 @@ fn once_escapes_control_characters_in_process_names_and_xid_messages() {
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
 }
+
+#[test]
+fn closing_the_terminal_ends_top_and_a_quit_signal_restores_it() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().unwrap().port()
+    };
+    let address = format!("127.0.0.1:{port}");
+    // The pid of `top`: the only child of the pane's shell.
+    let top_pid = |tmux: &Tmux| -> u32 {
+        let output = tmux
+            .command()
+            .args(["list-panes", "-t", &tmux.name, "-F", "#{pane_pid}"])
+            .output()
+            .expect("tmux list-panes");
+        let shell = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .expect("the pane's shell");
+        children.trim().parse().expect("one child: top")
+    };
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let waiting = |what: &str| format!("agent unreachable: cannot reach the agent at {what}");
+
+    // SIGTERM: top ends with status 0 and the shell's screen is back.
+    let tmux = Tmux::start(&top(&address, "200ms"));
+    tmux.wait_for("the agent being unreachable", |s| {
+        s.contains(&waiting(&address))
+    });
+    let pid = top_pid(&tmux);
+    let status = Command::new("kill").arg(pid.to_string()).status().unwrap();
+    assert!(status.success());
+    let screen = tmux.wait_for("top exiting on SIGTERM", |s| {
+        s.contains("top exited with 0")
+    });
+    assert!(!screen.contains("unreachable"), "{screen}");
+
+    // The terminal goes away (the tmux server dies): top notices and ends, it does not spin.
+    let tmux = Tmux::start(&top(&address, "200ms"));
+    tmux.wait_for("the agent being unreachable", |s| {
+        s.contains(&waiting(&address))
+    });
+    let pid = top_pid(&tmux);
+    let _ = tmux.command().arg("kill-server").status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "top {pid} outlived its terminal");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

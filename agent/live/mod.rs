@@ -26,7 +26,7 @@ use crate::sources::cuda::plan::FunctionTable;
 use crate::summary::{CallTally, FunctionCounts};
 
 pub use processes::{ProcessDelta, ProcessTable, ProcessTally, ProcessTotals};
-pub use schema::{FunctionLive, LiveSnapshot, ProcessLive, XidLive, LIVE_VERSION};
+pub use schema::{xid_live, FunctionLive, LiveSnapshot, ProcessLive, XidLive, LIVE_VERSION};
 
 /// Processes the tap keeps totals for.
 pub const MAX_PROCESSES: usize = 4096;
@@ -101,7 +101,7 @@ impl LiveTap {
             if shared.xids.len() == MAX_XIDS {
                 shared.xids.pop_front();
             }
-            shared.xids.push_back(XidLive::from_record(record));
+            shared.xids.push_back(xid_live(record));
             shared.xids_total += 1;
         }
     }

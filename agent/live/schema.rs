@@ -1,15 +1,16 @@
-//! The JSON document `GET /live` answers (schema version [`LIVE_VERSION`]). Fields are only
-//! ever added within a version; a reader ignores the ones it does not know. The list types
-//! also deserialize, so `gpuship top` reads them with the same definitions.
+//! The JSON document `GET /live` answers (schema version [`LIVE_VERSION`]). The lists in it
+//! are the wire types of the `gpuship-top` crate ([`gpuship_top::wire`]), so the daemon that
+//! writes them and `gpuship top` that reads them share one definition; this module adds the
+//! whole document, whose counters are the daemon's own [`Snapshot`], and the live view of an
+//! XID record.
 
 use gpuship_sinks::schema::XidRecord;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::accounting::Snapshot;
 use crate::xid::catalog;
 
-/// Version of the `/live` document; bumped when a field changes meaning or goes away.
-pub const LIVE_VERSION: u32 = 1;
+pub use gpuship_top::wire::{FunctionLive, ProcessLive, XidLive, LIVE_VERSION};
 
 /// The whole `/live` document.
 #[derive(Debug, Clone, Serialize)]
@@ -36,82 +37,70 @@ pub struct LiveSnapshot {
     pub accounting: Snapshot,
 }
 
-/// One CUDA function's totals.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionLive {
-    /// Exported symbol name.
-    pub function: String,
-    /// Calls recorded.
-    pub calls: u64,
-    /// Calls that returned an error CUresult.
-    pub errors: u64,
-    /// Sum of durations in nanoseconds (0 for entry-only functions).
-    pub duration_ns_sum: u64,
+/// The live view of an annotated record (the catalog fills what annotation left out).
+pub fn xid_live(record: &XidRecord) -> XidLive {
+    let a = &record.annotations;
+    let info = || catalog::lookup(record.code);
+    XidLive {
+        time_ns: record.time_ns,
+        code: record.code,
+        name: a.name.clone().unwrap_or_else(|| info().name),
+        category: a.category.clone().unwrap_or_else(|| info().category.into()),
+        severity: a.severity.clone().unwrap_or_else(|| info().severity.into()),
+        action: a.action.clone().unwrap_or_else(|| info().action.into()),
+        pci_bus_id: record.pci_bus_id.clone(),
+        gpu_uuid: record.gpu.as_ref().map(|g| g.uuid.clone()),
+        gpu_index: record.gpu.as_ref().map(|g| g.index),
+        pid: record.pid,
+        comm: record.comm.clone(),
+        message: record.message.clone(),
+        source: record.source.as_str().into(),
+    }
 }
 
-/// One process's totals.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessLive {
-    /// Process id.
-    pub pid: i32,
-    /// Latest task name seen making calls.
-    pub comm: String,
-    /// CUDA calls.
-    pub calls: u64,
-    /// Failed CUDA calls.
-    pub errors: u64,
-}
+#[cfg(test)]
+mod tests {
+    use gpuship_top::client::parse_answer;
 
-/// One XID as the sinks got it, reduced to what a person scans.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct XidLive {
-    /// Nanoseconds since the Unix epoch.
-    pub time_ns: i64,
-    /// The XID number.
-    pub code: u32,
-    /// Catalog name.
-    pub name: String,
-    /// Catalog category.
-    pub category: String,
-    /// Catalog severity.
-    pub severity: String,
-    /// Recommended action.
-    pub action: String,
-    /// PCI bus id of the GPU.
-    pub pci_bus_id: String,
-    /// The GPU's UUID, when known.
-    pub gpu_uuid: Option<String>,
-    /// The GPU's index, when known.
-    pub gpu_index: Option<i32>,
-    /// The process the driver named.
-    pub pid: Option<i32>,
-    /// Its name.
-    pub comm: Option<String>,
-    /// The driver's message.
-    pub message: String,
-    /// `tracepoint`, `kmsg` or `both`.
-    pub source: String,
-}
+    use super::LIVE_VERSION;
+    use crate::accounting::Accounting;
+    use crate::live::LiveTap;
 
-impl XidLive {
-    /// The live view of an annotated record (the catalog fills what annotation left out).
-    pub fn from_record(record: &XidRecord) -> Self {
-        let a = &record.annotations;
-        let info = || catalog::lookup(record.code);
-        Self {
-            time_ns: record.time_ns,
-            code: record.code,
-            name: a.name.clone().unwrap_or_else(|| info().name),
-            category: a.category.clone().unwrap_or_else(|| info().category.into()),
-            severity: a.severity.clone().unwrap_or_else(|| info().severity.into()),
-            action: a.action.clone().unwrap_or_else(|| info().action.into()),
-            pci_bus_id: record.pci_bus_id.clone(),
-            gpu_uuid: record.gpu.as_ref().map(|g| g.uuid.clone()),
-            gpu_index: record.gpu.as_ref().map(|g| g.index),
-            pid: record.pid,
-            comm: record.comm.clone(),
-            message: record.message.clone(),
-            source: record.source.as_str().into(),
+    fn http(body: &str) -> Vec<u8> {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    /// `gpuship top` reads the document the agent serves.
+    #[test]
+    fn reads_what_the_agent_serves() {
+        let tap = LiveTap::new();
+        let json = tap.json(Accounting::default().snapshot());
+        let report = parse_answer("a:1", &http(&json)).expect("parses");
+        assert_eq!(report.version, LIVE_VERSION);
+        assert_eq!(report.accounting.rings.len(), 3);
+        assert_eq!(report.accounting.rings[1].ring, "cuda");
+    }
+
+    /// `top` carries its own copy of the escaping (it does not depend on the daemon): both
+    /// escape the same characters the same way.
+    #[test]
+    fn top_escapes_text_as_the_daemon_does() {
+        for c in (0u32..0x3000).filter_map(char::from_u32) {
+            let text = format!("a{c}b");
+            assert_eq!(
+                gpuship_top::escape::escape_controls(&text),
+                crate::escape::escape_controls(&text),
+                "{c:?}"
+            );
         }
+        let text = "x\u{feff}y\u{2069}\x1b]52;c;YQ==\x07";
+        assert_eq!(
+            gpuship_top::escape::escape_controls(text),
+            crate::escape::escape_controls(text)
+        );
     }
 }

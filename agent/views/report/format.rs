@@ -1,6 +1,7 @@
-//! Values to report text: HTML escaping of everything that comes from data, and the way times,
-//! durations and rates are written. Every string the data lake supplies (XID messages, process
-//! names, function names, file names) goes through [`escape`] before it reaches the page.
+//! Values to report text: HTML escaping for the timeline's hand-built SVG, and the way times,
+//! durations and rates are written. Every string the data lake supplies that the timeline
+//! writes goes through [`escape`]; the page around it (`html`) is maud markup, escaped by
+//! construction the same way.
 
 use std::fmt::Write as _;
 

@@ -1,13 +1,21 @@
 //! The report page: one self-contained HTML document (inline CSS and SVG, no script, no
 //! external resource; a Content-Security-Policy forbids both) built from [`ReportData`].
-//! Text from the data is escaped here or in [`super::timeline`], nowhere else.
+//!
+//! The page is maud markup: every value spliced into it is escaped by construction, and text
+//! from the data goes through [`Text`], which also writes `'` as `&#39;` and replaces control
+//! characters. Only two things enter the page unescaped, each marked `PreEscaped`: the
+//! stylesheet above and the timeline's SVG and legend, whose text [`super::timeline`] escapes.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::data::ReportData;
-use super::format::{duration, escape, rate, time};
+use maud::{html, Escaper, Markup, PreEscaped, Render};
+
+use super::data::{Incident, ReportData};
+use super::format::{duration, rate, time};
 use super::timeline;
 use crate::lake::range::rfc3339;
+use crate::lake::AccountingTotals;
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:#1d1d1f;margin:24px;background:#fff}
@@ -25,94 +33,109 @@ svg.timeline .lane-label{font-size:12px;fill:#444}
 code{font-size:12px}
 ";
 
+/// Text from the data (names, messages, file names, errors) as page text: HTML-escaped by
+/// maud, `'` as `&#39;` (safe in either kind of quoted attribute), and control characters other
+/// than newline and tab, which have no business in a report, as U+FFFD.
+struct Text<'a>(&'a str);
+
+impl Render for Text<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        for c in self.0.chars() {
+            match c {
+                '\'' => buffer.push_str("&#39;"),
+                c if c.is_control() && c != '\n' && c != '\t' => buffer.push('\u{fffd}'),
+                c => {
+                    // Writing to a String cannot fail.
+                    let _ = Escaper::new(buffer).write_char(c);
+                }
+            }
+        }
+    }
+}
+
 /// The whole page.
 pub fn render(data: &ReportData) -> String {
-    let mut out = String::with_capacity(32 * 1024);
-    out.push_str(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-    );
-    let _ = write!(
-        out,
-        "<title>gpuship report {}</title><style>{STYLE}</style></head><body>",
-        escape(&data.range.to_string())
-    );
-    header(&mut out, data);
-    out.push_str("<section id=\"timeline\"><h2>Timeline: XIDs and failed CUDA calls per GPU</h2>");
-    out.push_str(&timeline::legend());
-    match timeline::render(data) {
-        Some(svg) => out.push_str(&svg),
-        None => {
-            out.push_str("<p class=\"empty\">No XID and no failed CUDA call in this range.</p>")
+    let page = html! {
+        (PreEscaped("<!DOCTYPE html>\n"))
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy"
+                    content="default-src 'none'; style-src 'unsafe-inline'";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "gpuship report " (Text(&data.range.to_string())) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                (header(data))
+                section id="timeline" {
+                    h2 { "Timeline: XIDs and failed CUDA calls per GPU" }
+                    (PreEscaped(timeline::legend()))
+                    @match timeline::render(data) {
+                        Some(svg) => (PreEscaped(svg)),
+                        None => p class="empty" { "No XID and no failed CUDA call in this range." },
+                    }
+                    (affected_processes(data))
+                }
+                (incidents(data))
+                (functions(data))
+                (accounting(data))
+            }
         }
-    }
-    affected_processes(&mut out, data);
-    out.push_str("</section>");
-    incidents(&mut out, data);
-    functions(&mut out, data);
-    accounting(&mut out, data);
-    out.push_str("</body></html>\n");
-    out
+    };
+    let mut page = page.into_string();
+    page.push('\n');
+    page
 }
 
-fn header(out: &mut String, data: &ReportData) {
+fn header(data: &ReportData) -> Markup {
     let t = &data.totals;
-    let _ = write!(
-        out,
-        "<header><h1>gpuship report</h1>\
-         <p class=\"meta\" id=\"range\">Range: <time datetime=\"{since}\">{since}</time> to \
-         <time datetime=\"{until}\">{until}</time> ({seconds:.0} s)</p>\
-         <p class=\"meta\" id=\"hosts\">Hosts: {hosts}</p>\
-         <p class=\"meta\">Data: <code>{location}</code>, {files} Parquet file(s) read</p>",
-        since = rfc3339(data.range.since()),
-        until = rfc3339(data.range.until()),
-        seconds = data.range.seconds(),
-        hosts = if data.hosts.is_empty() {
-            "none (no rows in this range)".to_string()
-        } else {
-            data.hosts
-                .iter()
-                .map(|h| escape(h))
-                .collect::<Vec<_>>()
-                .join(", ")
-        },
-        location = escape(&data.location),
-        files = t.files_read,
-    );
-    if !t.unreadable.is_empty() {
-        let _ = write!(
-            out,
-            "<div class=\"warning\" id=\"unreadable\"><b>{} file(s) could not be read; their rows are missing from this report:</b><ul>",
-            t.unreadable.len()
-        );
-        for file in &t.unreadable {
-            let _ = write!(
-                out,
-                "<li><code>{}</code>: {}</li>",
-                escape(&file.key),
-                escape(&file.error)
-            );
+    let (since, until) = (rfc3339(data.range.since()), rfc3339(data.range.until()));
+    html! {
+        header {
+            h1 { "gpuship report" }
+            p class="meta" id="range" {
+                "Range: " time datetime=(since) { (since) } " to " time datetime=(until) { (until) }
+                " (" (format!("{:.0}", data.range.seconds())) " s)"
+            }
+            p class="meta" id="hosts" {
+                "Hosts: "
+                @if data.hosts.is_empty() {
+                    "none (no rows in this range)"
+                }
+                @for (i, host) in data.hosts.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    (Text(host))
+                }
+            }
+            p class="meta" {
+                "Data: " code { (Text(&data.location)) } ", " (t.files_read) " Parquet file(s) read"
+            }
+            @if !t.unreadable.is_empty() {
+                div class="warning" id="unreadable" {
+                    b {
+                        (t.unreadable.len())
+                        " file(s) could not be read; their rows are missing from this report:"
+                    }
+                    ul {
+                        @for file in &t.unreadable {
+                            li { code { (Text(&file.key)) } ": " (Text(&file.error)) }
+                        }
+                    }
+                }
+            }
+            div class="cards" {
+                div class="card" id="count-xids" { b { (t.xids) } "XIDs" }
+                div class="card" id="count-incidents" { b { (data.incidents.len()) } "incidents" }
+                div class="card" id="count-cuda" { b { (t.cuda_calls) } "CUDA calls" }
+                div class="card" id="count-failures" { b { (t.cuda_failures) } "failed CUDA calls" }
+                div class="card" id="count-driver" { b { (t.driver_ops) } "driver operations" }
+            }
         }
-        out.push_str("</ul></div>");
     }
-    let _ = write!(
-        out,
-        "<div class=\"cards\">\
-         <div class=\"card\" id=\"count-xids\"><b>{}</b>XIDs</div>\
-         <div class=\"card\" id=\"count-incidents\"><b>{}</b>incidents</div>\
-         <div class=\"card\" id=\"count-cuda\"><b>{}</b>CUDA calls</div>\
-         <div class=\"card\" id=\"count-failures\"><b>{}</b>failed CUDA calls</div>\
-         <div class=\"card\" id=\"count-driver\"><b>{}</b>driver operations</div></div></header>",
-        t.xids,
-        data.incidents.len(),
-        t.cuda_calls,
-        t.cuda_failures,
-        t.driver_ops
-    );
 }
 
-fn affected_processes(out: &mut String, data: &ReportData) {
+fn affected_processes(data: &ReportData) -> Markup {
     let lanes: Vec<_> = data
         .gpus
         .iter()
@@ -120,198 +143,340 @@ fn affected_processes(out: &mut String, data: &ReportData) {
         .chain(data.unlinked.iter().map(|p| (None, p)))
         .collect();
     if lanes.is_empty() {
-        return;
+        return html! {};
     }
-    out.push_str(
-        "<h3>Affected processes</h3><table id=\"affected\"><thead><tr><th>GPU</th><th class=\"num\">pid</th>\
-         <th>process</th><th class=\"num\">failed calls</th><th>failures</th></tr></thead><tbody>",
-    );
-    for (gpu, lane) in lanes {
-        let mut failures = std::collections::BTreeMap::<String, usize>::new();
-        for call in &lane.failures {
-            *failures
-                .entry(format!("{} {}", call.function, call.result_name))
-                .or_default() += 1;
+    html! {
+        h3 { "Affected processes" }
+        table id="affected" {
+            thead {
+                tr {
+                    th { "GPU" } th class="num" { "pid" } th { "process" }
+                    th class="num" { "failed calls" } th { "failures" }
+                }
+            }
+            tbody {
+                @for (gpu, lane) in lanes {
+                    tr class="process" data-pid=(lane.pid) {
+                        td {
+                            @match gpu {
+                                Some(g) => (Text(&g.key.1)),
+                                None => "none linked",
+                            }
+                        }
+                        td class="num" { (lane.pid) }
+                        td { (Text(&lane.comm)) }
+                        td class="num" { (lane.failures.len()) }
+                        td {
+                            @for (i, (what, n)) in failure_counts(&lane.failures).iter().enumerate() {
+                                @if i > 0 { br; }
+                                (Text(what)) " ×" (n)
+                            }
+                        }
+                    }
+                }
+            }
         }
-        let listed = failures
-            .iter()
-            .map(|(what, n)| format!("{} ×{n}", escape(what)))
-            .collect::<Vec<_>>()
-            .join("<br>");
-        let _ = write!(
-            out,
-            "<tr class=\"process\" data-pid=\"{}\"><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-            lane.pid,
-            gpu.map(|g| escape(&g.key.1)).unwrap_or_else(|| "none linked".into()),
-            lane.pid,
-            escape(&lane.comm),
-            lane.failures.len(),
-            listed
-        );
     }
-    out.push_str("</tbody></table>");
 }
 
-fn incidents(out: &mut String, data: &ReportData) {
-    out.push_str("<section id=\"incidents\"><h2>Incidents</h2>");
-    if data.incidents.is_empty() {
-        out.push_str("<p class=\"empty\">No XID in this range.</p></section>");
-        return;
+/// `function result` -> how many of a process's failed calls ended so.
+fn failure_counts(failures: &[crate::views::rows::CudaCall]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::<String, usize>::new();
+    for call in failures {
+        *counts
+            .entry(format!("{} {}", call.function, call.result_name))
+            .or_default() += 1;
     }
-    out.push_str(
-        "<p class=\"meta\">XIDs on one GPU close together form one incident; its first XID is the \
-         root-cause candidate and its recommended action comes first (see docs/rca.md).</p>\
-         <table><thead><tr><th>incident</th><th>started</th><th>GPU</th><th>root-cause XID</th>\
-         <th>cascade</th><th class=\"num\">XIDs</th><th>worst severity</th><th>recommended action</th>\
-         <th>affected processes</th><th class=\"num\">failed CUDA calls</th></tr></thead><tbody>",
-    );
-    for incident in &data.incidents {
-        let root = &incident.root;
-        let codes = incident
-            .codes
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>();
-        let affected = if incident.affected.is_empty() {
-            "none attributed".to_string()
-        } else {
-            incident
-                .affected
-                .iter()
-                .map(|(pid, comm)| format!("{pid} {}", escape(comm)).trim_end().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (host, bus) = &incident.gpu;
-        let gpu_detail = [root.gpu_model.as_deref(), root.gpu_uuid.as_deref()]
-            .into_iter()
-            .flatten()
-            .map(escape)
-            .collect::<Vec<_>>()
-            .join("<br>");
-        let _ = write!(
-            out,
-            "<tr class=\"incident\" data-incident=\"{id}\" data-root-code=\"{code}\" data-codes=\"{codes}\" data-severity=\"{sev}\">\
-             <td><code>{id}</code></td><td>{started}</td><td>{bus} on {host}<br>{gpu_detail}</td>\
-             <td>XID {code}: {name}<br><small>{message}</small></td><td>{cascade}</td><td class=\"num\">{count}</td>\
-             <td>{sev}</td><td>{action}</td><td>{affected}</td><td class=\"num\">{failed}</td></tr>",
-            id = escape(&incident.id),
-            code = root.code,
-            codes = codes.join(","),
-            sev = escape(&incident.worst_severity),
-            started = time(root.time_ns),
-            bus = escape(bus),
-            host = escape(host),
-            name = escape(&root.display_name()),
-            message = escape(&root.message),
-            cascade = codes.join(" → "),
-            count = incident.codes.len(),
-            action = escape(&root.display_action()),
-            failed = incident.failed_calls,
-        );
-    }
-    out.push_str("</tbody></table></section>");
+    counts
 }
 
-fn functions(out: &mut String, data: &ReportData) {
-    out.push_str("<section id=\"functions\"><h2>CUDA calls per function</h2>");
-    if data.functions.is_empty() {
-        out.push_str("<p class=\"empty\">No CUDA call in this range.</p></section>");
-        return;
+fn incidents(data: &ReportData) -> Markup {
+    html! {
+        section id="incidents" {
+            h2 { "Incidents" }
+            @if data.incidents.is_empty() {
+                p class="empty" { "No XID in this range." }
+            } @else {
+                p class="meta" {
+                    "XIDs on one GPU close together form one incident; its first XID is the \
+                     root-cause candidate and its recommended action comes first (see docs/rca.md)."
+                }
+                table {
+                    thead {
+                        tr {
+                            th { "incident" } th { "started" } th { "GPU" } th { "root-cause XID" }
+                            th { "cascade" } th class="num" { "XIDs" } th { "worst severity" }
+                            th { "recommended action" } th { "affected processes" }
+                            th class="num" { "failed CUDA calls" }
+                        }
+                    }
+                    tbody {
+                        @for incident in &data.incidents { (incident_row(incident)) }
+                    }
+                }
+            }
+        }
     }
-    let _ = write!(
-        out,
-        "<p class=\"meta\">Rates are over the whole range ({:.0} s). Durations are entry to return; \
-         calls recorded at entry only have none and are left out of the percentiles.</p>\
-         <table><thead><tr><th>function</th><th class=\"num\">calls</th><th class=\"num\">calls/s</th>\
-         <th class=\"num\">errors</th><th class=\"num\">p50</th><th class=\"num\">p99</th></tr></thead><tbody>",
-        data.range.seconds()
-    );
-    for f in &data.functions {
-        let pct = |v: Option<u64>| v.map(duration).unwrap_or_else(|| "entry only".into());
-        let _ = write!(
-            out,
-            "<tr class=\"function\" data-function=\"{name}\"><td>{name}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            f.calls,
-            rate(f.per_second),
-            f.errors,
-            pct(f.p50_ns),
-            pct(f.p99_ns),
-            name = escape(&f.function),
-        );
-    }
-    out.push_str("</tbody></table></section>");
 }
 
-fn accounting(out: &mut String, data: &ReportData) {
+fn incident_row(incident: &Incident) -> Markup {
+    let root = &incident.root;
+    let codes: Vec<String> = incident.codes.iter().map(u32::to_string).collect();
+    let (host, bus) = &incident.gpu;
+    let gpu_detail: Vec<&str> = [root.gpu_model.as_deref(), root.gpu_uuid.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let affected: Vec<String> = incident
+        .affected
+        .iter()
+        .map(|(pid, comm)| format!("{pid} {comm}").trim_end().to_string())
+        .collect();
+    html! {
+        tr class="incident" data-incident=(Text(&incident.id)) data-root-code=(root.code)
+            data-codes=(codes.join(",")) data-severity=(Text(&incident.worst_severity)) {
+            td { code { (Text(&incident.id)) } }
+            td { (time(root.time_ns)) }
+            td {
+                (Text(bus)) " on " (Text(host)) br;
+                @for (i, detail) in gpu_detail.iter().enumerate() {
+                    @if i > 0 { br; }
+                    (Text(detail))
+                }
+            }
+            td { "XID " (root.code) ": " (Text(&root.display_name())) br; small { (Text(&root.message)) } }
+            td { (codes.join(" → ")) }
+            td class="num" { (incident.codes.len()) }
+            td { (Text(&incident.worst_severity)) }
+            td { (Text(&root.display_action())) }
+            td {
+                @if affected.is_empty() { "none attributed" }
+                @for (i, process) in affected.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    (Text(process))
+                }
+            }
+            td class="num" { (incident.failed_calls) }
+        }
+    }
+}
+
+fn functions(data: &ReportData) -> Markup {
+    let percentile = |v: Option<u64>| v.map(duration).unwrap_or_else(|| "entry only".into());
+    html! {
+        section id="functions" {
+            h2 { "CUDA calls per function" }
+            @if data.functions.is_empty() {
+                p class="empty" { "No CUDA call in this range." }
+            } @else {
+                p class="meta" {
+                    "Rates are over the whole range (" (format!("{:.0}", data.range.seconds()))
+                    " s). Durations are entry to return; calls recorded at entry only have none \
+                     and are left out of the percentiles."
+                }
+                table {
+                    thead {
+                        tr {
+                            th { "function" } th class="num" { "calls" } th class="num" { "calls/s" }
+                            th class="num" { "errors" } th class="num" { "p50" } th class="num" { "p99" }
+                        }
+                    }
+                    tbody {
+                        @for f in &data.functions {
+                            tr class="function" data-function=(Text(&f.function)) {
+                                td { (Text(&f.function)) }
+                                td class="num" { (f.calls) }
+                                td class="num" { (rate(f.per_second)) }
+                                td class="num" { (f.errors) }
+                                td class="num" { (percentile(f.p50_ns)) }
+                                td class="num" { (percentile(f.p99_ns)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn accounting(data: &ReportData) -> Markup {
     let a = &data.accounting;
-    out.push_str("<section id=\"accounting\"><h2>Delivery accounting</h2>");
-    for doc in &a.unreadable {
-        let _ = write!(
-            out,
-            "<p class=\"warning\">Accounting document <code>{}</code> could not be read: {}</p>",
-            escape(&doc.key),
-            escape(&doc.error)
-        );
+    html! {
+        section id="accounting" {
+            h2 { "Delivery accounting" }
+            @for doc in &a.unreadable {
+                p class="warning" {
+                    "Accounting document " code { (Text(&doc.key)) } " could not be read: "
+                    (Text(&doc.error))
+                }
+            }
+            @if a.documents == 0 {
+                p class="warning" id="no-accounting" {
+                    "No accounting documents (" code { "_accounting/*.json" } ") cover this range, \
+                     so this report cannot say whether events were dropped or lost: the rows above \
+                     may be incomplete."
+                }
+            } @else {
+                (accounting_tables(a))
+            }
+        }
     }
-    if a.documents == 0 {
-        out.push_str(
-            "<p class=\"warning\" id=\"no-accounting\">No accounting documents (<code>_accounting/*.json</code>) \
-             cover this range, so this report cannot say whether events were dropped or lost: the \
-             rows above may be incomplete.</p></section>",
-        );
-        return;
-    }
-    let _ = write!(
-        out,
-        "<p class=\"meta\" id=\"accounting-summary\">From {} accounting document(s): {} delivered, {} dropped, \
-         {} lost in the kernel.</p>\
-         <table id=\"sinks\"><thead><tr><th>sink</th><th>kind</th><th class=\"num\">delivered</th>\
-         <th class=\"num\">dropped</th><th>dropped by reason</th><th class=\"num\">failed</th></tr></thead><tbody>",
-        a.documents,
-        a.delivered(),
-        a.dropped(),
-        a.lost_in_kernel()
-    );
-    for ((sink, kind), totals) in &a.sinks {
-        let reasons = totals
-            .dropped_by_reason
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(r, n)| format!("{} {n}", escape(r)))
-            .collect::<Vec<_>>();
-        let _ = write!(
-            out,
-            "<tr class=\"sink\" data-sink=\"{sink}\" data-kind=\"{kind}\"><td>{sink}</td><td>{kind}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
-            totals.delivered,
-            totals.dropped,
-            if reasons.is_empty() { "none".to_string() } else { reasons.join(", ") },
-            totals.failed,
-            sink = escape(sink),
-            kind = escape(kind),
-        );
-    }
-    out.push_str(
-        "</tbody></table><table id=\"rings\"><thead><tr><th>ring</th><th class=\"num\">emitted</th>\
-         <th class=\"num\">lost in kernel</th></tr></thead><tbody>",
-    );
-    for (ring, totals) in &a.rings {
-        let _ = write!(
-            out,
-            "<tr class=\"ring\" data-ring=\"{ring}\"><td>{ring}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            totals.emitted,
-            totals.lost_in_kernel,
-            ring = escape(ring),
-        );
-    }
-    out.push_str("</tbody></table>");
+}
+
+/// The summary, the sink and ring tables and the kernel-log line of the accounting section.
+fn accounting_tables(a: &AccountingTotals) -> Markup {
     let k = &a.kmsg;
-    let _ = write!(
-        out,
-        "<p class=\"meta\" id=\"kmsg\">Kernel log: {} XID line(s) read, {} unparseable, {} gap(s) where \
-         the kernel overwrote lines before they were read.</p></section>",
-        k.xids, k.parse_errors, k.lost_gaps
-    );
+    html! {
+        p class="meta" id="accounting-summary" {
+            "From " (a.documents) " accounting document(s): " (a.delivered()) " delivered, "
+            (a.dropped()) " dropped, " (a.lost_in_kernel()) " lost in the kernel."
+        }
+        table id="sinks" {
+            thead {
+                tr {
+                    th { "sink" } th { "kind" } th class="num" { "delivered" }
+                    th class="num" { "dropped" } th { "dropped by reason" } th class="num" { "failed" }
+                }
+            }
+            tbody {
+                @for ((sink, kind), totals) in &a.sinks {
+                    @let reasons: Vec<_> = totals.dropped_by_reason.iter().filter(|(_, n)| **n > 0).collect();
+                    tr class="sink" data-sink=(Text(sink)) data-kind=(Text(kind)) {
+                        td { (Text(sink)) }
+                        td { (Text(kind)) }
+                        td class="num" { (totals.delivered) }
+                        td class="num" { (totals.dropped) }
+                        td {
+                            @if reasons.is_empty() { "none" }
+                            @for (i, (reason, n)) in reasons.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (Text(reason)) " " (n)
+                            }
+                        }
+                        td class="num" { (totals.failed) }
+                    }
+                }
+            }
+        }
+        table id="rings" {
+            thead { tr { th { "ring" } th class="num" { "emitted" } th class="num" { "lost in kernel" } } }
+            tbody {
+                @for (ring, totals) in &a.rings {
+                    tr class="ring" data-ring=(Text(ring)) {
+                        td { (Text(ring)) }
+                        td class="num" { (totals.emitted) }
+                        td class="num" { (totals.lost_in_kernel) }
+                    }
+                }
+            }
+        }
+        p class="meta" id="kmsg" {
+            "Kernel log: " (k.xids) " XID line(s) read, " (k.parse_errors) " unparseable, "
+            (k.lost_gaps) " gap(s) where the kernel overwrote lines before they were read."
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lake::{AccountingTotals, TimeRange};
+    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::report::data;
+    use crate::views::rows;
+
+    const HOSTILE: &str = "<b>x</b> & \"q\" 'a' \x1b[2J\u{9b}\x07 ok";
+
+    fn rich(documents: usize, hostile: &str) -> ReportData {
+        let since = chrono::DateTime::from_timestamp_nanos(0);
+        let range = TimeRange::new(since, since + chrono::Duration::seconds(100)).unwrap();
+        let mut bystander = xid_record(2_000_000_000, 43, "0000:86:00.0", "warning", hostile);
+        bystander.pid = None;
+        bystander.annotations.affected_pids.clear();
+        let xids = rows::xids(&[xid_batch(&[
+            xid_record(1_000_000_000, 79, "0000:3b:00.0", "fatal", hostile),
+            xid_record(1_100_000_000, 31, "0000:3b:00.0", "error", "fault"),
+            bystander,
+        ])]);
+        let calls = rows::cuda_calls(&[cuda_batch(&[
+            cuda_row(1_500_000_000, "cuCtxSynchronize", 700, 40_000),
+            cuda_row(1_600_000_000, "cuCtxSynchronize", 0, 20_000),
+            cuda_row(1_700_000_000, "cuMemAlloc_v2", 2, 0),
+        ])]);
+        let unreadable = vec![crate::lake::storage::Unreadable {
+            key: format!("xid/{hostile}.parquet"),
+            error: hostile.into(),
+        }];
+        let mut accounting = AccountingTotals {
+            documents,
+            unreadable: unreadable.clone(),
+            ..AccountingTotals::default()
+        };
+        let mut sink = crate::lake::accounting::SinkTotals {
+            delivered: 5,
+            dropped: 2,
+            failed: 1,
+            ..Default::default()
+        };
+        sink.dropped_by_reason.insert(hostile.into(), 2);
+        sink.dropped_by_reason.insert("zero".into(), 0);
+        accounting
+            .sinks
+            .insert((hostile.into(), "cuda".into()), sink);
+        accounting
+            .sinks
+            .insert(("lake".into(), "xid".into()), Default::default());
+        accounting.rings.insert(
+            hostile.into(),
+            crate::lake::accounting::RingTotals {
+                emitted: 7,
+                lost_in_kernel: 1,
+            },
+        );
+        accounting.kmsg.xids = 3;
+        let totals = data::Totals {
+            xids: 3,
+            cuda_calls: 3,
+            cuda_failures: 2,
+            driver_ops: 4,
+            files_read: 6,
+            unreadable,
+        };
+        data::aggregate(
+            format!("/data/{hostile}"),
+            range,
+            &calls,
+            &xids,
+            totals,
+            [hostile.to_string(), "node-a".to_string()].into(),
+            accounting,
+        )
+    }
+
+    /// Every place the data reaches the page: hosts, lake location, unreadable files and
+    /// their errors (twice), XID messages (the timeline's titles and the incident table), sink,
+    /// drop reason and ring names (attribute and cell).
+    #[test]
+    fn text_from_the_data_is_escaped_wherever_it_lands() {
+        let page = render(&rich(2, HOSTILE));
+        let escaped =
+            "&lt;b&gt;x&lt;/b&gt; &amp; &quot;q&quot; &#39;a&#39; \u{fffd}[2J\u{fffd}\u{fffd} ok";
+        assert_eq!(page.matches(escaped).count(), 15, "{page}");
+        assert!(!page.contains("<b>x"), "{page}");
+        assert!(!page.contains("'a'"), "{page}");
+        assert!(!page.chars().any(|c| c.is_control() && c != '\n'), "{page}");
+        for id in [
+            "id=\"unreadable\"",
+            "id=\"accounting-summary\"",
+            "id=\"kmsg\"",
+        ] {
+            assert!(page.contains(id), "{id}");
+        }
+        let plain = render(&rich(0, "plain"));
+        assert!(plain.contains("id=\"no-accounting\""));
+        assert!(plain.ends_with("</section></body></html>\n"), "{plain}");
+        assert!(
+            plain.starts_with("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
+        );
+    }
 }

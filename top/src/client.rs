@@ -1,14 +1,12 @@
 //! Reading the running agent's `GET /live` over plain HTTP/1.1 (the metrics server answers one
-//! request per connection and closes it), and the part of the document `top` uses.
+//! request per connection and closes it) into a [`LiveReport`], with an error that says what
+//! was wrong with the answer.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::live::{FunctionLive, ProcessLive, XidLive, LIVE_VERSION};
+use crate::wire::{LiveReport, LIVE_VERSION};
 
 /// The largest answer accepted (the document is a few hundred KiB with 4,096 processes).
 const MAX_BODY: u64 = 64 << 20;
@@ -64,96 +62,6 @@ pub enum FetchError {
         /// The version served.
         found: u64,
     },
-}
-
-/// The `/live` document as `top` reads it (unknown fields are ignored).
-#[derive(Debug, Clone, Deserialize)]
-pub struct LiveReport {
-    /// Schema version.
-    pub version: u32,
-    /// The agent's version.
-    #[serde(default)]
-    pub agent_version: String,
-    /// Seconds since the agent started.
-    pub uptime_s: f64,
-    /// Per-function totals.
-    pub functions: Vec<FunctionLive>,
-    /// Per-process totals.
-    pub processes: Vec<ProcessLive>,
-    /// Processes the agent forgot to stay bounded.
-    #[serde(default)]
-    pub processes_evicted: u64,
-    /// XIDs since start.
-    #[serde(default)]
-    pub xids_total: u64,
-    /// The latest XIDs, oldest first.
-    pub xids: Vec<XidLive>,
-    /// The agent's counters.
-    pub accounting: AccountingReport,
-}
-
-/// The counters `top` shows.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct AccountingReport {
-    /// Per ring.
-    #[serde(default)]
-    pub rings: Vec<RingReport>,
-    /// Kernel log.
-    #[serde(default)]
-    pub kmsg: KmsgReport,
-    /// Per sink and kind.
-    #[serde(default)]
-    pub sinks: Vec<SinkReport>,
-}
-
-/// One ring's counters.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct RingReport {
-    /// `xid`, `cuda` or `driver`.
-    pub ring: String,
-    /// Lost in the kernel: the ring was full.
-    pub lost_in_kernel: u64,
-    /// Taken off the ring.
-    pub received: u64,
-    /// Malformed records.
-    pub decode_errors: u64,
-    /// CUDA returns without their entry.
-    pub unmatched_returns: u64,
-    /// CUDA calls not recorded: in-flight table full.
-    pub inflight_full: u64,
-}
-
-/// Kernel-log counters.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct KmsgReport {
-    /// XID lines read.
-    pub xids: u64,
-    /// Unparseable XID lines.
-    pub parse_errors: u64,
-    /// Records overwritten before they were read.
-    pub lost_gaps: u64,
-}
-
-/// One sink's counters for one kind.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct SinkReport {
-    /// Sink name.
-    pub sink: String,
-    /// Event kind.
-    pub kind: String,
-    /// Acknowledged by the destination.
-    pub delivered: u64,
-    /// Dropped before the destination.
-    pub dropped: u64,
-    /// By reason.
-    pub dropped_by_reason: BTreeMap<String, u64>,
-    /// Lost to destination errors.
-    pub failed: u64,
-    /// Waiting in the sink's queue (all kinds; repeated on each kind's row).
-    pub queued_events: u64,
 }
 
 /// Reads `/live` from one agent.
@@ -218,8 +126,8 @@ impl Client {
     }
 }
 
-/// The report in an HTTP answer.
-fn parse_answer(address: &str, answer: &[u8]) -> Result<LiveReport, FetchError> {
+/// The report in an HTTP answer (`address` names the agent in errors).
+pub fn parse_answer(address: &str, answer: &[u8]) -> Result<LiveReport, FetchError> {
     let split = answer.windows(4).position(|w| w == b"\r\n\r\n");
     let (head, body) = match split {
         Some(at) => (&answer[..at], &answer[at + 4..]),
@@ -254,8 +162,6 @@ fn parse_answer(address: &str, answer: &[u8]) -> Result<LiveReport, FetchError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::Accounting;
-    use crate::live::LiveTap;
 
     fn http(body: &str) -> Vec<u8> {
         format!(
@@ -263,16 +169,6 @@ mod tests {
             body.len()
         )
         .into_bytes()
-    }
-
-    #[test]
-    fn reads_what_the_agent_serves() {
-        let tap = LiveTap::new();
-        let json = tap.json(Accounting::default().snapshot());
-        let report = parse_answer("a:1", &http(&json)).expect("parses");
-        assert_eq!(report.version, LIVE_VERSION);
-        assert_eq!(report.accounting.rings.len(), 3);
-        assert_eq!(report.accounting.rings[1].ring, "cuda");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::client::LiveReport;
-use crate::live::XidLive;
+use crate::wire::LiveReport;
+use crate::wire::XidLive;
 
 /// What the screen shows.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,7 +201,7 @@ pub fn frame(agent: &str, previous: Option<&LiveReport>, current: &LiveReport) -
     });
 
     let accounting = &current.accounting;
-    let rings = |field: fn(&super::client::RingReport) -> u64| -> u64 {
+    let rings = |field: fn(&crate::wire::RingReport) -> u64| -> u64 {
         accounting.rings.iter().map(field).sum()
     };
     let mut sinks: Vec<SinkLine> = Vec::new();

@@ -1,32 +1,38 @@
 //! `gpuship top`: a live terminal view of a running agent. It attaches no probes and needs no
-//! privileges: it polls the agent's `GET /live` (see [`crate::live`]), computes rates from the
-//! difference of two polls, and redraws the whole screen every interval.
+//! privileges: it polls the agent's `GET /live`, computes rates from the difference of two
+//! polls, and redraws the screen every interval.
 //!
-//! - [`client`]: the HTTP read of `/live` and the part of the document it uses.
+//! - [`wire`]: the `/live` document's types, shared with the daemon that serves it.
+//! - [`client`]: the HTTP read of `/live`.
 //! - [`frame`]: rates, totals and loss counters of one screen.
-//! - [`render`]: a frame as lines fitted to the terminal (also the `--once` text); `format`
-//!   writes its cells.
-//! - [`terminal`]: raw input, alternate screen, restoring the terminal.
+//! - [`render`]: a frame as styled lines (also the `--once` text); `format` writes its cells,
+//!   [`layout`] fits the lines to the terminal and escapes text from outside ([`escape`]).
+//! - [`terminal`]: raw input, alternate screen, resize, restoring the terminal (crossterm
+//!   and ratatui).
 //!
-//! Plain ANSI escapes, not ratatui + crossterm: the view is a few fixed tables redrawn in full
-//! each tick, which needs cursor-home, clear-to-end, bold/red and one key; the same renderer
-//! then produces `--once` text for scripts and tests byte for byte, and the agent's binary
-//! gains no dependency tree for it. Linux-only, as the agent is.
+//! This crate depends on neither the daemon nor libbpf: the daemon depends on it for
+//! [`wire`], and the `gpuship` binary calls [`run`] for `gpuship top`. Linux-only, as the
+//! agent is.
 
 pub mod client;
+pub mod escape;
 mod format;
 pub mod frame;
+pub mod layout;
 pub mod render;
 pub mod terminal;
+pub mod wire;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use client::{Client, LiveReport};
-use render::Layout;
-use terminal::{Key, Screen};
+use client::Client;
+use frame::Frame;
+use layout::Layout;
+use terminal::{Input, Screen};
+use wire::LiveReport;
 
 /// The shortest refresh interval.
 const MIN_INTERVAL: Duration = Duration::from_millis(50);
@@ -88,7 +94,7 @@ fn once(client: &Client, interval: Duration) -> anyhow::Result<ExitCode> {
     std::thread::sleep(interval);
     let second = client.fetch().context(hint)?;
     let frame = frame::frame(client.address(), Some(&first), &second);
-    let text = render::render(&frame, &Layout::default()).join("\n");
+    let text = render::plain(&render::render(&frame, &Layout::default())).join("\n");
     use std::io::Write;
     // A reader that stops early (`gpuship top --once | head`) is not an error.
     let _ = writeln!(std::io::stdout().lock(), "{text}");
@@ -101,35 +107,52 @@ fn interactive(client: &Client, interval: Duration) -> anyhow::Result<ExitCode> 
     let mut previous: Option<LiveReport> = None;
     loop {
         let tick = Instant::now();
-        let (width, height) = screen.size();
-        let layout = Layout {
-            width: Some(width),
-            height: Some(height),
-            color: true,
-            interval: Some(interval),
-        };
-        let lines = match client.fetch() {
+        // What the screen shows until the next poll, drawn again when the terminal resizes.
+        let shown: Result<Frame, String> = match client.fetch() {
             Ok(report) => {
                 let frame = frame::frame(client.address(), previous.as_ref(), &report);
                 previous = Some(report);
-                render::render(&frame, &layout)
+                Ok(frame)
             }
-            Err(err) => render::unreachable(client.address(), &err.to_string(), &layout),
+            Err(err) => Err(err.to_string()),
         };
-        screen.draw(&lines).context("drawing the screen")?;
+        let mut redraw = true;
         loop {
-            if terminal::quit_requested() {
-                return Ok(ExitCode::SUCCESS);
+            if redraw {
+                draw(&mut screen, client.address(), &shown, interval)?;
+                redraw = false;
             }
             let left = interval.saturating_sub(tick.elapsed());
             if left.is_zero() {
                 break;
             }
-            if screen.key(left).context("reading the keyboard")? == Some(Key::Quit) {
-                return Ok(ExitCode::SUCCESS);
+            match screen.input(left).context("reading the keyboard")? {
+                Some(Input::Quit) => return Ok(ExitCode::SUCCESS),
+                Some(Input::Resize) => redraw = true,
+                Some(Input::Other) | None => {}
             }
         }
     }
+}
+
+/// Draws a frame, or the unreachable screen, at the terminal's current size.
+fn draw(
+    screen: &mut Screen,
+    agent: &str,
+    shown: &Result<Frame, String>,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    let (width, height) = screen.size();
+    let layout = Layout {
+        width: Some(width),
+        height: Some(height),
+        interval: Some(interval),
+    };
+    let lines = match shown {
+        Ok(frame) => render::render(frame, &layout),
+        Err(error) => render::unreachable(agent, error, &layout),
+    };
+    screen.draw(&lines).context("drawing the screen")
 }
 
 #[cfg(test)]
