@@ -4,15 +4,14 @@
 //! outcome (exit status 3) rather than a page that looks like a quiet, healthy fleet.
 //! The lakes are written here directly, without an agent.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agent::binary;
+use crate::support;
+use crate::support::agent::binary;
 use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
 use parquet::arrow::ArrowWriter;
 
@@ -109,7 +108,7 @@ fn special_and_unreadable_files_are_named_and_skipped_never_waited_on() {
     // The views run as `nobody`, for whom a 0000 file is unreadable (root reads anything).
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    for path in common::lake::files(dir.path())
+    for path in support::lake::files(dir.path())
         .iter()
         .chain([dir.path().to_path_buf()].iter())
     {
