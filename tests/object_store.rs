@@ -254,22 +254,15 @@ fn parquet_bytes(batch: &arrow_array::RecordBatch) -> Vec<u8> {
 /// minute ago, in their hour partitions.
 fn put_small_lake(moto: &Moto, prefix: &str) {
     use gpuship_sinks::parquet::{Destination, ObjectStoreDestination, S3Url};
-    use gpuship_sinks::schema::{
-        xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource,
-    };
+    use gpuship_sinks::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, XidRecord};
+    use gpuship_sinks::test_support::{cuda_row, host_identity, xid_record};
     let when = chrono::Utc::now() - chrono::Duration::minutes(1);
     let time_ns = when.timestamp_nanos_opt().unwrap();
     let hour = format!("dt={}/hour={}", when.format("%Y-%m-%d"), when.format("%H"));
-    let identity = HostIdentity {
-        host: "node-s".into(),
-        boot_id: "boot".into(),
-    };
+    let identity = host_identity("node-s", "boot");
     let xid = XidRecord {
         time_ns,
-        code: 79,
-        pci_bus_id: "0000:5e:00.0".into(),
-        message: "GPU has fallen off the bus.".into(),
-        ..XidRecord::new(XidSource::Kmsg)
+        ..xid_record(79, "0000:5e:00.0", "GPU has fallen off the bus.")
     };
     let xids = xid_batch_of(&identity, &[xid]).unwrap();
     let mut calls = CudaBatchBuilder::new(identity, 3);
@@ -281,13 +274,7 @@ fn put_small_lake(moto: &Moto, prefix: &str) {
             comm: "train",
             function: "cuCtxSynchronize",
             duration_ns: 100,
-            result: 0,
-            result_name: "CUDA_SUCCESS",
-            bytes: None,
-            device_ptr: None,
-            stream: None,
-            launch: None,
-            workload: None,
+            ..cuda_row()
         });
     }
     let calls = calls.finish().unwrap();

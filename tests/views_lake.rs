@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::support;
 use crate::support::agent::binary;
-use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow};
+use gpuship_sinks::test_support::{cuda_row, host_identity};
 use parquet::arrow::ArrowWriter;
 
 /// The distinct exit status of a view that found no data (docs/views.md).
@@ -28,13 +29,7 @@ fn write_calls(lake: &Path, calls: usize) -> PathBuf {
         when.format("%H")
     ));
     std::fs::create_dir_all(&folder).unwrap();
-    let mut builder = CudaBatchBuilder::new(
-        HostIdentity {
-            host: "node-v".into(),
-            boot_id: "boot".into(),
-        },
-        calls,
-    );
+    let mut builder = CudaBatchBuilder::new(host_identity("node-v", "boot"), calls);
     let time_ns = when.timestamp_nanos_opt().unwrap();
     for i in 0..calls {
         builder.append(&CudaRow {
@@ -44,13 +39,9 @@ fn write_calls(lake: &Path, calls: usize) -> PathBuf {
             comm: "train",
             function: "cuMemAlloc_v2",
             duration_ns: 500,
-            result: 0,
-            result_name: "CUDA_SUCCESS",
             bytes: Some(4096),
             device_ptr: Some(0x1000),
-            stream: None,
-            launch: None,
-            workload: None,
+            ..cuda_row()
         });
     }
     let batch = builder.finish().unwrap();

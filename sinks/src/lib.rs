@@ -36,8 +36,9 @@ pub mod sink;
 pub mod spool;
 pub mod template;
 
-#[cfg(test)]
-mod test_support;
+/// Rows, identities and batches for tests and benches (the `test-support` feature).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use batch::{EventBatch, EventKind};
 pub use queue::{
