@@ -15,7 +15,7 @@ use gpuship::sources::cuda::batcher::CudaBatcher;
 use gpuship::sources::cuda::decode::{self, Decoder};
 use gpuship::sources::cuda::plan::FunctionTable;
 use gpuship::summary::CallTally;
-use gpuship_sinks::schema::HostIdentity;
+use gpuship_sinks::test_support::host_identity;
 
 const EVENTS: usize = 65_536;
 
@@ -72,10 +72,7 @@ fn decoder() -> Decoder {
 fn decode_to_batches(c: &mut Criterion) {
     let raw = records();
     let decoder = decoder();
-    let identity = HostIdentity {
-        host: "gpu-node-017".into(),
-        boot_id: "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b".into(),
-    };
+    let identity = host_identity("gpu-node-017", "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b");
     let config = BatchConfig {
         max_events: 65_536,
         max_bytes: 64 << 20,

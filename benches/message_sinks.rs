@@ -22,15 +22,14 @@ use gpuship_sinks::kafka::{KafkaSink, KafkaSinkConfig};
 use gpuship_sinks::otlp::{OtlpMapping, OtlpProtocol, OtlpSink, OtlpSinkConfig};
 use gpuship_sinks::queue::{queue_with, BufferConfig, QueueOptions};
 use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity, LaunchDims};
+use gpuship_sinks::test_support::{cuda_row, host_identity};
 use gpuship_sinks::{EventBatch, EventKind, Sink, SinkInput, SinkStats};
 
 const ROWS_PER_BATCH: usize = 8192;
 
-fn identity() -> HostIdentity {
-    HostIdentity {
-        host: "bench-node".into(),
-        boot_id: "7f9c1c7e-0000-4000-8000-000000000000".into(),
-    }
+/// A realistic host name and boot id, so that message sizes are those of a real node.
+fn bench_node() -> HostIdentity {
+    host_identity("bench-node", "7f9c1c7e-0000-4000-8000-000000000000")
 }
 
 /// Kernel launches like the ones a training loop makes.
@@ -40,7 +39,7 @@ fn batches(events: usize) -> Vec<EventBatch> {
     let mut time_ns = 1_795_000_000_000_000_000i64;
     while left > 0 {
         let rows = left.min(ROWS_PER_BATCH);
-        let mut builder = CudaBatchBuilder::new(identity(), rows);
+        let mut builder = CudaBatchBuilder::new(bench_node(), rows);
         for i in 0..rows {
             time_ns += 1_700;
             builder.append(&CudaRow {
@@ -50,17 +49,13 @@ fn batches(events: usize) -> Vec<EventBatch> {
                 comm: "pt_main_thread",
                 function: "cuLaunchKernel",
                 duration_ns: 2_400 + (i % 300) as u64,
-                result: 0,
-                result_name: "CUDA_SUCCESS",
-                bytes: None,
-                device_ptr: None,
                 stream: Some(0x55d0_0000_1000),
                 launch: Some(LaunchDims {
                     grid: [1024, 1, 1],
                     block: [256, 1, 1],
                     shared_mem_bytes: 0,
                 }),
-                workload: None,
+                ..cuda_row()
             });
         }
         out.push(EventBatch::new(EventKind::Cuda, builder.finish().unwrap()));
@@ -218,7 +213,7 @@ fn bytes_per_event(encoding: Encoding, batch: &EventBatch) -> f64 {
         }
         Encoding::OtlpProto => {
             use prost::Message as _;
-            let mapping = OtlpMapping::new(&identity(), None, &Default::default());
+            let mapping = OtlpMapping::new(&bench_node(), None, &Default::default());
             mapping
                 .batch_request(batch.kind, &batch.records, 0)
                 .encoded_len()
@@ -248,7 +243,7 @@ fn main() {
         let broker = tansu(port);
         let mut config = KafkaSinkConfig::with_brokers(format!("127.0.0.1:{port}"));
         config.encoding = encoding;
-        let sink = Box::new(KafkaSink::new("kafka", config, identity(), None));
+        let sink = Box::new(KafkaSink::new("kafka", config, bench_node(), None));
         let result = drive(sink, batches(events), &broker);
         report(
             &format!("kafka {} (zstd)", encoding.as_str()),
@@ -273,7 +268,7 @@ fn main() {
         if !gzip {
             config.compression = gpuship_sinks::otlp::config::OtlpCompression::None;
         }
-        let sink = Box::new(OtlpSink::new("otlp", config, identity(), None));
+        let sink = Box::new(OtlpSink::new("otlp", config, bench_node(), None));
         let result = drive(sink, batches(events), &collector);
         report(
             &format!("otlp {:?}{}", protocol, if gzip { " (gzip)" } else { "" }),

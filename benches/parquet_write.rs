@@ -13,17 +13,15 @@ fn measured_config(root: &std::path::Path) -> ParquetSinkConfig {
     config.max_file_bytes = 1 << 30;
     config
 }
-use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity, LaunchDims};
+use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
+use gpuship_sinks::test_support::host_identity;
 use gpuship_sinks::EventKind;
 
 const ROWS_PER_BATCH: usize = 65_536;
 const BATCHES: usize = 8;
 
 fn batches() -> Vec<arrow_array::RecordBatch> {
-    let identity = HostIdentity {
-        host: "gpu-node-017".into(),
-        boot_id: "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b".into(),
-    };
+    let identity = host_identity("gpu-node-017", "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b");
     let functions = [
         "cuLaunchKernel",
         "cuLaunchKernelEx",

@@ -4,13 +4,12 @@
 //! and spool are both full, or without a spool: these sinks have none (with one, a full queue
 //! spills instead; `tests/outage_load.rs`).
 
-mod common;
-
 use std::io::Write;
 use std::time::Duration;
 
-use common::agent::Agent;
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::Agent;
+use crate::support::Fixtures;
 
 fn config(fixtures: &Fixtures, ring_mib: u32, kmsg: bool, when_full: &str) -> String {
     format!(
@@ -27,7 +26,7 @@ fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-fn run_policy(when_full: &str) -> common::agent::Stopped {
+fn run_policy(when_full: &str) -> support::agent::Stopped {
     let fixtures = Fixtures::build();
     let agent = Agent::start(&config(&fixtures, 16, false, when_full), &[]);
     let (_, stdout) = fixtures.run_workload(&["threads", "2", "20000"], &[]);
@@ -39,6 +38,7 @@ fn run_policy(when_full: &str) -> common::agent::Stopped {
 
 #[test]
 fn drop_newest_drops_and_counts_instead_of_slowing_capture() {
+    let _shared = support::shared();
     let stopped = run_policy("drop_newest");
     let ring = stopped.ring("cuda");
     let sink = stopped.sink("cuda");
@@ -63,6 +63,7 @@ fn drop_newest_drops_and_counts_instead_of_slowing_capture() {
 
 #[test]
 fn drop_oldest_drops_and_counts_the_oldest() {
+    let _shared = support::shared();
     let stopped = run_policy("drop_oldest");
     let sink = stopped.sink("cuda");
     let dropped = u(&sink["dropped_by_reason"]["buffer_full"]);
@@ -78,6 +79,7 @@ fn drop_oldest_drops_and_counts_the_oldest() {
 
 #[test]
 fn block_moves_the_loss_to_the_kernel_ring_and_xids_still_arrive() {
+    let _alone = support::exclusive();
     let fixtures = Fixtures::build();
     // A 1 MiB ring fills quickly while the slow sink holds the pipeline back.
     let agent = Agent::start(&config(&fixtures, 1, true, "block"), &[]);
@@ -128,8 +130,9 @@ fn block_moves_the_loss_to_the_kernel_ring_and_xids_still_arrive() {
 
 #[test]
 fn a_slow_dropping_sink_does_not_slow_the_others() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
-    let data = common::agent::data_dir();
+    let data = support::agent::data_dir();
     let config = config(&fixtures, 16, false, "drop_newest").replace(
         "[[sinks]]\ntype = \"blackhole\"",
         &format!(
@@ -166,7 +169,7 @@ fn a_slow_dropping_sink_does_not_slow_the_others() {
         stopped.outcome
     );
     assert_eq!(u(&slow["delivered"]) + u(&slow["dropped"]), 80_000);
-    let rows: usize = common::lake::read_table(data.path(), "cuda")
+    let rows: usize = support::lake::read_table(data.path(), "cuda")
         .iter()
         .map(|b| b.num_rows())
         .sum();

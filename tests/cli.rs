@@ -1,11 +1,10 @@
 //! The command line as users meet it: `validate`, bad configs, `--help`.
 
-mod common;
-
 use std::process::Command;
 
-use common::agent::{binary, Agent};
-use common::repo_root;
+use crate::support;
+use crate::support::agent::{binary, Agent};
+use crate::support::repo_root;
 
 fn gpuship(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(binary())
@@ -149,6 +148,7 @@ fn validate_lists_every_bad_value() {
 
 #[test]
 fn run_refuses_a_bad_config_before_touching_anything() {
+    let _shared = support::shared();
     let (_dir, path) = write_config("[[sinks]]\ntype = \"smoke_signals\"\n");
     let (code, _, stderr) = gpuship(&["run", "--config", &path]);
     assert_eq!(code, 1);
@@ -177,6 +177,7 @@ fn missing_config_file_is_a_clear_error() {
 
 #[test]
 fn help_documents_every_subcommand_and_the_run_options() {
+    let _shared = support::shared();
     let (code, stdout, _) = gpuship(&["run", "--help"]);
     assert_eq!(code, 0);
     for needle in ["--config", "--pid", "--summary-json", "[COMMAND]..."] {
@@ -186,6 +187,7 @@ fn help_documents_every_subcommand_and_the_run_options() {
 
 #[test]
 fn without_bpf_capabilities_run_refuses_with_instructions() {
+    let _shared = support::shared();
     let output = Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -230,6 +232,7 @@ fn short_run(extra: &[&str]) -> (i32, Vec<u8>) {
 
 #[test]
 fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let _shared = support::shared();
     let (code, stderr) = short_run(&[]);
     let text = String::from_utf8_lossy(&stderr);
     assert_eq!(code, 0, "{text}");
@@ -239,6 +242,7 @@ fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
 
 #[test]
 fn log_format_json_writes_one_object_per_line() {
+    let _shared = support::shared();
     let (code, stderr) = short_run(&["--log-format", "json"]);
     let text = String::from_utf8_lossy(&stderr);
     assert_eq!(code, 0, "{text}");
@@ -297,6 +301,7 @@ const KMSG_ONLY: &str = "[sources.xid]\ntracepoint = false\n[sources.cuda]\nenab
 
 #[test]
 fn huge_durations_are_refused_by_validate_and_run_instead_of_panicking() {
+    let _shared = support::shared();
     // Each of these made `run` panic or misbehave ("overflow when adding duration to instant",
     // a sink task panicking at SIGTERM, incidents split by a wrapped window).
     let (_dir, path) = write_config(
@@ -325,6 +330,7 @@ fn huge_durations_are_refused_by_validate_and_run_instead_of_panicking() {
 
 #[test]
 fn a_missing_explicit_library_is_refused_but_auto_finding_nothing_is_not() {
+    let _shared = support::shared();
     let (_dir, path) = write_config(
         "[sources.xid]\ntracepoint = false\n\n[sources.cuda]\n\
          libraries = [\"/nonexistent/libcuda.so.1\"]\n",
@@ -346,6 +352,7 @@ fn a_missing_explicit_library_is_refused_but_auto_finding_nothing_is_not() {
 
 #[test]
 fn run_exits_non_zero_naming_a_sink_that_cannot_start() {
+    let _shared = support::shared();
     // The header secret holds a CR/LF: it cannot be sent, so the sink could never deliver.
     // Before, the sink died silently at start, /health said ok and its XIDs were dropped.
     let (_dir, path) = write_config(&format!(
@@ -381,6 +388,7 @@ fn run_exits_non_zero_naming_a_sink_that_cannot_start() {
 
 #[test]
 fn a_sink_that_stops_with_an_error_says_so_at_once_and_the_run_ends_non_zero() {
+    let _shared = support::shared();
     // Passes every check before start; librdkafka refuses the property when the producer is
     // created inside the running sink.
     let agent = Agent::start(

@@ -4,13 +4,11 @@
 //! `# expect: line N: KEY ~ FRAGMENT` lines: `gpuship validate` must exit 1 and list exactly
 //! these problems, in this order, each message containing its fragment.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::agent::binary;
-use common::repo_root;
+use crate::support::agent::binary;
+use crate::support::repo_root;
 
 /// `(line, key, message)` of each problem `validate` printed.
 fn listed_problems(stderr: &str) -> Vec<(Option<usize>, String, String)> {

@@ -2,12 +2,11 @@
 //! sequence of driver API calls, and exactly those rows, with exactly those argument values,
 //! must come out in Parquet (read back with arrow and with DuckDB).
 
-mod common;
-
-use common::agent::{data_dir, Agent};
-use common::cuda_rows::{rows, Call};
-use common::lake::{duckdb, files, read_table};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::cuda_rows::{rows, Call};
+use crate::support::lake::{duckdb, files, read_table};
+use crate::support::Fixtures;
 
 const S: u64 = 0x5000;
 const BASE: u64 = 0x7f00_0000_0000;
@@ -94,6 +93,7 @@ const NAMED_EXTRAS: &str = r#"["default", "cuDriverGetVersion", "cuDeviceGetCoun
 
 #[test]
 fn every_call_of_the_workload_becomes_one_exact_row() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(&fixtures.cuda_config(data.path(), NAMED_EXTRAS), &[]);
@@ -199,6 +199,7 @@ fn every_call_of_the_workload_becomes_one_exact_row() {
 
 #[test]
 fn a_glob_probes_every_matching_export_minus_the_excluded_getters() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), r#"["cu*"]"#);
@@ -220,6 +221,7 @@ fn a_glob_probes_every_matching_export_minus_the_excluded_getters() {
 
 #[test]
 fn entry_only_launches_keep_their_arguments_without_duration_or_result() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), NAMED_EXTRAS).replace(
@@ -256,6 +258,7 @@ fn entry_only_launches_keep_their_arguments_without_duration_or_result() {
 
 #[test]
 fn per_symbol_probes_capture_the_same_rows_as_uprobe_multi() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), NAMED_EXTRAS).replace(

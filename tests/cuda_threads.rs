@@ -2,15 +2,15 @@
 //! thread, whether its entry and return met in the thread's in-flight slot or, when the slot
 //! was taken, in the hash table behind it.
 
-mod common;
-
-use common::agent::{data_dir, Agent};
-use common::cuda_rows::rows;
-use common::lake::read_table;
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::cuda_rows::rows;
+use crate::support::lake::read_table;
+use crate::support::Fixtures;
 
 #[test]
 fn threads_are_told_apart_and_nothing_is_lost_under_load() {
+    let _alone = support::exclusive();
     assert_threads_told_apart("", 4, 5_000);
 }
 
@@ -19,6 +19,7 @@ fn threads_are_told_apart_and_nothing_is_lost_under_load() {
 /// on the machine's cores), and still every call is one exact row.
 #[test]
 fn calls_whose_slot_is_taken_go_through_the_hash_and_nothing_is_lost() {
+    let _alone = support::exclusive();
     assert_threads_told_apart("inflight_slots = 1\n", 8, 5_000);
 }
 

@@ -3,12 +3,10 @@
 //! (`kubernetes-validate --strict`), and the agent config inside its ConfigMap for
 //! `gpuship validate`.
 
-mod common;
-
 use std::process::Command;
 
-use common::agent::binary;
-use common::repo_root;
+use crate::support::agent::binary;
+use crate::support::repo_root;
 
 #[test]
 fn the_systemd_unit_verifies() {

@@ -1,13 +1,12 @@
 //! `gpuship doctor` on this machine (no NVIDIA driver, no kprobes, uprobes and BTF present):
 //! each verdict checked in its JSON output, and the exit status.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::agent::binary;
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::binary;
+use crate::support::Fixtures;
 
 fn doctor(config: &str) -> (i32, BTreeMap<String, serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
@@ -29,6 +28,7 @@ fn doctor(config: &str) -> (i32, BTreeMap<String, serde_json::Value>) {
 
 #[test]
 fn every_probe_gets_the_right_verdict_here() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let config = format!(
         "[sources.cuda]\nlibraries = [\"{}\"]\n",
@@ -103,6 +103,7 @@ fn every_probe_gets_the_right_verdict_here() {
 
 #[test]
 fn the_exit_status_is_zero_when_every_configured_source_can_run() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let config = format!(
         "[sources.xid]\ntracepoint = false\n\n[sources.cuda]\nlibraries = [\"{}\"]\n",

@@ -3,16 +3,15 @@
 //! whose major the test names), and a kernel function timed through fentry/fexit after its
 //! first alternative fails. `doctor` explains every driver probe that cannot attach here.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::lake::read_table;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::Array;
-use common::agent::{binary, data_dir, Agent};
-use common::lake::read_table;
 
 /// Five NV_ESC_RM_CONTROL and three NV_ESC_RM_ALLOC requests on /dev/null (each fails ENOTTY).
 const IOCTLS: &str = r#"
@@ -29,6 +28,7 @@ print(os.getpid())
 
 #[test]
 fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
+    let _alone = support::exclusive();
     let data = data_dir();
     let config = format!(
         "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
@@ -59,7 +59,7 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
         .parse()
         .unwrap();
     // An XID that names the process, for the driver join of docs/rca.md.
-    common::kmsg(&format!(
+    support::kmsg(&format!(
         "<4>NVRM: Xid (PCI:0000:3b:00): 31, pid={pid}, name=python3, channel 0x00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f01_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"
     ));
     agent.wait_for_log("code=31", Duration::from_secs(10));
@@ -172,12 +172,12 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
         .iter()
         .all(|r| r.3 == 0x5401 && r.5 == "none" && r.6 == 0 && r.7 == -25));
     // docs/rca.md's driver join: the process's named escapes in the minute before its XID.
-    let sql = common::lake::rca_query(
+    let sql = support::lake::rca_query(
         "driver_before_xid",
         "gpuship-data",
         &data.path().display().to_string(),
     );
-    let rows: Vec<Vec<String>> = common::lake::duckdb(&sql)
+    let rows: Vec<Vec<String>> = support::lake::duckdb(&sql)
         .into_iter()
         .map(|r| r[..5].to_vec())
         .collect();
@@ -225,6 +225,7 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
 
 #[test]
 fn doctor_explains_each_driver_probe() {
+    let _shared = support::shared();
     let output = Command::new(binary())
         .args(["doctor", "--json"])
         .output()

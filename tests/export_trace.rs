@@ -4,21 +4,20 @@
 //! event per CUDA row and the XID as a global instant event. A corrupt file in the lake is
 //! reported by name and does not stop the export.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::agent::{binary, data_dir, Agent};
-use common::lake::{duckdb, files, read_table};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::lake::{duckdb, files, read_table};
+use crate::support::Fixtures;
 use serde_json::Value;
 
 /// A fake /proc/driver/nvidia/gpus with one GPU, on a bus no other test uses.
 fn gpu_dir() -> tempfile::TempDir {
-    common::lake::fake_gpu_dir(
+    support::lake::fake_gpu_dir(
         "NVIDIA H100 80GB HBM3",
         &[(
             0,
@@ -114,6 +113,7 @@ fn validate(trace: &Value) -> BTreeMap<String, Vec<Value>> {
 
 #[test]
 fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
+    let _alone = support::exclusive();
     let fixtures = Fixtures::build();
     let (data, gpus, dev) = (data_dir(), gpu_dir(), tempfile::tempdir().unwrap());
     let agent = Agent::start(
@@ -122,7 +122,7 @@ fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
     );
     let workload = fixtures.gated_sequence(dev.path());
     let pid = workload.pid() as i64;
-    common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:c1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
+    support::kmsg(&format!("<4>NVRM: Xid (PCI:0000:c1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
     agent.wait_for_log("code=31", Duration::from_secs(10));
     workload.release();
     let stopped = agent.stop();
@@ -262,6 +262,7 @@ fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
 
 #[test]
 fn a_bad_range_or_a_missing_lake_is_a_clear_error() {
+    let _shared = support::shared();
     let run = |args: &[&str]| {
         let output = Command::new(binary()).args(args).output().unwrap();
         (

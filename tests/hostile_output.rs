@@ -3,12 +3,11 @@
 //! CMD` prints (log lines, progress, the shutdown summary) keeps them escaped. `gpuship top`
 //! is checked in tests/top.rs; `doctor` and the summary's other keys in their unit tests.
 
-mod common;
-
 use std::process::Command;
 
-use common::agent::{binary, data_dir};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{binary, data_dir};
+use crate::support::Fixtures;
 
 /// The control characters in `text` other than the line ends between lines.
 fn raw_controls(text: &str) -> Vec<char> {
@@ -19,6 +18,7 @@ fn raw_controls(text: &str) -> Vec<char> {
 
 #[test]
 fn run_with_a_command_prints_hostile_names_and_xid_messages_escaped() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let state = data_dir();

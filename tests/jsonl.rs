@@ -1,15 +1,15 @@
 //! The `jsonl` sink as people use it with jq: one JSON object per event on stdout (or in a
 //! file), with the Parquet column names and a leading `kind`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::Fixtures;
 
 #[test]
 fn every_call_is_one_json_line_on_stdout_and_in_a_file() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let file = data.path().join("events.jsonl");

@@ -3,19 +3,18 @@
 //! right topics with the right keys and headers, decodable in every encoding; a broker killed
 //! mid-stream and restarted loses nothing the agent counted as delivered.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::agent::Agent;
+use crate::support::kafka::consume_all;
+use crate::support::kmsg;
+use crate::support::metrics::scrape;
+use crate::support::peers::Tansu;
+use crate::support::Fixtures;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
-use common::agent::Agent;
-use common::kafka::consume_all;
-use common::kmsg;
-use common::metrics::scrape;
-use common::peers::Tansu;
-use common::Fixtures;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
@@ -41,6 +40,7 @@ fn otlp_records(payload: &[u8]) -> Vec<opentelemetry_proto::tonic::logs::v1::Log
 
 #[test]
 fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
+    let _alone = support::exclusive();
     let tansu = Tansu::start(0);
     let brokers = tansu.brokers();
     let fixtures = Fixtures::build();
@@ -82,7 +82,7 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
     // json: one message per event, keyed by host and GPU.
     let xids = consume_all(&brokers, "json.xid", 3);
     assert_eq!(xids.len(), 3, "exactly once");
-    let mut by_code: BTreeMap<u64, &common::kafka::Record> = BTreeMap::new();
+    let mut by_code: BTreeMap<u64, &support::kafka::Record> = BTreeMap::new();
     for record in &xids {
         let event: serde_json::Value = serde_json::from_slice(&record.payload).unwrap();
         by_code.insert(event["code"].as_u64().unwrap(), record);
@@ -103,7 +103,7 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         .flat_map(|r| r.payload.iter().copied().chain([b'\n']))
         .collect();
     std::fs::write(landed.path().join("xid.jsonl"), lines).unwrap();
-    let rows = common::lake::duckdb(&common::lake::rca_query(
+    let rows = support::lake::duckdb(&support::lake::rca_query(
         "kafka_json_xids",
         "gpuship-kafka",
         &landed.path().display().to_string(),
@@ -198,6 +198,7 @@ fn metric(address: &str, series: &str) -> u64 {
 
 #[test]
 fn a_broker_killed_mid_stream_and_restarted_loses_nothing() {
+    let _shared = support::shared();
     let mut tansu = Tansu::start(0);
     let port = tansu.port;
     let fixtures = Fixtures::build();

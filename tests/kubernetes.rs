@@ -4,16 +4,15 @@
 //! must carry the pod's container id, UID, name and namespace; a process outside the pod none.
 //! The docs/rca.md per-pod query runs on the result.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::agent::{binary, data_dir, Agent};
-use common::lake::{duckdb, rca_query};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::lake::{duckdb, rca_query};
+use crate::support::Fixtures;
 
 const NAMESPACE: &str = "ml-team";
 const POD: &str = "trainer-0";
@@ -119,6 +118,7 @@ fn first_line(child: &mut Child) -> String {
 
 #[test]
 fn every_row_of_a_pod_process_names_its_container_and_pod() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let uid = {
@@ -174,7 +174,7 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
         first_line(&mut trainer),
         "workload: sequence iterations=1 calls=30"
     );
-    common::kmsg(&format!(
+    support::kmsg(&format!(
         "<4>NVRM: Xid (PCI:0000:6e:00): 31, pid={trainer_pid}, name=cuda_workload, channel 0x00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f01_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"
     ));
     agent.wait_for_log(

@@ -1,17 +1,17 @@
 //! The self-metrics endpoint as Prometheus and a probe see it during a run: `/health` says the
 //! agent runs, and every `/metrics` scrape parses and satisfies the accounting identities.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::agent::{binary, data_dir, Agent};
-use common::metrics::{get, http, scrape};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::metrics::{get, http, scrape};
+use crate::support::Fixtures;
 
 #[test]
 fn scrapes_during_a_run_satisfy_the_identities() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(&fixtures.cuda_config(data.path(), r#"["default"]"#), &[]);
@@ -77,6 +77,7 @@ fn scrapes_during_a_run_satisfy_the_identities() {
 
 #[test]
 fn a_metrics_port_in_use_is_a_start_error_unless_metrics_are_off() {
+    let _shared = support::shared();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = taken.local_addr().unwrap().to_string();
     let dir = data_dir();

@@ -4,8 +4,6 @@
 //! sockets, `/health` and `/metrics` answer on a new connection, and a Parquet sink keeps
 //! writing.
 
-mod common;
-
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -14,9 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::agent::{binary, data_dir, Agent};
-use common::metrics::{get, scrape};
-use common::{lake, wait_until, Fixtures};
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::metrics::{get, scrape};
+use crate::support::{lake, wait_until, Fixtures};
 
 /// `[metrics] max_connections` of the attack test.
 const LIMIT: usize = 64;
@@ -128,6 +127,7 @@ fn attacker(address: String, stop: Arc<AtomicBool>, opened: Arc<std::sync::atomi
 
 #[test]
 fn idle_connections_leave_capture_and_sinks_their_descriptors() {
+    let _shared = support::shared();
     raise_own_open_file_limit();
     let fixtures = Fixtures::build();
     let data = data_dir();
@@ -225,6 +225,7 @@ fn idle_connections_leave_capture_and_sinks_their_descriptors() {
 
 #[test]
 fn the_soft_open_file_limit_is_raised_to_the_hard_one_at_start() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let state = data_dir();

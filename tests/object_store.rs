@@ -2,17 +2,16 @@
 //! layout as on disk, objects visible only when complete, read back with DuckDB's httpfs; and
 //! an outage of the store that spools and replays without losing a row.
 
-mod common;
-
 use std::time::Duration;
 
 use std::process::Command;
 
-use common::agent::{binary, data_dir, Agent};
-use common::lake::{duckdb_s3, rca_query};
-use common::metrics::{get, scrape};
-use common::peers::{free_port, Moto};
-use common::{kmsg, Fixtures};
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::lake::{duckdb_s3, rca_query};
+use crate::support::metrics::{get, scrape};
+use crate::support::peers::{free_port, Moto};
+use crate::support::{kmsg, Fixtures};
 
 const BUCKET: &str = "gpu-lake";
 const CREDENTIALS: [(&str, &str); 3] = [
@@ -68,6 +67,7 @@ fn view_of_the_bucket(moto: &Moto, view: &str, output: &std::path::Path) -> Stri
 
 #[test]
 fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
+    let _alone = support::exclusive();
     let moto = Moto::start(0);
     moto.create_bucket(BUCKET);
     let fixtures = Fixtures::build();
@@ -186,6 +186,7 @@ fn parquet_objects_land_in_s3_in_the_lake_layout_and_duckdb_reads_them() {
 
 #[test]
 fn an_object_store_outage_spools_then_replays_without_loss() {
+    let _shared = support::shared();
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
     let fixtures = Fixtures::build();
@@ -205,7 +206,7 @@ fn an_object_store_outage_spools_then_replays_without_loss() {
         .workload(&["launches", "0", "20000"])
         .spawn()
         .expect("workload");
-    common::wait_until(
+    support::wait_until(
         Duration::from_secs(40),
         "nothing spooled while the store was down",
         || metric("gpuship_component_spooled_events_total") > 0,
@@ -219,7 +220,7 @@ fn an_object_store_outage_spools_then_replays_without_loss() {
     workload.wait().expect("workload exit");
     let moto = Moto::start(port);
     moto.create_bucket(BUCKET);
-    common::wait_until(
+    support::wait_until(
         Duration::from_secs(60),
         "the spool was not replayed",
         || metric("gpuship_spool_events") == 0,
@@ -253,22 +254,15 @@ fn parquet_bytes(batch: &arrow_array::RecordBatch) -> Vec<u8> {
 /// minute ago, in their hour partitions.
 fn put_small_lake(moto: &Moto, prefix: &str) {
     use gpuship_sinks::parquet::{Destination, ObjectStoreDestination, S3Url};
-    use gpuship_sinks::schema::{
-        xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource,
-    };
+    use gpuship_sinks::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, XidRecord};
+    use gpuship_sinks::test_support::{cuda_row, host_identity, xid_record};
     let when = chrono::Utc::now() - chrono::Duration::minutes(1);
     let time_ns = when.timestamp_nanos_opt().unwrap();
     let hour = format!("dt={}/hour={}", when.format("%Y-%m-%d"), when.format("%H"));
-    let identity = HostIdentity {
-        host: "node-s".into(),
-        boot_id: "boot".into(),
-    };
+    let identity = host_identity("node-s", "boot");
     let xid = XidRecord {
         time_ns,
-        code: 79,
-        pci_bus_id: "0000:5e:00.0".into(),
-        message: "GPU has fallen off the bus.".into(),
-        ..XidRecord::new(XidSource::Kmsg)
+        ..xid_record(79, "0000:5e:00.0", "GPU has fallen off the bus.")
     };
     let xids = xid_batch_of(&identity, &[xid]).unwrap();
     let mut calls = CudaBatchBuilder::new(identity, 3);
@@ -280,13 +274,7 @@ fn put_small_lake(moto: &Moto, prefix: &str) {
             comm: "train",
             function: "cuCtxSynchronize",
             duration_ns: 100,
-            result: 0,
-            result_name: "CUDA_SUCCESS",
-            bytes: None,
-            device_ptr: None,
-            stream: None,
-            launch: None,
-            workload: None,
+            ..cuda_row()
         });
     }
     let calls = calls.finish().unwrap();
@@ -323,6 +311,7 @@ fn put_small_lake(moto: &Moto, prefix: &str) {
 
 #[test]
 fn views_read_a_bucket_whose_endpoint_is_in_aws_endpoint_url() {
+    let _shared = support::shared();
     // AWS_ENDPOINT_URL is the name the AWS CLI and SDKs use. Taken with virtual-host
     // addressing (`gpu-lake.127.0.0.1`), the listing found nothing and the report said
     // "0 XIDs in 0 incidents" for this bucket.
@@ -361,6 +350,7 @@ fn views_read_a_bucket_whose_endpoint_is_in_aws_endpoint_url() {
 
 #[test]
 fn an_xid_reaches_the_bucket_within_seconds_while_the_agent_runs() {
+    let _shared = support::shared();
     let moto = Moto::start(0);
     moto.create_bucket(BUCKET);
     let fixtures = Fixtures::build();

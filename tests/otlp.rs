@@ -3,15 +3,14 @@
 //! event name, severity, body, attributes and resource, and the counts match the accounting;
 //! a collector killed and restarted, or absent at start, loses nothing.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::agent::Agent;
-use common::kmsg;
-use common::metrics::scrape;
-use common::peers::{free_port, PrintedRecord, Rotel};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::Agent;
+use crate::support::kmsg;
+use crate::support::metrics::scrape;
+use crate::support::peers::{free_port, PrintedRecord, Rotel};
+use crate::support::Fixtures;
 
 fn metric(address: &str, series: &str) -> u64 {
     scrape(address).get(series).copied().unwrap_or(0)
@@ -45,6 +44,7 @@ fn from_sink<'a>(records: &'a [PrintedRecord], sink: &str) -> Vec<&'a PrintedRec
 
 #[test]
 fn xids_and_failed_calls_reach_the_collector_over_grpc_and_http() {
+    let _alone = support::exclusive();
     let rotel = Rotel::start(0, 0);
     let fixtures = Fixtures::build();
     let mut config = agent_config(&fixtures, true);
@@ -174,6 +174,7 @@ const SENT: &str =
 
 #[test]
 fn a_collector_killed_mid_stream_and_restarted_loses_nothing() {
+    let _shared = support::shared();
     let mut rotel = Rotel::start(0, 0);
     let (grpc, http) = (rotel.grpc_port, rotel.http_port);
     let fixtures = Fixtures::build();
@@ -220,6 +221,7 @@ fn a_collector_killed_mid_stream_and_restarted_loses_nothing() {
 
 #[test]
 fn an_absent_collector_at_start_means_spooling_until_it_appears() {
+    let _shared = support::shared();
     let (grpc, http) = (free_port(), free_port());
     let fixtures = Fixtures::build();
     let config = agent_config(&fixtures, false)

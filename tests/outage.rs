@@ -2,14 +2,13 @@
 //! disk spool and is replayed; nothing is lost and the identities hold. And events spooled at
 //! shutdown are delivered by the next run.
 
-mod common;
-
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
-use common::lake::read_table;
-use common::metrics::{get, scrape};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::read_table;
+use crate::support::metrics::{get, scrape};
+use crate::support::Fixtures;
 
 fn metric(address: &str, series: &str) -> u64 {
     get(&scrape(address), series)
@@ -23,6 +22,7 @@ const SINK: &str = "component_id=\"parquet\",component_kind=\"sink\",kind=\"cuda
 
 #[test]
 fn a_destination_outage_spools_then_replays_without_loss() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let base = data_dir();
     let lake = base.path().join("lake");
@@ -42,7 +42,7 @@ fn a_destination_outage_spools_then_replays_without_loss() {
     let moved = base.path().join("lake.before-outage");
     std::fs::rename(&lake, &moved).unwrap();
     std::fs::write(&lake, b"not a directory").unwrap();
-    common::wait_until(
+    support::wait_until(
         Duration::from_secs(20),
         "nothing was spooled during the outage",
         || {
@@ -57,7 +57,7 @@ fn a_destination_outage_spools_then_replays_without_loss() {
 
     // Recovery.
     std::fs::remove_file(&lake).unwrap();
-    common::wait_until(
+    support::wait_until(
         Duration::from_secs(40),
         "the spool was not replayed",
         || metric(&address, &format!("gpuship_spool_events{{{SINK}}}")) == 0,
@@ -84,6 +84,7 @@ fn a_destination_outage_spools_then_replays_without_loss() {
 
 #[test]
 fn events_spooled_at_shutdown_are_delivered_by_the_next_run() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let base = data_dir();
     let state = base.path().join("state");

@@ -8,25 +8,18 @@
 //! hung broker would; the test then reads every topic back and checks each event once.
 //! OTLP: the collector is killed for 60 s and started again on the same ports.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::agent::{Agent, Stopped};
-use common::kafka::consume_all;
-use common::metrics::scrape;
-use common::peers::{Rotel, Tansu};
-use common::{kmsg, Fixtures};
+use crate::support;
+use crate::support::agent::{Agent, Stopped};
+use crate::support::kafka::consume_all;
+use crate::support::metrics::scrape;
+use crate::support::peers::{Rotel, Tansu};
+use crate::support::{kmsg, Fixtures};
 
 const OUTAGE: Duration = Duration::from_secs(60);
 
-/// The two tests each need the machine's CPUs for their load: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 /// Load before and after the outage.
 const SHOULDERS: Duration = Duration::from_secs(10);
 /// Two threads of 26,000 calls/s: 52,000 events/s.
@@ -86,7 +79,7 @@ fn watch_outage(agent: &Agent, sink: &str) -> DuringOutage {
     while started.elapsed() < OUTAGE {
         if !seen.unhealthy && metric(&address, &healthy) == 0 {
             seen.unhealthy = true;
-            seen.health_status = common::metrics::http(&address, "GET /health HTTP/1.0\r\n\r\n").0;
+            seen.health_status = support::metrics::http(&address, "GET /health HTTP/1.0\r\n\r\n").0;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -198,7 +191,7 @@ fn assert_accounting(stopped: &Stopped, sink: &str, calls: u64, xids: u64) {
 
 #[test]
 fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
-    let _machine = exclusive();
+    let _alone = support::exclusive();
     let tansu = Tansu::start(0);
     let fixtures = Fixtures::build();
     let sink = format!(
@@ -280,7 +273,7 @@ fn a_kafka_broker_hung_for_a_minute_under_load_loses_nothing() {
 
 #[test]
 fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
-    let _machine = exclusive();
+    let _alone = support::exclusive();
     let mut rotel = Rotel::start(0, 0);
     let (grpc, http) = (rotel.grpc_port, rotel.http_port);
     let fixtures = Fixtures::build();
@@ -324,7 +317,7 @@ fn an_otlp_collector_down_for_a_minute_under_load_loses_nothing() {
     );
 
     // What the collector printed, both lives together: every failed call and XID once.
-    let mut printed = common::peers::parse_records(&rotel.peer.output());
+    let mut printed = support::peers::parse_records(&rotel.peer.output());
     printed.extend(rotel_again.wait_for_records(0, Duration::ZERO));
     let mut seen: BTreeMap<(String, u64, String), u32> = BTreeMap::new();
     let mut our_xids = 0;

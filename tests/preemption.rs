@@ -10,14 +10,13 @@
 //! the two shapes of the defect: per-CPU maps other than the counters, and 64-bit
 //! read-add-write sequences on map memory.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::mem::MaybeUninit;
 
-use common::agent::{data_dir, Agent};
-use common::lake::read_table;
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::read_table;
+use crate::support::Fixtures;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
@@ -37,6 +36,7 @@ const FUNCTIONS: &str = r#"["cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel"]"#
 /// another thread's call.
 #[test]
 fn entry_only_rows_under_preemption_carry_their_own_threads_arguments() {
+    let _alone = support::exclusive();
     let extra = format!("entry_only = {FUNCTIONS}\n");
     for round in 0..REPEATS {
         stress(&extra, round);
@@ -47,6 +47,7 @@ fn entry_only_rows_under_preemption_carry_their_own_threads_arguments() {
 /// entries were built in the same per-CPU scratch buffer.
 #[test]
 fn hash_path_rows_under_preemption_carry_their_own_threads_arguments() {
+    let _alone = support::exclusive();
     for round in 0..REPEATS {
         stress("inflight_slots = 1\n", round);
     }
@@ -201,6 +202,7 @@ impl<'a> Columns<'a> {
 /// command, keeps the default, and so does the command.
 #[test]
 fn consumer_and_sink_threads_run_raised_and_a_traced_command_does_not() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let gate = tempfile::tempdir().expect("tempdir");

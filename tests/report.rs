@@ -4,17 +4,16 @@
 //! must hold exactly those counts, incidents and markers, and must render in headless Chromium
 //! with the severity colors on screen and the timeline's markers in the DOM.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::lake::duckdb;
+use crate::support::Fixtures;
 use chrono::{SubsecRound, Utc};
-use common::agent::{binary, data_dir, Agent};
-use common::lake::duckdb;
-use common::Fixtures;
 use gpuship::views::report::timeline::{severity_color, CUDA_FAILURE_COLOR};
 
 const GPU_A: &str = "0000:d1:00.0";
@@ -22,7 +21,7 @@ const GPU_B: &str = "0000:d2:00.0";
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs, on buses no other test uses.
 fn gpu_dir() -> tempfile::TempDir {
-    common::lake::fake_gpu_dir(
+    support::lake::fake_gpu_dir(
         "NVIDIA H200",
         &[
             (0, GPU_A, "GPU-0d0d-0000-1111-2222-333333333333"),
@@ -145,6 +144,7 @@ fn decode_png(path: &Path) -> (Vec<[u8; 3]>, usize, usize) {
 
 #[test]
 fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
+    let _alone = support::exclusive();
     let since = Utc::now().trunc_subsecs(0) - chrono::Duration::seconds(60);
     let fixtures = Fixtures::build();
     let (data, gpus, dev) = (data_dir(), gpu_dir(), tempfile::tempdir().unwrap());
@@ -154,8 +154,8 @@ fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
     );
     let workload = fixtures.gated_sequence(dev.path());
     let pid = workload.pid();
-    common::kmsg(&format!("<4>NVRM: Xid (PCI:0000:d1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
-    common::kmsg("<4>NVRM: Xid (PCI:0000:d2:00): 79, GPU has fallen off the bus.");
+    support::kmsg(&format!("<4>NVRM: Xid (PCI:0000:d1:00): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"));
+    support::kmsg("<4>NVRM: Xid (PCI:0000:d2:00): 79, GPU has fallen off the bus.");
     agent.wait_for_log("code=79", Duration::from_secs(10));
     workload.release();
     let stopped = agent.stop();

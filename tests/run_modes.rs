@@ -1,15 +1,14 @@
 //! `gpuship run -- COMMAND` and `gpuship run --pid PID`: only the chosen process tree is
 //! traced, the run ends with it, and the summary and exit code are the command's.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::read_table;
+use crate::support::Fixtures;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
-use common::agent::{data_dir, Agent};
-use common::lake::read_table;
-use common::Fixtures;
 
 fn pids(data: &std::path::Path) -> std::collections::BTreeMap<i32, usize> {
     let mut counts = std::collections::BTreeMap::new();
@@ -27,6 +26,7 @@ fn pids(data: &std::path::Path) -> std::collections::BTreeMap<i32, usize> {
 
 #[test]
 fn a_command_and_its_children_are_traced_and_nothing_else() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(
@@ -87,6 +87,7 @@ fn a_command_and_its_children_are_traced_and_nothing_else() {
 
 #[test]
 fn the_exit_code_of_the_command_is_gpuships() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(
@@ -100,6 +101,7 @@ fn the_exit_code_of_the_command_is_gpuships() {
 
 #[test]
 fn a_pid_is_traced_until_it_exits() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let gate = tempfile::tempdir().unwrap();

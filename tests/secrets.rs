@@ -1,21 +1,20 @@
 //! Passwords and tokens come from the environment or a file and never appear in the agent's
 //! log, its summary or `/metrics`, even while the destination refuses or fails.
 
-mod common;
-
 use std::time::Duration;
 
-use common::agent::Agent;
-use common::metrics::http;
-use common::peers::{Rotel, Tansu};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::Agent;
+use crate::support::metrics::http;
+use crate::support::peers::{Rotel, Tansu};
+use crate::support::Fixtures;
 
 const KAFKA_SECRET: &str = "kafka-pw-8f1d2c9a77";
 const OTLP_SECRET: &str = "Bearer otlp-token-51c0ffee";
 
 #[test]
 fn secrets_never_reach_logs_summary_or_metrics() {
-    std::env::set_var("GPUSHIP_TEST_KAFKA_SECRET", KAFKA_SECRET);
+    let _shared = support::shared();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{OTLP_SECRET}\n")).unwrap();
@@ -35,7 +34,9 @@ fn secrets_never_reach_logs_summary_or_metrics() {
         rotel.grpc_port,
         token_file.display()
     );
-    let agent = Agent::start(&config, &[]);
+    // The agent's environment only: setting it in this process would race with the other
+    // tests' threads reading theirs.
+    let agent = Agent::start_with_env(&config, &[], &[("GPUSHIP_TEST_KAFKA_SECRET", KAFKA_SECRET)]);
     let address = agent.metrics_address();
     fixtures.run_workload(&["sequence", "1"], &[]);
     // The broker does not speak SASL: the Kafka sink fails and logs why, while the collector
@@ -64,6 +65,7 @@ fn secrets_never_reach_logs_summary_or_metrics() {
 
 #[test]
 fn a_password_or_token_in_an_endpoint_url_is_never_printed() {
+    let _shared = support::shared();
     // A port nothing listens on: every export fails, and failures are where URLs leak.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

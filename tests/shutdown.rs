@@ -1,16 +1,16 @@
 //! Stopping the agent in the middle of a stream of calls leaves only complete, readable
 //! Parquet files, and every event the kernel emitted is in them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
-use common::lake::{files, read_table};
-use common::Fixtures;
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::{files, read_table};
+use crate::support::Fixtures;
 
 #[test]
 fn sigterm_mid_stream_leaves_complete_files_and_loses_nothing() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     // Small files and row groups so that shutdown lands between rotations.
@@ -66,6 +66,7 @@ fn sigterm_mid_stream_leaves_complete_files_and_loses_nothing() {
 
 #[test]
 fn sigkill_never_leaves_a_partial_file_under_a_final_name() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), r#"["default"]"#).replace(

@@ -3,14 +3,13 @@
 //! The state directory and what the agent creates in it are private (0700 / 0600), and a
 //! state directory others can write to is refused.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agent::{binary, data_dir, Agent};
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
 
 /// Kernel-log XIDs only, Parquet into `lake`, state in `state`.
 fn config(state: &Path, lake: &Path) -> String {
@@ -62,6 +61,7 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn a_second_agent_on_the_same_state_dir_or_parquet_path_is_refused() {
+    let _shared = support::shared();
     let dir = data_dir();
     let (state, lake) = (dir.path().join("state"), dir.path().join("lake"));
     let first = Agent::start(&config(&state, &lake), &[]);

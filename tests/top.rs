@@ -4,16 +4,15 @@
 //! totals as plain text, and fails with a message when nothing listens. `/live` itself is
 //! checked against the same totals.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::agent::{binary, data_dir, Agent};
-use common::metrics::http;
-use common::{kmsg, Fixtures};
+use crate::support;
+use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::metrics::http;
+use crate::support::{kmsg, Fixtures};
 
 /// Probes every function of the workload's sequence.
 const FUNCTIONS: &str = r#"["default", "cuDriverGetVersion", "cuDeviceGetCount"]"#;
@@ -200,6 +199,7 @@ fn top_once(agent: &str) -> Output {
 
 #[test]
 fn the_live_view_shows_calls_processes_xids_and_no_loss_and_q_quits() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures
@@ -262,6 +262,7 @@ fn the_live_view_shows_calls_processes_xids_and_no_loss_and_q_quits() {
 
 #[test]
 fn once_and_live_give_the_exact_totals() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(&fixtures.cuda_config(data.path(), FUNCTIONS), &[]);
@@ -351,6 +352,7 @@ fn once_against_a_closed_port_fails_and_says_why() {
 
 #[test]
 fn the_live_view_says_when_the_agent_is_unreachable_and_retries_until_it_comes() {
+    let _shared = support::shared();
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().unwrap().port()
@@ -397,6 +399,7 @@ fn run_named(fixtures: &Fixtures, name: &str) {
 
 #[test]
 fn once_escapes_control_characters_in_process_names_and_xid_messages() {
+    let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures

@@ -4,16 +4,16 @@
 //! outcome (exit status 3) rather than a page that looks like a quiet, healthy fleet.
 //! The lakes are written here directly, without an agent.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agent::binary;
-use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+use crate::support;
+use crate::support::agent::binary;
+use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow};
+use gpuship_sinks::test_support::{cuda_row, host_identity};
 use parquet::arrow::ArrowWriter;
 
 /// The distinct exit status of a view that found no data (docs/views.md).
@@ -29,13 +29,7 @@ fn write_calls(lake: &Path, calls: usize) -> PathBuf {
         when.format("%H")
     ));
     std::fs::create_dir_all(&folder).unwrap();
-    let mut builder = CudaBatchBuilder::new(
-        HostIdentity {
-            host: "node-v".into(),
-            boot_id: "boot".into(),
-        },
-        calls,
-    );
+    let mut builder = CudaBatchBuilder::new(host_identity("node-v", "boot"), calls);
     let time_ns = when.timestamp_nanos_opt().unwrap();
     for i in 0..calls {
         builder.append(&CudaRow {
@@ -45,13 +39,9 @@ fn write_calls(lake: &Path, calls: usize) -> PathBuf {
             comm: "train",
             function: "cuMemAlloc_v2",
             duration_ns: 500,
-            result: 0,
-            result_name: "CUDA_SUCCESS",
             bytes: Some(4096),
             device_ptr: Some(0x1000),
-            stream: None,
-            launch: None,
-            workload: None,
+            ..cuda_row()
         });
     }
     let batch = builder.finish().unwrap();
@@ -109,7 +99,7 @@ fn special_and_unreadable_files_are_named_and_skipped_never_waited_on() {
     // The views run as `nobody`, for whom a 0000 file is unreadable (root reads anything).
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    for path in common::lake::files(dir.path())
+    for path in support::lake::files(dir.path())
         .iter()
         .chain([dir.path().to_path_buf()].iter())
     {

@@ -18,7 +18,8 @@ use gpuship::xid::catalog;
 use gpuship_sinks::otlp::attributes::attribute_names;
 use gpuship_sinks::otlp::mapping::severity;
 use gpuship_sinks::otlp::OtlpMapping;
-use gpuship_sinks::schema::{schema_for, HostIdentity};
+use gpuship_sinks::schema::schema_for;
+use gpuship_sinks::test_support::identity;
 use gpuship_sinks::EventKind;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
@@ -113,11 +114,7 @@ fn full_row(schema: Arc<Schema>) -> RecordBatch {
 }
 
 fn record(kind: EventKind, batch: &RecordBatch) -> LogRecord {
-    let identity = HostIdentity {
-        host: "node".into(),
-        boot_id: "boot".into(),
-    };
-    let mapping = OtlpMapping::new(&identity, None, &BTreeMap::new());
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
     let mut request = mapping.batch_request(kind, batch, 0);
     request
         .resource_logs

@@ -3,16 +3,15 @@
 //! while the agent was down is read at the next start (the kernel-log cursor); each exactly
 //! once.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::kmsg;
+use crate::support::lake::read_table;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
-use common::agent::{data_dir, Agent};
-use common::kmsg;
-use common::lake::read_table;
 
 /// Agent config: kernel-log XIDs only, Parquet into `lake`, state kept in `state`.
 fn config(lake: &Path, state: &Path) -> String {
@@ -70,6 +69,7 @@ fn log_xid_then_kill(agent: Agent, bus: &str, after: Duration) -> String {
 
 #[test]
 fn an_xid_reaches_the_lake_within_seconds_while_the_agent_runs() {
+    let _shared = support::shared();
     let base = data_dir();
     let (lake, state) = (base.path().join("lake"), base.path().join("state"));
     let agent = Agent::start(&config(&lake, &state), &[]);
@@ -93,6 +93,7 @@ fn an_xid_reaches_the_lake_within_seconds_while_the_agent_runs() {
 
 #[test]
 fn an_xid_survives_sigkill_200ms_after_it_was_logged_and_is_written_once() {
+    let _shared = support::shared();
     let base = data_dir();
     let (lake, state) = (base.path().join("lake"), base.path().join("state"));
     let agent = Agent::start(&config(&lake, &state), &[]);
@@ -113,6 +114,7 @@ fn an_xid_survives_sigkill_200ms_after_it_was_logged_and_is_written_once() {
 
 #[test]
 fn an_xid_logged_while_the_agent_was_down_is_read_at_the_next_start_once() {
+    let _shared = support::shared();
     let base = data_dir();
     let (lake, state) = (base.path().join("lake"), base.path().join("state"));
     let bus = unique_bus(3);
@@ -141,6 +143,7 @@ fn an_xid_logged_while_the_agent_was_down_is_read_at_the_next_start_once() {
 
 #[test]
 fn an_xid_journaled_before_the_cursor_was_saved_is_not_read_twice() {
+    let _shared = support::shared();
     let base = data_dir();
     let (lake, state) = (base.path().join("lake"), base.path().join("state"));
     // The lake is unavailable (a file holds its name): the XID stays in the journal.

@@ -4,30 +4,22 @@
 //! log line, the XID is attributed to the process using the GPU. The DuckDB queries of
 //! docs/rca.md run as written against the agent's output.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::agent::{data_dir, Agent};
-use common::lake::{duckdb, rca_query};
-use common::{repo_root, Fixtures};
-
-/// The tests here each read the whole kernel log: they take turns.
-static KERNEL_LOG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    KERNEL_LOG.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::{duckdb, rca_query};
+use crate::support::{repo_root, Fixtures};
 
 /// Writes a driver line at warning level.
 fn kmsg(line: &str) {
-    common::kmsg(&format!("<4>{line}"));
+    support::kmsg(&format!("<4>{line}"));
 }
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs (minors 0 and 1).
 fn gpu_dir() -> tempfile::TempDir {
-    common::lake::fake_gpu_dir(
+    support::lake::fake_gpu_dir(
         "NVIDIA H100 80GB HBM3",
         &[
             (
@@ -57,7 +49,7 @@ fn xid_rows(lake: &Path, columns: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn real_lines_from_many_drivers_are_decoded_with_their_catalog_entries() {
-    let _turn = one_at_a_time();
+    let _alone = support::exclusive();
     let text =
         std::fs::read_to_string(repo_root().join("tests/fixtures/kmsg_xid_samples.tsv")).unwrap();
     let samples: Vec<&str> = text
@@ -153,7 +145,7 @@ fn real_lines_from_many_drivers_are_decoded_with_their_catalog_entries() {
 
 #[test]
 fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
-    let _turn = one_at_a_time();
+    let _alone = support::exclusive();
     let fixtures = Fixtures::build();
     let (data, gpus, dev) = (data_dir(), gpu_dir(), tempfile::tempdir().unwrap());
     let agent = Agent::start(
@@ -275,7 +267,7 @@ fn a_cascade_and_the_cuda_errors_it_caused_are_one_incident() {
 
 #[test]
 fn without_a_process_in_the_log_the_xid_goes_to_the_process_using_the_gpu() {
-    let _turn = one_at_a_time();
+    let _alone = support::exclusive();
     let fixtures = Fixtures::build();
     let (data, gpus, dev) = (data_dir(), gpu_dir(), tempfile::tempdir().unwrap());
     let device = dev.path().join("nvidia0");

@@ -1,16 +1,15 @@
 //! XIDs written to /dev/kmsg in the driver's real formats come out as `xid` rows with the
 //! right code, bus id, process and GPU; a malformed XID line is counted and loses nothing else.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::kmsg;
+use crate::support::lake::{duckdb, read_table};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::Array;
-use common::agent::{data_dir, Agent};
-use common::kmsg;
-use common::lake::{duckdb, read_table};
 
 /// A fake /proc/driver/nvidia/gpus with two GPUs.
 fn gpu_dir() -> tempfile::TempDir {
@@ -51,6 +50,7 @@ struct XidRow {
 
 #[test]
 fn kernel_log_xids_in_every_driver_format_become_rows() {
+    let _alone = support::exclusive();
     let data = data_dir();
     let gpus = gpu_dir();
     let config = format!(

@@ -7,17 +7,17 @@
 //! the woken ring, decoding and Parquet. The real tracepoint is proven on the GPU machine
 //! (docs/gpu-verification.md).
 
-mod common;
-
 use std::process::Command;
 
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::read_table;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type};
-use common::agent::{data_dir, Agent};
-use common::lake::read_table;
 
 #[test]
 fn the_xid_program_reads_data_loc_fields_of_a_live_tracepoint() {
+    let _alone = support::exclusive();
     let data = data_dir();
     let config = format!(
         "[sources.xid]\ntracepoint = true\ntracepoint_name = \"sched:sched_process_fork\"\nkmsg = false\n\n\

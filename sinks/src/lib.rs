@@ -42,8 +42,9 @@ pub mod spool;
 pub mod stats;
 pub mod template;
 
-#[cfg(test)]
-mod test_support;
+/// Rows, identities and batches for tests and benches (the `test-support` feature).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use batch::{EventBatch, EventKind, Retention};
 /// Per-kind tables outside this crate use the same map type (re-exported so they need no

@@ -10,35 +10,23 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
 use super::*;
-use crate::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+use crate::schema::{CudaBatchBuilder, CudaRow};
 use crate::sink::SinkInput;
 use crate::stats::SinkStats;
+use crate::test_support::{cuda_row, identity};
 use crate::{EventBatch, EventKind};
-
-fn identity() -> HostIdentity {
-    HostIdentity {
-        host: "node-a".into(),
-        boot_id: "boot-1".into(),
-    }
-}
 
 fn cuda_batch(times_ns: &[i64]) -> arrow_array::RecordBatch {
     let mut builder = CudaBatchBuilder::new(identity(), times_ns.len());
     for (i, &time_ns) in times_ns.iter().enumerate() {
         builder.append(&CudaRow {
             time_ns,
-            pid: 1,
             tid: 2,
             comm: "app",
             function: "cuMemAlloc_v2",
             duration_ns: 10,
-            result: 0,
-            result_name: "CUDA_SUCCESS",
             bytes: Some(i as u64),
-            device_ptr: None,
-            stream: None,
-            launch: None,
-            workload: None,
+            ..cuda_row()
         });
     }
     builder.finish().unwrap()

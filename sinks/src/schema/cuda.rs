@@ -229,12 +229,7 @@ mod tests {
     use arrow_array::types::{UInt32Type, UInt64Type};
     use arrow_array::Array;
 
-    fn identity() -> HostIdentity {
-        HostIdentity {
-            host: "node-1".into(),
-            boot_id: "b00t".into(),
-        }
-    }
+    use crate::test_support::{cuda_row, identity};
 
     fn row(function: &str) -> CudaRow<'_> {
         CudaRow {
@@ -246,15 +241,13 @@ mod tests {
             duration_ns: 1500,
             result: 700,
             result_name: "CUDA_ERROR_ILLEGAL_ADDRESS",
-            bytes: None,
             device_ptr: Some(0x7f00_0000_0000),
-            stream: None,
             launch: Some(LaunchDims {
                 grid: [1, 2, 3],
                 block: [4, 5, 6],
                 shared_mem_bytes: 7,
             }),
-            workload: None,
+            ..cuda_row()
         }
     }
 
@@ -288,7 +281,7 @@ mod tests {
         assert_eq!(grid_z.value(0), 3);
         assert!(grid_z.is_null(1));
         let host = batch.column_by_name("host").unwrap().as_string::<i32>();
-        assert_eq!(host.value(1), "node-1");
+        assert_eq!(host.value(1), &*identity().host);
         let time = batch
             .column_by_name("time")
             .unwrap()

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
-use crate::test_support::{identity, xid_batch_with, xid_record};
+use crate::test_support::{cuda_row, identity, xid_batch_with, xid_record};
 
 fn attributes(record: &LogRecord) -> BTreeMap<&str, &Value> {
     record
@@ -139,17 +139,13 @@ fn cuda_rows() -> arrow_array::RecordBatch {
         comm: "train",
         function: "cuLaunchKernel",
         duration_ns: 12_500,
-        result: 0,
-        result_name: "CUDA_SUCCESS",
-        bytes: None,
-        device_ptr: None,
         stream: Some(0xabc),
         launch: Some(LaunchDims {
             grid: [64, 2, 1],
             block: [256, 1, 1],
             shared_mem_bytes: 1024,
         }),
-        workload: None,
+        ..cuda_row()
     };
     builder.append(&base);
     builder.append(&CudaRow {

@@ -5,12 +5,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type};
 use arrow_array::Array;
 
+use crate::test_support::{identity, xid_record};
+
 #[test]
 fn row_values_land_in_their_columns() {
-    let identity = HostIdentity {
-        host: "gpu-node".into(),
-        boot_id: "boot".into(),
-    };
     let gpu = Arc::new(GpuIdentity {
         uuid: "GPU-1234".into(),
         model: "NVIDIA H100".into(),
@@ -20,25 +18,12 @@ fn row_values_land_in_their_columns() {
     let records = [
         XidRecord {
             time_ns: 1_000,
-            code: 79,
-            pci_bus_id: "0000:3b:00.0".into(),
             gpu: Some(gpu),
-            message: "GPU has fallen off the bus.".into(),
-            source: XidSource::Kmsg,
-            pid: None,
-            comm: None,
-            reporter_pid: None,
-            reporter_comm: None,
             kmsg_seq: Some(42),
-            message_truncated: false,
-            ..XidRecord::new(XidSource::Kmsg)
+            ..xid_record(79, "0000:3b:00.0", "GPU has fallen off the bus.")
         },
         XidRecord {
             time_ns: 2_000,
-            code: 31,
-            pci_bus_id: "0000:00:06.0".into(),
-            gpu: None,
-            message: "MMU Fault".into(),
             source: XidSource::Tracepoint,
             pid: Some(468),
             comm: Some("python3".into()),
@@ -56,10 +41,10 @@ fn row_values_land_in_their_columns() {
                 },
                 ..Default::default()
             },
-            ..XidRecord::new(XidSource::Tracepoint)
+            ..xid_record(31, "0000:00:06.0", "MMU Fault")
         },
     ];
-    let batch = batch_of(&identity, &records).unwrap();
+    let batch = batch_of(&identity(), &records).unwrap();
     assert_eq!(batch.num_rows(), 2);
     let code = batch
         .column_by_name("code")

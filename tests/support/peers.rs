@@ -315,8 +315,8 @@ pub fn parse_records(text: &str) -> Vec<PrintedRecord> {
 
 /// moto's S3-compatible server (in memory; any credentials are accepted).
 pub struct Moto {
-    /// The process.
-    pub peer: Peer,
+    /// The process, kept for its drop, which stops it.
+    _peer: Peer,
     /// Its port.
     pub port: u16,
 }
@@ -338,7 +338,7 @@ impl Moto {
             .arg("-p")
             .arg(port.to_string());
         Moto {
-            peer: Peer::spawn(command, "moto_server", port),
+            _peer: Peer::spawn(command, "moto_server", port),
             port,
         }
     }

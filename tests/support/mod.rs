@@ -2,9 +2,8 @@
 //! and stop the real agent binary, read its Parquet output through arrow and DuckDB.
 //!
 //! Every test gets its own copy of the stand-in library: uprobes attach to an inode, so agents
-//! of tests running in parallel never see each other's calls.
-
-#![allow(dead_code)]
+//! of tests running in parallel never see each other's calls. What else tests running in one
+//! process could share (the machine's CPUs, the kernel log) is arbitrated in [`serial`].
 
 pub mod agent;
 pub mod cuda_rows;
@@ -12,6 +11,9 @@ pub mod kafka;
 pub mod lake;
 pub mod metrics;
 pub mod peers;
+pub mod serial;
+
+pub use serial::{exclusive, shared};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Starting the real `gpuship` binary and stopping it by pid.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -272,9 +272,4 @@ pub fn data_dir() -> tempfile::TempDir {
         .prefix("gpuship-data-")
         .tempdir()
         .expect("tempdir")
-}
-
-/// Path helper for config text.
-pub fn display(path: &Path) -> String {
-    path.display().to_string()
 }

@@ -1,0 +1,46 @@
+//! The integration tests: one test crate, built once, whose modules are the files beside this
+//! one (`tests/cli.rs` is `cli::`, so `cargo test --test integration cli::` runs that file).
+//! The shared helpers (starting the agent, test peers, reading the lake) live in `support`.
+//!
+//! Every test of every file runs in this one process, concurrently: tests that need the machine
+//! or the kernel log to themselves take `support::exclusive()`, the others that start an agent,
+//! load BPF programs or write the kernel log take `support::shared()` (see `support::serial`).
+//! Cargo's test auto-discovery is off (`autotests = false`): a file under `tests/` must be
+//! declared here to run, which `layout::every_test_file_is_declared_in_main` checks.
+
+mod support;
+
+mod backpressure;
+mod cli;
+mod config_hostile;
+mod cuda_capture;
+mod cuda_threads;
+mod deploy;
+mod doctor;
+mod driver_hooks;
+mod export_trace;
+mod hostile_output;
+mod jsonl;
+mod kafka;
+mod kubernetes;
+mod layout;
+mod makefile;
+mod metrics;
+mod metrics_limits;
+mod object_store;
+mod otlp;
+mod outage;
+mod outage_load;
+mod preemption;
+mod report;
+mod run_modes;
+mod secrets;
+mod shutdown;
+mod state_dir;
+mod top;
+mod views_lake;
+mod wire_docs;
+mod xid_durability;
+mod xid_intelligence;
+mod xid_kmsg;
+mod xid_tracepoint;
