@@ -196,6 +196,14 @@ fn journaled_kmsg_records(config: &Config, boot_id: &str) -> BTreeSet<u64> {
     seqs
 }
 
+/// `xid=N cuda=N driver=N`: the events a spool holds, for every kind.
+fn pending_by_kind(spool: &Spool) -> String {
+    gpuship_sinks::EventKind::all()
+        .map(|kind| format!("{kind}={}", spool.pending_events(kind)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.
 fn open_spool(state_dir: &Path, sink: &str, config: &SpoolConfig) -> Option<Spool> {
     if !config.enabled {
@@ -208,8 +216,7 @@ fn open_spool(state_dir: &Path, sink: &str, config: &SpoolConfig) -> Option<Spoo
                 tracing::info!(
                     sink,
                     dir = %dir.display(),
-                    xid = spool.pending_events(gpuship_sinks::EventKind::Xid),
-                    cuda = spool.pending_events(gpuship_sinks::EventKind::Cuda),
+                    pending = %pending_by_kind(&spool),
                     "spooled events from a previous run will be delivered first"
                 );
             }

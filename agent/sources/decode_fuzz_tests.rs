@@ -3,7 +3,7 @@
 //! (type limits included) decode to exactly those values.
 //!
 //! A short budget runs with the unit tests; `PROPTEST_CASES=N` runs N cases per property
-//! (docs/fuzzing.md). Failing seeds are kept in `proptest-regressions/decode/fuzz_tests.txt`.
+//! (docs/fuzzing.md). Failing seeds are kept in `proptest-regressions/sources/decode_fuzz_tests.txt`.
 
 use proptest::prelude::*;
 

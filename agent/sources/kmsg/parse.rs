@@ -299,8 +299,6 @@ fn quote_bytes(b: &[u8]) -> String {
 }
 
 #[cfg(test)]
-#[path = "parse_fuzz_tests.rs"]
 mod fuzz_tests;
 #[cfg(test)]
-#[path = "parse_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@
 //!
 //! A short budget runs with the unit tests; `PROPTEST_CASES=N` runs N cases per property
 //! (docs/fuzzing.md). Failing seeds are kept in
-//! `proptest-regressions/sources/kmsg/parse_fuzz_tests.txt`.
+//! `proptest-regressions/sources/kmsg/parse/fuzz_tests.txt`.
 
 use proptest::prelude::*;
 
