@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 
 use gpuship_sinks::EventKind;
 
-use crate::lake::{Lake, TimeRange};
 use crate::views::rows;
+use crate::{Lake, TimeRange};
 pub use data::ReportData;
 
 /// The report of `range`: its data and its page.
@@ -60,8 +60,8 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::AccountingTotals;
     use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::AccountingTotals;
 
     fn report(message: &str) -> String {
         let since = chrono::DateTime::from_timestamp_nanos(0);

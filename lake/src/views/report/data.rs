@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::functions::{self, FunctionStats};
-use crate::lake::{AccountingTotals, TimeRange, Unreadable};
 use crate::views::rows::{CudaCall, Xid};
+use crate::{AccountingTotals, TimeRange, Unreadable};
 
 /// A GPU: host and PCI bus id.
 pub type GpuKey = (String, String);

@@ -1,25 +1,33 @@
-//! Reading the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/hour=HH/
-//! part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range. The views
-//! (`gpuship export-trace`, `gpuship report`) read through here; nothing here writes to the lake.
+//! gpuship-lake: reads the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/
+//! hour=HH/part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range, and
+//! the views people read it through (`gpuship report`, `gpuship export-trace`). Nothing here
+//! writes to the lake, and nothing here needs BPF or root: a user who only reads the lake links
+//! this crate (or runs its `gpuship-lake` binary) without the agent.
 //!
 //! - [`storage`]: the [`LakeStorage`] trait, the only code that touches where the lake is kept;
-//!   [`local`] implements it for a folder.
+//!   [`local`] implements it for a folder, [`remote`] for S3.
 //! - [`range`]: `--since`/`--until` and the [`TimeRange`] they make.
 //! - [`partition`]: pruning by the `dt=`/`hour=` folders before any file is fetched.
 //! - [`table`]: one Parquet object to the batches of rows inside the range.
 //! - [`accounting`]: the delivery counters kept beside the data.
+//! - [`catalog`]: the XID catalog (names, severities, actions), shared with the agent, which
+//!   writes it into every XID row; the views fill older rows from it.
+//! - [`views`]: the report and the trace export; [`args`]: their command-line arguments.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
 //! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
 //! named like a data file is refused without opening it, so reading never waits on one.
 
 pub mod accounting;
+pub mod args;
+pub mod catalog;
 pub mod local;
 pub mod partition;
 pub mod range;
 pub mod remote;
 pub mod storage;
 pub mod table;
+pub mod views;
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::data::ReportData;
 use super::format::{duration, escape, rate, time};
 use super::timeline;
-use crate::lake::range::rfc3339;
+use crate::range::rfc3339;
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:#1d1d1f;margin:24px;background:#fff}

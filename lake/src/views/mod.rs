@@ -1,6 +1,6 @@
 //! Views of the data lake for people: `gpuship export-trace` (a Perfetto/Chrome trace of a time
 //! range) and `gpuship report` (one self-contained HTML page). Both read the lake through
-//! [`crate::lake`] and never touch the running agent or write into the lake.
+//! [`crate::Lake`] and never touch the running agent or write into the lake.
 //!
 //! [`rows`] turns record batches into typed rows; [`trace`] and [`report`] build the outputs;
 //! this file is the command-line glue (range, lake, output file).
@@ -19,9 +19,9 @@ use anyhow::Context;
 use gpuship_sinks::EventKind;
 use serde_json::{json, Map};
 
-use crate::cli::{ExportTraceArgs, RangeArgs, ReportArgs};
-use crate::lake::range::rfc3339;
-use crate::lake::{Lake, TimeRange, Unreadable};
+use crate::args::{ExportTraceArgs, RangeArgs, ReportArgs};
+use crate::range::rfc3339;
+use crate::{Lake, TimeRange, Unreadable};
 
 /// Exit status of a view that found no readable data file in its range (docs/views.md): a
 /// wrong `--data`, a range before the agent ran, or an object store that lists nothing must
