@@ -1,10 +1,10 @@
-//! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace` and
-//! `report`.
+//! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace`,
+//! `report` and `query`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-pub use gpuship_lake::args::{ExportTraceArgs, RangeArgs, ReportArgs};
+pub use gpuship_lake::args::{ExportTraceArgs, QueryArgs, RangeArgs, ReportArgs};
 
 /// gpuship: captures NVIDIA XID errors and CUDA driver API calls with eBPF and ships them as
 /// Arrow record batches to Parquet (and more sinks). Runs as root.
@@ -46,6 +46,9 @@ pub enum CliCommand {
     /// timeline with failed CUDA calls, incidents, CUDA call rates and latency, delivery
     /// accounting.
     Report(ReportArgs),
+    /// Ask the data lake anything in SQL (tables xid, cuda, driver; the rows of --since/--until)
+    /// and print the rows as a table, CSV or JSON. Exit status 2 for wrong SQL.
+    Query(QueryArgs),
     /// Live terminal view of a running agent (read from its metrics server's /live): calls per
     /// second per CUDA function and per process, the latest XIDs, loss counters. q quits.
     Top(TopArgs),

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         CliCommand::Xid(args) => xid(args),
         CliCommand::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
         CliCommand::Report(args) => gpuship_lake::views::report(&args),
+        CliCommand::Query(args) => gpuship_lake::views::query(&args),
         CliCommand::Top(args) => gpuship::top::run(&gpuship::top::TopOptions {
             agent: args.agent,
             interval: args.interval,

@@ -43,3 +43,29 @@ pub struct ReportArgs {
     #[arg(long, short, default_value = "gpuship-report.html")]
     pub output: PathBuf,
 }
+
+/// How `gpuship query` prints its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QueryFormat {
+    /// An aligned text table.
+    Table,
+    /// CSV with a header line.
+    Csv,
+    /// One JSON array of objects.
+    Json,
+}
+
+/// `gpuship query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// The SQL (DataFusion's dialect) over the tables `xid`, `cuda` and `driver`: the rows of
+    /// the range, with the hive partition columns `dt` and `hour`. Exit status 2 when the SQL
+    /// is wrong.
+    pub sql: String,
+    /// Range and lake.
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: QueryFormat,
+}

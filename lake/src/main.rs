@@ -1,11 +1,11 @@
 //! `gpuship-lake`: the lake's views without the agent, for people who only read the lake (no
-//! BPF, no root): `report`, `export-trace`, with the same flags and exit statuses as `gpuship
-//! report` and `gpuship export-trace`.
+//! BPF, no root): `report`, `export-trace` and `query`, with the same flags and exit statuses as `gpuship
+//! report`, `gpuship export-trace` and `gpuship query`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gpuship_lake::args::{ExportTraceArgs, ReportArgs};
+use gpuship_lake::args::{ExportTraceArgs, QueryArgs, ReportArgs};
 
 /// gpuship-lake: reads gpuship's Parquet data lake (a folder or s3://bucket/prefix).
 #[derive(Debug, Parser)]
@@ -26,6 +26,8 @@ enum Command {
     Report(ReportArgs),
     /// Export a time range of the lake as a Chrome/Perfetto trace (as `gpuship export-trace`).
     ExportTrace(ExportTraceArgs),
+    /// Ask the lake anything in SQL over the tables xid, cuda and driver (as `gpuship query`).
+    Query(QueryArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report(args) => gpuship_lake::views::report(&args),
         Command::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
+        Command::Query(args) => gpuship_lake::views::query(&args),
     };
     match result {
         Ok(code) => code,
