@@ -31,14 +31,14 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     let xids = rows::xids(&read.query("SELECT * FROM xid")?);
     let failed = rows::cuda_calls(&sql::failed_calls(&mut read)?);
     let functions = sql::per_function(&mut read, range.seconds())?;
-    let driver_ops = sql::count(&mut read, "driver", sql::DRIVER_OP)?;
+    let (driver_ops, driver_hosts) = sql::count_by_host(&mut read, "driver", sql::DRIVER_OP)?;
     let mut hosts: BTreeSet<String> = xids
         .iter()
         .map(|x| x.host.clone())
         .filter(|h| !h.is_empty())
         .collect();
     hosts.extend(sql::hosts(&mut read, "cuda", sql::CUDA_CALL)?);
-    hosts.extend(sql::hosts(&mut read, "driver", sql::DRIVER_OP)?);
+    hosts.extend(driver_hosts);
     let accounting = lake.accounting(&range)?;
     let totals = data::Totals {
         xids: xids.len(),

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow_array::builder::StringBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
 
@@ -28,7 +29,8 @@ const DURATION_LABEL: &str = "gpuship_duration_label";
 /// Rows the views count as CUDA calls (rows::cuda_calls leaves the others out).
 const CALL: &str = "pid IS NOT NULL AND function IS NOT NULL";
 
-/// `duration_ns` as the page writes it, for GROUP BY.
+/// `duration_ns` as the page writes it, for GROUP BY. Labels are formatted into one reused
+/// buffer: this runs once per CUDA row of the range.
 pub fn duration_label_udf() -> ScalarUDF {
     create_udf(
         DURATION_LABEL,
@@ -39,11 +41,14 @@ pub fn duration_label_udf() -> ScalarUDF {
             |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
                 let arrays = ColumnarValue::values_to_arrays(args)?;
                 let durations = arrays[0].as_primitive::<UInt64Type>();
-                let labels: StringArray = durations
-                    .iter()
-                    .map(|d| Some(format::duration(d.unwrap_or(0))))
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(labels) as ArrayRef))
+                let mut labels = StringBuilder::with_capacity(durations.len(), durations.len() * 8);
+                let mut label = String::with_capacity(16);
+                for duration in durations.iter() {
+                    label.clear();
+                    format::write_duration(&mut label, duration.unwrap_or(0));
+                    labels.append_value(&label);
+                }
+                Ok(ColumnarValue::Array(Arc::new(labels.finish()) as ArrayRef))
             },
         ),
     )
@@ -144,13 +149,28 @@ pub fn per_function(
     Ok(stats)
 }
 
-/// Rows of `table` the views count (with the columns that identify them).
-pub fn count(read: &mut LakeRead<'_>, table: &str, valid: &str) -> Result<usize, QueryError> {
-    let batches = read.query(&format!("SELECT count(*) FROM {table} WHERE {valid}"))?;
-    Ok(batches
-        .first()
-        .filter(|b| b.num_rows() > 0)
-        .map_or(0, |b| u64_at(b, 0, 0) as usize))
+/// Rows of `table` the views count (with the columns that identify them), and the hosts that
+/// wrote them, in one scan.
+pub fn count_by_host(
+    read: &mut LakeRead<'_>,
+    table: &str,
+    valid: &str,
+) -> Result<(usize, Vec<String>), QueryError> {
+    let batches = read.query(&format!(
+        "SELECT host, count(*) FROM {table} WHERE {valid} GROUP BY host"
+    ))?;
+    let mut rows = 0;
+    let mut hosts = Vec::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            rows += u64_at(batch, 1, row) as usize;
+            let host = text_at(batch, 0, row);
+            if !host.is_empty() {
+                hosts.push(host);
+            }
+        }
+    }
+    Ok((rows, hosts))
 }
 
 /// Hosts that wrote a counted row of `table`.
