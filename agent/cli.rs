@@ -1,9 +1,10 @@
-//! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace` and
-//! `report`.
+//! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace`,
+//! `report` and `query`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+pub use gpuship_lake::args::{ExportTraceArgs, QueryArgs, RangeArgs, ReportArgs};
 
 /// gpuship: captures NVIDIA XID errors and CUDA driver API calls with eBPF and ships them as
 /// Arrow record batches to Parquet (and more sinks). Runs as root.
@@ -45,6 +46,9 @@ pub enum CliCommand {
     /// timeline with failed CUDA calls, incidents, CUDA call rates and latency, delivery
     /// accounting.
     Report(ReportArgs),
+    /// Ask the data lake anything in SQL (tables xid, cuda, driver; the rows of --since/--until)
+    /// and print the rows as a table, CSV or JSON. Exit status 2 for wrong SQL.
+    Query(QueryArgs),
     /// Live terminal view of a running agent (read from its metrics server's /live): calls per
     /// second per CUDA function and per process, the latest XIDs, loss counters. q quits.
     Top(TopArgs),
@@ -63,44 +67,6 @@ pub struct TopArgs {
     /// exit status 1 when the agent cannot be read.
     #[arg(long)]
     pub once: bool,
-}
-
-/// The time range and lake a view reads (`export-trace`, `report`).
-#[derive(Debug, Args)]
-pub struct RangeArgs {
-    /// Start: a duration back from now (30m, 6h, 2d) or an RFC 3339 time (2026-11-22T03:00:00Z).
-    #[arg(long)]
-    pub since: String,
-    /// End (exclusive), in the same forms; default now.
-    #[arg(long)]
-    pub until: Option<String>,
-    /// The data lake: the Parquet sink's `path`, a folder or s3://bucket/prefix (AWS_ENDPOINT_URL
-    /// or AWS_ENDPOINT, AWS_REGION and credentials from the environment). Exit status 3 when
-    /// no file of the range can be read.
-    #[arg(long, default_value = "./gpuship-data")]
-    pub data: String,
-}
-
-/// `gpuship export-trace`.
-#[derive(Debug, Args)]
-pub struct ExportTraceArgs {
-    /// Range and lake.
-    #[command(flatten)]
-    pub range: RangeArgs,
-    /// Where to write the trace JSON; `-` is standard output.
-    #[arg(long, short, default_value = "-")]
-    pub output: PathBuf,
-}
-
-/// `gpuship report`.
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// Range and lake.
-    #[command(flatten)]
-    pub range: RangeArgs,
-    /// Where to write the HTML; `-` is standard output.
-    #[arg(long, short, default_value = "gpuship-report.html")]
-    pub output: PathBuf,
 }
 
 /// `gpuship xid`.

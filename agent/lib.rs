@@ -16,8 +16,9 @@
 //! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
 //!   [`config`] and [`cli`] are the edges; [`state_dir`] is the agent's state directory and
 //!   its lock; [`escape`] makes outside text safe to print on a terminal.
-//! - [`lake`]: reads the Parquet lake back for a time range; [`views`] turn it into a
-//!   Perfetto trace (`gpuship export-trace`) and an HTML report (`gpuship report`).
+//!
+//! Reading the lake back (`gpuship report`, `export-trace`, `query`) is the `gpuship-lake`
+//! crate, which this one only calls.
 
 pub mod accounting;
 pub mod batcher;
@@ -30,7 +31,6 @@ pub mod doctor;
 pub mod enrich;
 pub mod escape;
 pub mod fanout;
-pub mod lake;
 pub mod live;
 pub mod logging;
 pub mod metrics;
@@ -38,5 +38,4 @@ pub mod run;
 pub mod sources;
 pub mod state_dir;
 pub mod summary;
-pub mod views;
 pub mod xid;

@@ -18,8 +18,9 @@ fn main() -> ExitCode {
         CliCommand::Run(args) => run_command(args),
         CliCommand::Doctor(args) => doctor(args),
         CliCommand::Xid(args) => xid(args),
-        CliCommand::ExportTrace(args) => gpuship::views::export_trace(&args),
-        CliCommand::Report(args) => gpuship::views::report(&args),
+        CliCommand::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
+        CliCommand::Report(args) => gpuship_lake::views::report(&args),
+        CliCommand::Query(args) => gpuship_lake::views::query(&args),
         CliCommand::Top(args) => gpuship_top::run(&gpuship_top::TopOptions {
             agent: args.agent,
             interval: args.interval,

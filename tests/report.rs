@@ -14,7 +14,7 @@ use crate::support::agent::{binary, data_dir, Agent};
 use crate::support::lake::duckdb;
 use crate::support::Fixtures;
 use chrono::{SubsecRound, Utc};
-use gpuship::views::report::timeline::{severity_color, CUDA_FAILURE_COLOR};
+use gpuship_lake::views::report::timeline::{severity_color, CUDA_FAILURE_COLOR};
 
 const GPU_A: &str = "0000:d1:00.0";
 const GPU_B: &str = "0000:d2:00.0";

@@ -9,10 +9,11 @@
 //! - [`stage`]: the thread-shared stage the sources report to.
 
 pub mod attribution;
-pub mod catalog;
 pub mod details;
 pub mod incidents;
 pub mod reconcile;
 pub mod stage;
 
+/// The catalog lives in the lake crate: the views fill older rows from it too.
+pub use gpuship_lake::catalog;
 pub use stage::{XidStage, XidStageSettings};

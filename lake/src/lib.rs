@@ -1,25 +1,42 @@
-//! Reading the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/hour=HH/
-//! part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range. The views
-//! (`gpuship export-trace`, `gpuship report`) read through here; nothing here writes to the lake.
+//! gpuship-lake: reads the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/
+//! hour=HH/part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range, and
+//! the views people read it through (`gpuship report`, `gpuship export-trace`). Nothing here
+//! writes to the lake, and nothing here needs BPF or root: a user who only reads the lake links
+//! this crate (or runs its `gpuship-lake` binary) without the agent.
 //!
 //! - [`storage`]: the [`LakeStorage`] trait, the only code that touches where the lake is kept;
-//!   [`local`] implements it for a folder.
+//!   [`local`] implements it for a folder, [`remote`] for S3.
 //! - [`range`]: `--since`/`--until` and the [`TimeRange`] they make.
 //! - [`partition`]: pruning by the `dt=`/`hour=` folders before any file is fetched.
-//! - [`table`]: one Parquet object to the batches of rows inside the range.
+//! - [`inventory`]: the files of a table for a range, each checked before the engine opens it.
+//! - [`engine`]: DataFusion over those files ([`listed_store`] shows it exactly them): one
+//!   table per event kind, partitions pruned, the range and the columns pushed down to the
+//!   Parquet scan, files scanned in parallel. [`read`] is one read: tables, queries, and the
+//!   files left out.
+//! - [`table`]: one Parquet object decoded alone, to tell which file a failed query tripped on.
 //! - [`accounting`]: the delivery counters kept beside the data.
+//! - [`catalog`]: the XID catalog (names, severities, actions), shared with the agent, which
+//!   writes it into every XID row; the views fill older rows from it.
+//! - [`views`]: the report and the trace export; [`args`]: their command-line arguments.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
 //! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
 //! named like a data file is refused without opening it, so reading never waits on one.
 
 pub mod accounting;
+pub mod args;
+pub mod catalog;
+pub mod engine;
+pub mod inventory;
+pub mod listed_store;
 pub mod local;
 pub mod partition;
 pub mod range;
+pub mod read;
 pub mod remote;
 pub mod storage;
 pub mod table;
+pub mod views;
 
 use std::path::Path;
 
@@ -28,9 +45,11 @@ use arrow_array::RecordBatch;
 use gpuship_sinks::EventKind;
 
 pub use accounting::{AccountingTotals, KmsgTotals, RingTotals, SinkTotals};
+pub use engine::QueryError;
 use gpuship_sinks::parquet::S3Url;
 pub use local::LocalStorage;
 pub use range::{RangeError, TimeRange};
+pub use read::LakeRead;
 pub use remote::ObjectStoreStorage;
 pub use storage::{LakeStorage, Listing, StorageError, Unreadable};
 
@@ -96,52 +115,33 @@ impl Lake {
         self.storage.describe()
     }
 
+    /// The tables `kinds` for `range`, ready for queries ([`LakeRead::query`]). Files that
+    /// cannot be read are logged (with their key), skipped and listed by
+    /// [`LakeRead::unreadable`].
+    pub fn tables(&self, kinds: &[EventKind], range: &TimeRange) -> anyhow::Result<LakeRead<'_>> {
+        LakeRead::new(self.storage.as_ref(), kinds, *range)
+    }
+
     /// The rows of `kind` inside `range`. Files that cannot be read are logged (with their
     /// key) and skipped; [`read_table`](Self::read_table) also returns them.
     pub fn read(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<Vec<RecordBatch>> {
         Ok(self.read_table(kind, range)?.batches)
     }
 
-    /// [`read`](Self::read), with what was read, pruned, ignored and skipped.
+    /// Every row of `kind` inside `range`, with what was read, pruned, ignored and skipped.
     pub fn read_table(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<TableRead> {
-        let mut read = TableRead::default();
-        for prefix in partition::prefixes(kind.as_str(), range) {
-            let listing = self
-                .storage
-                .list(&prefix)
-                .with_context(|| format!("listing {prefix} in {}", self.location()))?;
-            for folder in listing.unreadable {
-                tracing::warn!(folder = %folder.key, error = %folder.error, "skipping a folder that cannot be listed");
-                read.unreadable.push(folder);
-            }
-            let keys = listing.keys;
-            for key in keys {
-                let name = key.rsplit('/').next().unwrap_or(&key);
-                if name.starts_with('.') || !name.ends_with(".parquet") {
-                    read.files_ignored += 1;
-                    continue;
-                }
-                if !partition::may_overlap(&key, range) {
-                    read.files_pruned += 1;
-                    continue;
-                }
-                let rows = self
-                    .storage
-                    .get(&key)
-                    .map_err(|e| e.to_string())
-                    .and_then(|data| table::read_rows(data, range).map_err(|e| e.to_string()));
-                match rows {
-                    Ok(batches) => {
-                        read.files_read += 1;
-                        read.batches.extend(batches);
-                    }
-                    Err(error) => {
-                        tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
-                        read.unreadable.push(Unreadable { key, error });
-                    }
-                }
-            }
-        }
+        let mut read = self.tables(&[kind], range)?;
+        let batches = read
+            .query(&format!("SELECT * FROM {kind}"))
+            .with_context(|| format!("reading {kind} in {}", self.location()))?;
+        let inventory = read.inventory(kind).cloned().unwrap_or_default();
+        let read = TableRead {
+            batches,
+            files_read: inventory.files.len(),
+            files_pruned: inventory.pruned,
+            files_ignored: inventory.ignored,
+            unreadable: inventory.unreadable,
+        };
         if !read.unreadable.is_empty() {
             tracing::warn!(
                 table = %kind,

@@ -4,13 +4,15 @@
 //! environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, either meaning path-style addressing;
 //! `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use gpuship_sinks::parquet::{ObjectStoreOptions, S3Url};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::storage::{check_key, LakeStorage, Listing, StorageError};
 
@@ -19,6 +21,9 @@ pub struct ObjectStoreStorage {
     store: Arc<dyn ObjectStore>,
     url: S3Url,
     runtime: tokio::runtime::Runtime,
+    /// What the listings said of each key (relative to the prefix): `stat` answers from here
+    /// instead of asking the store again for every file.
+    listed: Mutex<HashMap<String, ObjectMeta>>,
 }
 
 impl ObjectStoreStorage {
@@ -28,13 +33,17 @@ impl ObjectStoreStorage {
         let store = ObjectStoreOptions::default()
             .build(&url)
             .map_err(|err| anyhow::anyhow!("{url}: {err}"))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // Worker threads keep the client's connections served between calls, whichever
+        // runtime (this one or the engine's) uses them next.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()?;
         Ok(Self {
             store,
             url,
             runtime,
+            listed: Mutex::default(),
         })
     }
 
@@ -67,18 +76,25 @@ impl LakeStorage for ObjectStoreStorage {
             .block_on(self.store.list(Some(&path)).try_collect())
             .map_err(|err| self.error("listing", prefix, err))?;
         let root = root.as_ref();
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
         let mut keys: Vec<String> = listing
             .into_iter()
             .filter_map(|meta| {
                 let location = meta.location.as_ref().to_string();
-                if root.is_empty() {
+                let key = if root.is_empty() {
                     Some(location)
                 } else {
                     location
                         .strip_prefix(root)
                         .and_then(|rest| rest.strip_prefix('/'))
                         .map(str::to_string)
-                }
+                }?;
+                let relative = ObjectMeta {
+                    location: ObjectPath::from(key.as_str()),
+                    ..meta
+                };
+                listed.insert(key.clone(), relative);
+                Some(key)
             })
             .collect();
         keys.sort();
@@ -94,6 +110,34 @@ impl LakeStorage for ObjectStoreStorage {
         self.runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })
             .map_err(|err| self.error("reading", key, err))
+    }
+
+    fn stat(&self, key: &str) -> Result<ObjectMeta, StorageError> {
+        check_key(key)?;
+        if let Some(meta) = self
+            .listed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
+            return Ok(meta.clone());
+        }
+        let path = self.path_of(key);
+        self.runtime
+            .block_on(self.store.head(&path))
+            .map(|meta| ObjectMeta {
+                location: ObjectPath::from(key),
+                ..meta
+            })
+            .map_err(|err| self.error("reading", key, err))
+    }
+
+    fn object_store(&self) -> Arc<dyn ObjectStore> {
+        let prefix = self.path_of("");
+        if prefix.as_ref().is_empty() {
+            return self.store.clone();
+        }
+        Arc::new(PrefixStore::new(self.store.clone(), prefix))
     }
 
     fn describe(&self) -> String {
@@ -117,6 +161,7 @@ mod tests {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap(),
+            listed: Mutex::default(),
         }
     }
 

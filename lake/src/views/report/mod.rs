@@ -10,49 +10,54 @@ pub mod data;
 pub mod format;
 pub mod functions;
 pub mod html;
+pub mod sql;
 pub mod timeline;
 
 use std::collections::BTreeSet;
 
 use gpuship_sinks::EventKind;
 
-use crate::lake::{Lake, TimeRange};
 use crate::views::rows;
+use crate::{Lake, TimeRange};
 pub use data::ReportData;
 
-/// The report of `range`: its data and its page.
+/// The report of `range`: its data and its page. Counts and per-function statistics are
+/// computed by the engine; only XIDs and failed CUDA calls come back as rows.
 pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, String)> {
-    let xid = lake.read_table(EventKind::Xid, &range)?;
-    let cuda = lake.read_table(EventKind::Cuda, &range)?;
-    let driver = lake.read_table(EventKind::Driver, &range)?;
-    let accounting = lake.accounting(&range)?;
-    let xids = rows::xids(&xid.batches);
-    let calls = rows::cuda_calls(&cuda.batches);
-    let driver_ops = rows::driver_ops(&driver.batches);
-    let hosts: BTreeSet<String> = xids
+    let mut read = lake.tables(
+        &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
+        &range,
+    )?;
+    let xids = rows::xids(&read.query("SELECT * FROM xid")?);
+    let failed = rows::cuda_calls(&sql::failed_calls(&mut read)?);
+    let functions = sql::per_function(&mut read, range.seconds())?;
+    let (driver_ops, driver_hosts) = sql::count_by_host(&mut read, "driver", sql::DRIVER_OP)?;
+    let mut hosts: BTreeSet<String> = xids
         .iter()
         .map(|x| x.host.clone())
-        .chain(calls.iter().map(|c| c.host.clone()))
-        .chain(driver_ops.iter().map(|d| d.host.clone()))
         .filter(|h| !h.is_empty())
         .collect();
+    hosts.extend(sql::hosts(&mut read, "cuda", sql::CUDA_CALL)?);
+    hosts.extend(driver_hosts);
+    let accounting = lake.accounting(&range)?;
     let totals = data::Totals {
         xids: xids.len(),
-        cuda_calls: calls.len(),
-        cuda_failures: calls.iter().filter(|c| c.failed()).count(),
-        driver_ops: driver_ops.len(),
-        files_read: xid.files_read + cuda.files_read + driver.files_read,
-        unreadable: [xid.unreadable, cuda.unreadable, driver.unreadable].concat(),
+        cuda_calls: functions.iter().map(|f| f.calls).sum(),
+        cuda_failures: functions.iter().map(|f| f.errors).sum(),
+        driver_ops,
+        files_read: read.files_read(),
+        unreadable: read.unreadable(),
     };
-    let data = data::aggregate(
+    let mut data = data::without_functions(
         lake.location(),
         range,
-        &calls,
+        &failed,
         &xids,
         totals,
         hosts,
         accounting,
     );
+    data.functions = functions;
     let page = html::render(&data);
     Ok((data, page))
 }
@@ -60,8 +65,8 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::AccountingTotals;
     use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::AccountingTotals;
 
     fn report(message: &str) -> String {
         let since = chrono::DateTime::from_timestamp_nanos(0);

@@ -55,7 +55,7 @@ pub fn may_overlap(key: &str, range: &TimeRange) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::range::range_of as range;
+    use crate::range::range_of as range;
 
     #[test]
     fn one_listing_per_day_of_the_range() {

@@ -1,5 +1,5 @@
 //! The time range a view covers, from `--since` and `--until`: a duration back from now
-//! (`30m`, `6h`, `2d`) or an RFC 3339 timestamp (`2026-11-22T03:00:00Z`).
+//! (`30m`, `6h`, `2d`, parsed by humantime) or an RFC 3339 timestamp (`2026-11-22T03:00:00Z`).
 
 use std::fmt;
 
@@ -130,29 +130,17 @@ pub fn parse_instant(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Ra
 }
 
 /// `Some(None)` for a duration too large to represent; `None` when `text` is not a duration.
+/// The grammar is humantime's (`30s`, `30m`, `6h`, `2d`, `1w`, also `1h30m`, `90min`); a
+/// value must start with a digit, so signs and words are refused before humantime sees them.
 fn parse_duration(text: &str) -> Option<Option<Duration>> {
-    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
-    let (digits, unit) = text.split_at(unit_at);
-    if digits.is_empty() {
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    let seconds_per_unit: i64 = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
-        _ => return None,
-    };
-    let count: i64 = match digits.parse() {
-        Ok(count) => count,
-        Err(_) => return Some(None),
-    };
-    Some(
-        count
-            .checked_mul(seconds_per_unit)
-            .and_then(Duration::try_seconds),
-    )
+    match humantime::parse_duration(text) {
+        Ok(back) => Some(Duration::from_std(back).ok()),
+        Err(humantime::DurationError::NumberOverflow) => Some(None),
+        Err(_) => None,
+    }
 }
 
 /// The range between two `--since`/`--until` texts, relative to now; for tests.

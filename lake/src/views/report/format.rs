@@ -40,24 +40,29 @@ pub fn clock(ns: i64) -> String {
 /// A duration with a unit that keeps three significant digits readable: `850 ns`, `12.3 µs`,
 /// `4.56 ms`, `1.20 s`.
 pub fn duration(ns: u64) -> String {
-    let ns_f = ns as f64;
     let mut out = String::new();
-    let _ = match ns {
-        0..=999 => write!(out, "{ns} ns"),
-        1_000..=999_999 => write!(out, "{} µs", significant(ns_f / 1e3)),
-        1_000_000..=999_999_999 => write!(out, "{} ms", significant(ns_f / 1e6)),
-        _ => write!(out, "{} s", significant(ns_f / 1e9)),
-    };
+    write_duration(&mut out, ns);
     out
 }
 
-fn significant(value: f64) -> String {
+/// [`duration`], appended to `out`.
+pub fn write_duration(out: &mut String, ns: u64) {
+    let ns_f = ns as f64;
+    let _ = match ns {
+        0..=999 => write!(out, "{ns} ns"),
+        1_000..=999_999 => write_significant(out, ns_f / 1e3, "µs"),
+        1_000_000..=999_999_999 => write_significant(out, ns_f / 1e6, "ms"),
+        _ => write_significant(out, ns_f / 1e9, "s"),
+    };
+}
+
+fn write_significant(out: &mut String, value: f64, unit: &str) -> std::fmt::Result {
     if value >= 100.0 {
-        format!("{value:.0}")
+        write!(out, "{value:.0} {unit}")
     } else if value >= 10.0 {
-        format!("{value:.1}")
+        write!(out, "{value:.1} {unit}")
     } else {
-        format!("{value:.2}")
+        write!(out, "{value:.2} {unit}")
     }
 }
 

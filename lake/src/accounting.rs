@@ -190,7 +190,7 @@ impl AccountingTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::range::range_of as range;
+    use crate::range::range_of as range;
 
     const DOC: &str = r#"{
       "sources": [["cuda_uprobes", true, "ok"]],

@@ -1,8 +1,12 @@
-//! [`LakeStorage`] over a folder on local disk: the Parquet sink's `path`.
+//! [`LakeStorage`] over a folder on local disk: the Parquet sink's `path`. The engine reads the
+//! files through object_store's `LocalFileSystem`, only those this module listed and checked.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use object_store::local::LocalFileSystem;
+use object_store::{ObjectMeta, ObjectStore};
 
 use super::storage::{check_key, LakeStorage, Listing, StorageError, Unreadable};
 
@@ -10,6 +14,8 @@ use super::storage::{check_key, LakeStorage, Listing, StorageError, Unreadable};
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
     root: PathBuf,
+    /// The same folder for the engine.
+    store: Arc<LocalFileSystem>,
 }
 
 impl LocalStorage {
@@ -27,8 +33,14 @@ impl LocalStorage {
                 source: std::io::Error::other("not a folder"),
             });
         }
+        let store = LocalFileSystem::new_with_prefix(root).map_err(|err| StorageError::Io {
+            what: "opening",
+            target: root.display().to_string(),
+            source: std::io::Error::other(err.to_string()),
+        })?;
         Ok(Self {
             root: root.to_path_buf(),
+            store: Arc::new(store),
         })
     }
 
@@ -91,6 +103,25 @@ impl LakeStorage for LocalStorage {
         read_regular_file(&path)
     }
 
+    fn stat(&self, key: &str) -> Result<ObjectMeta, StorageError> {
+        let path = self.path_of(key)?;
+        let (_, meta) = open_regular_file(&path)?;
+        Ok(ObjectMeta {
+            location: object_store::path::Path::from(key),
+            last_modified: meta
+                .modified()
+                .map(chrono::DateTime::<chrono::Utc>::from)
+                .unwrap_or_default(),
+            size: meta.len(),
+            e_tag: None,
+            version: None,
+        })
+    }
+
+    fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
     fn describe(&self) -> String {
         self.root.display().to_string()
     }
@@ -126,12 +157,11 @@ fn describe_type(file_type: &std::fs::FileType) -> &'static str {
     }
 }
 
-/// Reads the regular file at `path` (following links), refusing anything else before it is
+/// Opens the regular file at `path` (following links), refusing anything else before it is
 /// opened: opening a FIFO for reading waits for a writer, and opening a device can have
 /// effects. The file is opened non-blocking and checked again through its descriptor, so one
 /// swapped in between the two checks is refused too.
-fn read_regular_file(path: &Path) -> Result<Bytes, StorageError> {
-    use std::io::Read;
+fn open_regular_file(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), StorageError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |source| StorageError::Io {
         what: "reading",
@@ -146,7 +176,7 @@ fn read_regular_file(path: &Path) -> Result<Bytes, StorageError> {
     if !meta.is_file() {
         return Err(not_a_file(&meta.file_type()));
     }
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
@@ -155,8 +185,20 @@ fn read_regular_file(path: &Path) -> Result<Bytes, StorageError> {
     if !meta.is_file() {
         return Err(not_a_file(&meta.file_type()));
     }
+    Ok((file, meta))
+}
+
+/// Reads the regular file at `path` whole ([`open_regular_file`] decides what may be read).
+fn read_regular_file(path: &Path) -> Result<Bytes, StorageError> {
+    use std::io::Read;
+    let (mut file, meta) = open_regular_file(path)?;
     let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.read_to_end(&mut data).map_err(io)?;
+    file.read_to_end(&mut data)
+        .map_err(|source| StorageError::Io {
+            what: "reading",
+            target: path.display().to_string(),
+            source,
+        })?;
     Ok(Bytes::from(data))
 }
 

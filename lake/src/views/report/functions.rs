@@ -34,6 +34,24 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
+/// Nearest-rank percentile of a histogram: `(lowest value, count)` per bucket, buckets
+/// disjoint and sorted by value; the lowest value of the bucket holding the rank.
+pub fn percentile_of_buckets(buckets: &[(u64, u64)], p: f64) -> Option<u64> {
+    let total: u64 = buckets.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((p * total as f64).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for &(low, count) in buckets {
+        seen += count;
+        if seen >= rank {
+            return Some(low);
+        }
+    }
+    buckets.last().map(|(low, _)| *low)
+}
+
 /// Statistics per function of `calls`, over a range of `seconds`; most called first.
 pub fn per_function(calls: &[CudaCall], seconds: f64) -> Vec<FunctionStats> {
     let mut by_function: BTreeMap<&str, (Vec<u64>, usize, usize, usize)> = BTreeMap::new();
@@ -85,6 +103,23 @@ mod tests {
         assert_eq!(percentile(&values, 0.99), Some(99));
         assert_eq!(percentile(&[7], 0.99), Some(7));
         assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn bucket_percentiles_pick_the_bucket_of_the_rank() {
+        assert_eq!(percentile_of_buckets(&[], 0.5), None);
+        let buckets = [(10, 1), (30, 1)];
+        assert_eq!(percentile_of_buckets(&buckets, 0.5), Some(10));
+        assert_eq!(percentile_of_buckets(&buckets, 0.99), Some(30));
+        let values: Vec<u64> = (1..=100).collect();
+        let ones: Vec<(u64, u64)> = values.iter().map(|v| (*v, 1)).collect();
+        for p in [0.01, 0.5, 0.99, 1.0] {
+            assert_eq!(
+                percentile_of_buckets(&ones, p),
+                percentile(&values, p),
+                "{p}"
+            );
+        }
     }
 
     #[test]

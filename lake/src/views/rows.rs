@@ -78,21 +78,21 @@ impl Xid {
     pub fn display_name(&self) -> String {
         self.name
             .clone()
-            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).name)
+            .unwrap_or_else(|| crate::catalog::lookup(self.code).name)
     }
 
     /// The severity, from the row or (older files) from the built-in catalog.
     pub fn display_severity(&self) -> String {
         self.severity
             .clone()
-            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).severity.to_string())
+            .unwrap_or_else(|| crate::catalog::lookup(self.code).severity.to_string())
     }
 
     /// The recommended action, from the row or (older files) from the built-in catalog.
     pub fn display_action(&self) -> String {
         self.action
             .clone()
-            .unwrap_or_else(|| crate::xid::catalog::lookup(self.code).action.to_string())
+            .unwrap_or_else(|| crate::catalog::lookup(self.code).action.to_string())
     }
 }
 

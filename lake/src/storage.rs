@@ -1,9 +1,15 @@
 //! The one seam between the lake reader and where the lake is kept. A lake is a set of objects
 //! named by `/`-separated keys relative to its root (`cuda/dt=2026-11-22/hour=03/part-a.parquet`);
-//! everything above this trait works on keys only, so a local folder and an object store (S3,
-//! to come) read the same way. Implementations only read: nothing here writes or deletes.
+//! everything above this trait works on keys only, so a local folder and an object store (S3)
+//! read the same way. The listing and the checks are the lake's own (object_store's local
+//! listing hides FIFOs and stops at a folder it cannot read; both must be reported); the rows
+//! are read by the engine through [`LakeStorage::object_store`]. Implementations only read:
+//! nothing here writes or deletes.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
+use object_store::{ObjectMeta, ObjectStore};
 
 /// Why storage could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +75,14 @@ pub trait LakeStorage: Send + Sync {
     /// The whole content of one object. Anything that is not a plain object with content
     /// (a FIFO, socket or device, or a link to one) is an error, never a wait.
     fn get(&self, key: &str) -> Result<Bytes, StorageError>;
+
+    /// Size and modification time of one object, checked without reading it: anything that is
+    /// not a plain object with content (a FIFO, socket or device, or a link to one), or that
+    /// cannot be opened, is an error, never a wait.
+    fn stat(&self, key: &str) -> Result<ObjectMeta, StorageError>;
+
+    /// The store the engine reads objects through, keys relative to the lake's root.
+    fn object_store(&self) -> Arc<dyn ObjectStore>;
 
     /// How the lake is named to people (`/var/lib/gpuship/data`, `s3://bucket/prefix`).
     fn describe(&self) -> String;

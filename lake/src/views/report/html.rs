@@ -14,8 +14,8 @@ use maud::{html, Escaper, Markup, PreEscaped, Render};
 use super::data::{Incident, ReportData};
 use super::format::{duration, rate, time};
 use super::timeline;
-use crate::lake::range::rfc3339;
-use crate::lake::AccountingTotals;
+use crate::range::rfc3339;
+use crate::AccountingTotals;
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:#1d1d1f;margin:24px;background:#fff}

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::functions::{self, FunctionStats};
-use crate::lake::{AccountingTotals, TimeRange, Unreadable};
 use crate::views::rows::{CudaCall, Xid};
+use crate::{AccountingTotals, TimeRange, Unreadable};
 
 /// A GPU: host and PCI bus id.
 pub type GpuKey = (String, String);
@@ -108,8 +108,25 @@ pub fn severity_rank(severity: &str) -> u8 {
     }
 }
 
-/// The report of these rows.
+/// The report of these rows, every call in memory.
 pub fn aggregate(
+    location: String,
+    range: TimeRange,
+    calls: &[CudaCall],
+    xids: &[Xid],
+    totals: Totals,
+    hosts: BTreeSet<String>,
+    accounting: AccountingTotals,
+) -> ReportData {
+    let mut data = without_functions(location, range, calls, xids, totals, hosts, accounting);
+    data.functions = functions::per_function(calls, range.seconds());
+    data
+}
+
+/// The report of these rows, its per-function statistics left empty for the caller (the
+/// engine computes them where the rows are). Only failed calls matter here, so `calls` need
+/// hold no other.
+pub fn without_functions(
     location: String,
     range: TimeRange,
     calls: &[CudaCall],
@@ -128,7 +145,7 @@ pub fn aggregate(
         gpus,
         unlinked,
         incidents,
-        functions: functions::per_function(calls, range.seconds()),
+        functions: Vec::new(),
         accounting,
     }
 }

@@ -1,12 +1,14 @@
 //! Views of the data lake for people: `gpuship export-trace` (a Perfetto/Chrome trace of a time
-//! range) and `gpuship report` (one self-contained HTML page). Both read the lake through
-//! [`crate::lake`] and never touch the running agent or write into the lake.
+//! range), `gpuship report` (one self-contained HTML page) and `gpuship query` (SQL). Both read the lake through
+//! [`crate::Lake`] and never touch the running agent or write into the lake.
 //!
-//! [`rows`] turns record batches into typed rows; [`trace`] and [`report`] build the outputs;
+//! [`rows`] turns record batches into typed rows; [`trace`], [`report`] and [`query`] build the
+//! outputs;
 //! this file is the command-line glue (range, lake, output file).
 
 #[cfg(test)]
 mod fixtures;
+pub mod query;
 pub mod report;
 pub mod rows;
 pub mod trace;
@@ -19,9 +21,10 @@ use anyhow::Context;
 use gpuship_sinks::EventKind;
 use serde_json::{json, Map};
 
-use crate::cli::{ExportTraceArgs, RangeArgs, ReportArgs};
-use crate::lake::range::rfc3339;
-use crate::lake::{Lake, TimeRange, Unreadable};
+use crate::args::{ExportTraceArgs, RangeArgs, ReportArgs};
+use crate::range::rfc3339;
+use crate::{Lake, TimeRange, Unreadable};
+pub use query::query;
 
 /// Exit status of a view that found no readable data file in its range (docs/views.md): a
 /// wrong `--data`, a range before the agent ran, or an object store that lists nothing must
@@ -88,11 +91,15 @@ fn warn_unreadable(command: &str, unreadable: &[Unreadable]) {
 /// `gpuship export-trace`; [`EXIT_NO_DATA`] when no file of the range could be read.
 pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     let (lake, range) = open(&args.range)?;
-    let cuda = lake.read_table(EventKind::Cuda, &range)?;
-    let xid = lake.read_table(EventKind::Xid, &range)?;
-    let driver = lake.read_table(EventKind::Driver, &range)?;
-    let files_read = xid.files_read + cuda.files_read + driver.files_read;
-    let unreadable = [xid.unreadable, cuda.unreadable, driver.unreadable].concat();
+    let mut read = lake.tables(
+        &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
+        &range,
+    )?;
+    let xid = read.query("SELECT * FROM xid")?;
+    let cuda = read.query("SELECT * FROM cuda")?;
+    let driver = read.query("SELECT * FROM driver")?;
+    let files_read = read.files_read();
+    let unreadable = read.unreadable();
     warn_unreadable("export-trace", &unreadable);
     if files_read == 0 {
         return Ok(no_data("export-trace", &lake, &range, unreadable.len()));
@@ -106,9 +113,9 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     context.insert("since".into(), json!(rfc3339(range.since())));
     context.insert("until".into(), json!(rfc3339(range.until())));
     let (document, counts) = trace::build(
-        &rows::cuda_calls(&cuda.batches),
-        &rows::xids(&xid.batches),
-        &rows::driver_ops(&driver.batches),
+        &rows::cuda_calls(&cuda),
+        &rows::xids(&xid),
+        &rows::driver_ops(&driver),
         context,
     );
     let mut json = serde_json::to_vec(&document).context("encoding the trace")?;

@@ -1,0 +1,215 @@
+//! The query engine over the lake: DataFusion, reading the Parquet files through
+//! `object_store`. Each event kind is a table (`xid`, `cuda`, `driver`) over its hive folders
+//! (`<kind>/dt=YYYY-MM-DD/hour=HH/`, partition columns `dt` and `hour`), seen through a view
+//! that keeps the rows of the time range: the range prunes partitions by `dt`/`hour` and is
+//! pushed down to the Parquet scan (row groups and pages by their `time` statistics), only the
+//! columns a query names are decoded, and files are scanned in parallel.
+//!
+//! Which files a table holds is decided before the engine sees them ([`crate::inventory`]);
+//! the engine reads only those, through a [`ListedStore`].
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::error::DataFusionError;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::{col, lit, Expr};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::scalar::ScalarValue;
+use gpuship_sinks::EventKind;
+
+use crate::listed_store::ListedStore;
+use crate::range::TimeRange;
+
+/// The URL the lake's store is registered under; table paths are below it.
+const LAKE_URL: &str = "gpuship-lake://lake/";
+
+/// Memory the engine may hold for sorts, joins and aggregations before it spills or fails;
+/// the rest of a view (rows it keeps, the page) comes on top.
+const MEMORY_LIMIT: usize = 512 << 20;
+
+/// Why a query gave no rows.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The SQL does not parse or does not fit the tables (the user's to fix).
+    #[error("{0}")]
+    Sql(DataFusionError),
+    /// Reading failed (a file, the store, memory).
+    #[error("{0}")]
+    Execution(String),
+}
+
+/// A DataFusion session with the lake's tables for one range.
+pub struct Engine {
+    ctx: SessionContext,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// A table's columns as the engine sees them: the kind's schema with every column nullable,
+/// so files of older schema versions (missing columns) read as nulls instead of failing.
+fn table_schema(kind: EventKind) -> SchemaRef {
+    let schema = gpuship_sinks::schema::schema_for(kind);
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `time` in `[since, until)`, and the `dt`/`hour` partitions that can hold such rows.
+fn range_filter(range: &TimeRange) -> Expr {
+    let micros = |v: i64| {
+        lit(ScalarValue::TimestampMicrosecond(
+            Some(v),
+            Some("UTC".into()),
+        ))
+    };
+    let time = col("time")
+        .gt_eq(micros(range.since_micros()))
+        .and(col("time").lt(micros(range.until_micros())));
+    // `until` is exclusive: an end on the hour does not need that hour's folder.
+    let last = range.until() - chrono::Duration::microseconds(1);
+    let (first_dt, first_hour) = partition_of(range.since());
+    let (last_dt, last_hour) = partition_of(last);
+    let from = col("dt").gt(lit(first_dt.clone())).or(col("dt")
+        .eq(lit(first_dt))
+        .and(col("hour").gt_eq(lit(first_hour))));
+    let to = col("dt").lt(lit(last_dt.clone())).or(col("dt")
+        .eq(lit(last_dt))
+        .and(col("hour").lt_eq(lit(last_hour))));
+    time.and(from).and(to)
+}
+
+/// The `dt=` and `hour=` values of the folder holding `at`.
+fn partition_of(at: chrono::DateTime<chrono::Utc>) -> (String, String) {
+    (
+        at.format("%Y-%m-%d").to_string(),
+        at.format("%H").to_string(),
+    )
+}
+
+impl Engine {
+    /// A session with room for [`MEMORY_LIMIT`], scanning with every core.
+    pub fn new() -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("gpuship-lake")
+            .build()?;
+        Ok(Self {
+            ctx: new_context()?,
+            runtime,
+        })
+    }
+
+    /// Makes `kinds` the tables of this session: the files of `store`, rows of `range` only.
+    /// Called again after files were dropped, it replaces the tables.
+    pub fn register(
+        &mut self,
+        store: Arc<ListedStore>,
+        kinds: &[EventKind],
+        range: &TimeRange,
+    ) -> Result<(), DataFusionError> {
+        // A new session each time: the engine caches listings and footers per session, and
+        // files may have been dropped since the last registration.
+        self.ctx = new_context()?;
+        let url = ObjectStoreUrl::parse(LAKE_URL)?;
+        self.ctx.register_object_store(url.as_ref(), store);
+        for &kind in kinds {
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet")
+                .with_table_partition_cols(vec![
+                    ("dt".to_string(), DataType::Utf8),
+                    ("hour".to_string(), DataType::Utf8),
+                ]);
+            let path = ListingTableUrl::parse(format!("{LAKE_URL}{kind}/"))?;
+            let config = ListingTableConfig::new(path)
+                .with_listing_options(options)
+                .with_schema(table_schema(kind));
+            let files = Arc::new(ListingTable::try_new(config)?);
+            let view = self
+                .ctx
+                .read_table(files)?
+                .filter(range_filter(range))?
+                .into_view();
+            self.ctx.register_table(kind.as_str(), view)?;
+        }
+        Ok(())
+    }
+
+    /// The rows of `sql`. Errors in the SQL are [`QueryError::Sql`]; everything that fails
+    /// while reading (a damaged file, a panic in a decoder) is [`QueryError::Execution`].
+    pub fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>, QueryError> {
+        // Planning can read files too (footers); what fails there is not always the SQL.
+        let frame = self.runtime.block_on(self.ctx.sql(sql)).map_err(classify)?;
+        // The Parquet decoder panics on some damaged files instead of failing; that panic
+        // comes back here through the task that ran it.
+        let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.runtime.block_on(frame.collect())
+        }));
+        match collected {
+            Ok(Ok(batches)) => Ok(batches),
+            Ok(Err(err)) => Err(classify(err)),
+            Err(_) => Err(QueryError::Execution(
+                "the Parquet decoder failed on a damaged file".into(),
+            )),
+        }
+    }
+}
+
+/// A session with the lake's settings and functions, and no tables yet.
+fn new_context() -> Result<SessionContext, DataFusionError> {
+    let env = RuntimeEnvBuilder::new()
+        .with_memory_limit(MEMORY_LIMIT, 1.0)
+        .build_arc()?;
+    let mut config = SessionConfig::new().with_information_schema(true);
+    // Footers are read once, by the scan; statistics would read every one while planning.
+    config.options_mut().execution.collect_statistics = false;
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    let ctx = SessionContext::new_with_config_rt(config, env);
+    ctx.register_udf(crate::views::report::sql::duration_label_udf());
+    Ok(ctx)
+}
+
+/// The user's error (SQL that does not parse, names what does not exist, or asks what the
+/// engine cannot do) or a failure to read.
+fn classify(err: DataFusionError) -> QueryError {
+    match err.find_root() {
+        DataFusionError::SQL(..)
+        | DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::NotImplemented(_) => QueryError::Sql(err),
+        _ => QueryError::Execution(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::range::range_of;
+
+    #[test]
+    fn the_range_names_its_first_and_last_partition() {
+        let filter = range_filter(&range_of("2026-11-22T03:30:00Z", "2026-11-22T05:00:00Z"));
+        let text = filter.to_string();
+        assert!(text.contains("Utf8(\"2026-11-22\")"), "{text}");
+        assert!(text.contains("Utf8(\"03\")"), "{text}");
+        assert!(
+            text.contains("Utf8(\"04\")"),
+            "the end is exclusive: {text}"
+        );
+        assert!(!text.contains("Utf8(\"05\")"), "{text}");
+    }
+}

@@ -1,0 +1,84 @@
+//! Which files of a table a read uses, decided before the engine opens any: the listing of the
+//! `dt=` folders of the range, hour folders outside it pruned by name, hidden, in-progress and
+//! non-Parquet names left alone, and every remaining file checked without reading it (a FIFO,
+//! a device or a file this user may not read is reported and left out, never waited on).
+
+use object_store::ObjectMeta;
+
+use crate::partition;
+use crate::range::TimeRange;
+use crate::storage::{LakeStorage, Unreadable};
+
+/// The files of one table for a range.
+#[derive(Debug, Default, Clone)]
+pub struct Inventory {
+    /// Files to read.
+    pub files: Vec<ObjectMeta>,
+    /// Files whose partitions lie outside the range (never fetched).
+    pub pruned: usize,
+    /// Hidden or in-progress files (names starting with `.`), non-Parquet files, and files
+    /// outside `dt=`/`hour=` folders, left alone.
+    pub ignored: usize,
+    /// Files and folders that could not be listed or opened, with why.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// True for a key under `<table>/dt=.../hour=.../`, the folders the engine partitions by.
+fn in_hour_folder(key: &str) -> bool {
+    let parts: Vec<&str> = key.split('/').collect();
+    parts.len() == 4 && parts[1].starts_with("dt=") && parts[2].starts_with("hour=")
+}
+
+/// The files of `table` for `range` in `storage`.
+pub fn take(
+    storage: &dyn LakeStorage,
+    table: &str,
+    range: &TimeRange,
+) -> Result<Inventory, anyhow::Error> {
+    use anyhow::Context;
+    let mut inventory = Inventory::default();
+    for prefix in partition::prefixes(table, range) {
+        let listing = storage
+            .list(&prefix)
+            .with_context(|| format!("listing {prefix} in {}", storage.describe()))?;
+        for folder in listing.unreadable {
+            tracing::warn!(folder = %folder.key, error = %folder.error, "skipping a folder that cannot be listed");
+            inventory.unreadable.push(folder);
+        }
+        for key in listing.keys {
+            let name = key.rsplit('/').next().unwrap_or(&key);
+            if name.starts_with('.') || !name.ends_with(".parquet") || !in_hour_folder(&key) {
+                inventory.ignored += 1;
+                continue;
+            }
+            if !partition::may_overlap(&key, range) {
+                inventory.pruned += 1;
+                continue;
+            }
+            match storage.stat(&key) {
+                Ok(meta) => inventory.files.push(meta),
+                Err(err) => {
+                    let error = err.to_string();
+                    tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
+                    inventory.unreadable.push(Unreadable { key, error });
+                }
+            }
+        }
+    }
+    Ok(inventory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_of_hour_folders_are_tables_files() {
+        assert!(in_hour_folder("cuda/dt=2026-11-22/hour=03/part-a.parquet"));
+        assert!(!in_hour_folder("cuda/loose.parquet"));
+        assert!(!in_hour_folder("cuda/dt=2026-11-22/part-a.parquet"));
+        assert!(!in_hour_folder(
+            "cuda/dt=2026-11-22/hour=03/deeper/part-a.parquet"
+        ));
+    }
+}

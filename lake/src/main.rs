@@ -1,0 +1,65 @@
+//! `gpuship-lake`: the lake's views without the agent, for people who only read the lake (no
+//! BPF, no root): `report`, `export-trace` and `query`, with the same flags and exit statuses as `gpuship
+//! report`, `gpuship export-trace` and `gpuship query`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gpuship_lake::args::{ExportTraceArgs, QueryArgs, ReportArgs};
+
+/// gpuship-lake: reads gpuship's Parquet data lake (a folder or s3://bucket/prefix).
+#[derive(Debug, Parser)]
+#[command(name = "gpuship-lake", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship_lake=debug`); RUST_LOG wins.
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write one self-contained HTML report of a time range of the lake (as `gpuship report`).
+    Report(ReportArgs),
+    /// Export a time range of the lake as a Chrome/Perfetto trace (as `gpuship export-trace`).
+    ExportTrace(ExportTraceArgs),
+    /// Ask the lake anything in SQL over the tables xid, cuda and driver (as `gpuship query`).
+    Query(QueryArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Report(args) => gpuship_lake::views::report(&args),
+        Command::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
+        Command::Query(args) => gpuship_lake::views::query(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("gpuship-lake: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
