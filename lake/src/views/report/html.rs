@@ -380,10 +380,10 @@ fn accounting_tables(a: &AccountingTotals) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::{AccountingTotals, TimeRange};
     use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
     use crate::views::report::data;
     use crate::views::rows;
+    use crate::{AccountingTotals, TimeRange};
 
     const HOSTILE: &str = "<b>x</b> & \"q\" 'a' \x1b[2J\u{9b}\x07 ok";
 
@@ -403,7 +403,7 @@ mod tests {
             cuda_row(1_600_000_000, "cuCtxSynchronize", 0, 20_000),
             cuda_row(1_700_000_000, "cuMemAlloc_v2", 2, 0),
         ])]);
-        let unreadable = vec![crate::lake::storage::Unreadable {
+        let unreadable = vec![crate::storage::Unreadable {
             key: format!("xid/{hostile}.parquet"),
             error: hostile.into(),
         }];
@@ -412,7 +412,7 @@ mod tests {
             unreadable: unreadable.clone(),
             ..AccountingTotals::default()
         };
-        let mut sink = crate::lake::accounting::SinkTotals {
+        let mut sink = crate::accounting::SinkTotals {
             delivered: 5,
             dropped: 2,
             failed: 1,
@@ -428,7 +428,7 @@ mod tests {
             .insert(("lake".into(), "xid".into()), Default::default());
         accounting.rings.insert(
             hostile.into(),
-            crate::lake::accounting::RingTotals {
+            crate::accounting::RingTotals {
                 emitted: 7,
                 lost_in_kernel: 1,
             },
