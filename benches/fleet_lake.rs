@@ -12,6 +12,8 @@
 //! (default 5,000), `driver` `FLEET_DRIVER_ROWS` operations (default 1,000), `xid` one XID
 //! row. `FLEET_KEEP=1` keeps the lake; otherwise it is deleted at the end. `FLEET_ONLY_WRITE=1`
 //! writes the lake and stops (to upload it elsewhere, e.g. moto's S3).
+//! Without `--bench` (as `cargo test --all-targets` runs it) the defaults are 2 hosts of 200
+//! CUDA and 50 driver rows per hour: a smoke test that the report runs over such a lake.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -223,10 +225,13 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let hosts = env_usize("FLEET_HOSTS", 1_000);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` (the suite) runs this once
+    // without it, as a smoke test on a lake of two small hosts.
+    let full = std::env::args().any(|a| a == "--bench");
+    let hosts = env_usize("FLEET_HOSTS", if full { 1_000 } else { 2 });
     let sizes = Sizes {
-        cuda_rows: env_usize("FLEET_CUDA_ROWS", 5_000),
-        driver_rows: env_usize("FLEET_DRIVER_ROWS", 1_000),
+        cuda_rows: env_usize("FLEET_CUDA_ROWS", if full { 5_000 } else { 200 }),
+        driver_rows: env_usize("FLEET_DRIVER_ROWS", if full { 1_000 } else { 50 }),
     };
     let bin = std::env::var_os("FLEET_BIN")
         .map(PathBuf::from)
