@@ -4,7 +4,7 @@
 //! read ends, without a panic or a hang, with rows or with the file reported unreadable.
 //!
 //! A short budget runs with the unit tests; `PROPTEST_CASES=N` runs N cases per property
-//! (docs/fuzzing.md). Failing seeds are kept in `proptest-regressions/lake/fuzz_tests.txt`.
+//! (docs/fuzzing.md). Failing seeds are kept in `lake/proptest-regressions/fuzz_tests.txt`.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -319,7 +319,7 @@ fn undamaged_seed_files_read_whole() {
 
 /// `damaged_parquet_files_are_read_or_rejected` found the Parquet reader panicking on a
 /// footer edited to a negative column chunk offset ("column start and length should not be
-/// negative"); that input replays from its seed in `proptest-regressions/lake/fuzz_tests.txt`.
+/// negative"); that input replays from its seed in `lake/proptest-regressions/fuzz_tests.txt`.
 /// Here, deterministically: every footer position set to each limit reads or is rejected.
 #[test]
 fn regression_footer_integers_at_their_limits_never_panic() {
