@@ -32,6 +32,7 @@ mod otlp;
 mod outage;
 mod outage_load;
 mod preemption;
+mod query;
 mod report;
 mod run_modes;
 mod secrets;

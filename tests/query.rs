@@ -10,16 +10,14 @@ use gpuship_sinks::schema::{
     CudaBatchBuilder, CudaRow, DriverBatchBuilder, DriverRow, HostIdentity, XidBatchBuilder,
     XidRecord, XidSource,
 };
+use gpuship_sinks::test_support::host_identity;
 use gpuship_sinks::EventKind;
 
 const NO_DATA: i32 = 3;
 const SQL_ERROR: i32 = 2;
 
 fn identity(host: &str) -> HostIdentity {
-    HostIdentity {
-        host: host.into(),
-        boot_id: "boot".into(),
-    }
+    host_identity(host, "boot")
 }
 
 fn call(time_ns: i64, function: &'static str, result: u32) -> CudaRow<'static> {
