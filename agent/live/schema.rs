@@ -8,7 +8,7 @@ use gpuship_sinks::schema::XidRecord;
 use serde::Serialize;
 
 use crate::accounting::Snapshot;
-use crate::xid::catalog;
+use gpuship_lake::catalog;
 
 pub use gpuship_top::wire::{FunctionLive, ProcessLive, XidLive, LIVE_VERSION};
 
