@@ -6,24 +6,24 @@
 //! columns a query names are decoded, and files are scanned in parallel.
 //!
 //! Which files a table holds is decided before the engine sees them ([`crate::inventory`]);
-//! the engine reads only those, through a [`ListedStore`].
+//! the engine reads only those ([`LakeTable`]), through a read-only [`ListedStore`].
 
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{Field, Schema, SchemaRef};
+use datafusion::config::TableParquetOptions;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
 use datafusion::error::DataFusionError;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::{col, lit, Expr};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::scalar::ScalarValue;
 use gpuship_sinks::EventKind;
+use object_store::ObjectMeta;
 
+use crate::lake_table::LakeTable;
 use crate::listed_store::ListedStore;
 use crate::range::TimeRange;
 
@@ -114,46 +114,56 @@ impl Engine {
         })
     }
 
-    /// Makes `kinds` the tables of this session: the files of `store`, rows of `range` only.
-    /// Called again after files were dropped, it replaces the tables.
-    pub fn register(
-        &mut self,
-        store: Arc<ListedStore>,
-        kinds: &[EventKind],
-        range: &TimeRange,
-    ) -> Result<(), DataFusionError> {
-        // A new session each time: the engine caches listings and footers per session, and
-        // files may have been dropped since the last registration.
+    /// Starts a new session over `store`, with no tables yet. A new session each time: the
+    /// engine caches footers per session, and files may have been dropped since the last one.
+    pub fn reset(&mut self, store: Arc<ListedStore>) -> Result<(), DataFusionError> {
         self.ctx = new_context()?;
         let url = ObjectStoreUrl::parse(LAKE_URL)?;
         self.ctx.register_object_store(url.as_ref(), store);
-        for &kind in kinds {
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                .with_file_extension(".parquet")
-                .with_table_partition_cols(vec![
-                    ("dt".to_string(), DataType::Utf8),
-                    ("hour".to_string(), DataType::Utf8),
-                ]);
-            let path = ListingTableUrl::parse(format!("{LAKE_URL}{kind}/"))?;
-            let config = ListingTableConfig::new(path)
-                .with_listing_options(options)
-                .with_schema(table_schema(kind));
-            let files = Arc::new(ListingTable::try_new(config)?);
-            let view = self
-                .ctx
-                .read_table(files)?
-                .filter(range_filter(range))?
-                .into_view();
-            self.ctx.register_table(kind.as_str(), view)?;
-        }
         Ok(())
     }
 
-    /// The rows of `sql`. Errors in the SQL are [`QueryError::Sql`]; everything that fails
-    /// while reading (a damaged file, a panic in a decoder) is [`QueryError::Execution`].
+    /// Makes `files` (keys of `kind`'s hive folders) the table `kind` of this session, rows of
+    /// `range` only. Registered again, it replaces the table.
+    pub fn register(
+        &mut self,
+        kind: EventKind,
+        files: impl IntoIterator<Item = ObjectMeta>,
+        range: &TimeRange,
+    ) -> Result<(), DataFusionError> {
+        let mut options = TableParquetOptions::default();
+        options.global = self.ctx.copied_config().options().execution.parquet.clone();
+        let format = ParquetFormat::default().with_options(options);
+        let table = LakeTable::new(
+            ObjectStoreUrl::parse(LAKE_URL)?,
+            table_schema(kind),
+            format,
+            files,
+        );
+        let view = self
+            .ctx
+            .read_table(Arc::new(table))?
+            .filter(range_filter(range))?
+            .into_view();
+        self.ctx.deregister_table(kind.as_str())?;
+        self.ctx.register_table(kind.as_str(), view)?;
+        Ok(())
+    }
+
+    /// The rows of `sql`, which may only read: `CREATE`, `COPY`, `INSERT`, `SET` and the like
+    /// are refused as SQL errors, so no query writes a file or changes the session. Errors in
+    /// the SQL are [`QueryError::Sql`]; everything that fails while reading (a damaged file, a
+    /// panic in a decoder) is [`QueryError::Execution`].
     pub fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>, QueryError> {
+        let read_only = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
         // Planning can read files too (footers); what fails there is not always the SQL.
-        let frame = self.runtime.block_on(self.ctx.sql(sql)).map_err(classify)?;
+        let frame = self
+            .runtime
+            .block_on(self.ctx.sql_with_options(sql, read_only))
+            .map_err(classify)?;
         // The Parquet decoder panics on some damaged files instead of failing; that panic
         // comes back here through the task that ran it.
         let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -179,7 +189,7 @@ fn new_context() -> Result<SessionContext, DataFusionError> {
     config.options_mut().execution.collect_statistics = false;
     config.options_mut().execution.parquet.pushdown_filters = true;
     let ctx = SessionContext::new_with_config_rt(config, env);
-    ctx.register_udf(crate::views::report::sql::duration_label_udf());
+    ctx.register_udf(crate::views::report::sql::duration_bucket_udf());
     Ok(ctx)
 }
 
@@ -199,6 +209,30 @@ fn classify(err: DataFusionError) -> QueryError {
 mod tests {
     use super::*;
     use crate::range::range_of;
+
+    #[test]
+    fn sql_that_would_write_or_change_the_session_is_refused() {
+        let folder = tempfile::tempdir().unwrap();
+        let target = folder.path().join("copied.csv");
+        let engine = Engine::new().unwrap();
+        for sql in [
+            format!("COPY (SELECT 1 AS one) TO '{}'", target.display()),
+            format!(
+                "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{}'",
+                folder.path().display()
+            ),
+            "CREATE TABLE t AS SELECT 1".to_string(),
+            "SET datafusion.execution.batch_size = 1".to_string(),
+        ] {
+            assert!(
+                matches!(engine.sql(&sql), Err(QueryError::Sql(_))),
+                "{sql} must be refused as SQL"
+            );
+        }
+        assert!(!target.exists());
+        let answer = engine.sql("SELECT 40 + 2 AS answer").unwrap();
+        assert_eq!(answer[0].num_rows(), 1);
+    }
 
     #[test]
     fn the_range_names_its_first_and_last_partition() {

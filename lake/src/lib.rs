@@ -9,9 +9,10 @@
 //! - [`range`]: `--since`/`--until` and the [`TimeRange`] they make.
 //! - [`partition`]: pruning by the `dt=`/`hour=` folders before any file is fetched.
 //! - [`inventory`]: the files of a table for a range, each checked before the engine opens it.
-//! - [`engine`]: DataFusion over those files ([`listed_store`] shows it exactly them): one
-//!   table per event kind, partitions pruned, the range and the columns pushed down to the
-//!   Parquet scan, files scanned in parallel. [`read`] is one read: tables, queries, and the
+//! - [`engine`]: DataFusion over those files: one table per event kind ([`lake_table`]: the
+//!   listed files and nothing else, a few hundred bytes each while planned), partitions
+//!   pruned, the range and the columns pushed down to the Parquet scan, files scanned in
+//!   parallel, through a read-only [`listed_store`]. [`read`] is one read: tables, queries, and the
 //!   files left out.
 //! - [`table`]: one Parquet object decoded alone, to tell which file a failed query tripped on.
 //! - [`accounting`]: the delivery counters kept beside the data.
@@ -28,6 +29,7 @@ pub mod args;
 pub mod catalog;
 pub mod engine;
 pub mod inventory;
+pub mod lake_table;
 pub mod listed_store;
 pub mod local;
 pub mod partition;

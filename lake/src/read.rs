@@ -74,8 +74,11 @@ impl<'a> LakeRead<'a> {
             .iter()
             .flat_map(|(_, inventory)| inventory.files.iter().cloned());
         let store = Arc::new(ListedStore::new(self.storage.object_store(), files));
-        let kinds: Vec<EventKind> = self.tables.iter().map(|(kind, _)| *kind).collect();
-        self.engine.register(store, &kinds, &self.range)?;
+        self.engine.reset(store)?;
+        for (kind, inventory) in &self.tables {
+            self.engine
+                .register(*kind, inventory.files.iter().cloned(), &self.range)?;
+        }
         Ok(())
     }
 
@@ -134,7 +137,8 @@ impl<'a> LakeRead<'a> {
                 ));
                 let checked = self
                     .engine
-                    .register(store, &[*kind], &self.range)
+                    .reset(store)
+                    .and_then(|()| self.engine.register(*kind, [meta.clone()], &self.range))
                     .map_err(|e| e.to_string())
                     .and_then(|()| {
                         self.engine

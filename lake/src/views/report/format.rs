@@ -56,6 +56,72 @@ pub fn write_duration(out: &mut String, ns: u64) {
     };
 }
 
+/// Durations below this find their bucket in a table of every label's first value (about
+/// 9,100 of them); longer ones, rare, search for it.
+const TABLED_NS: u64 = 1_000_000_000_000;
+
+/// The smallest duration that [`duration`] writes as it writes `ns`: the lower edge of the
+/// bucket of durations the page cannot tell apart. Labels grow with the duration, so each is
+/// one interval of durations, and this is a number to group by instead of a string per row.
+pub fn duration_bucket(ns: u64) -> u64 {
+    if ns < TABLED_NS {
+        let starts = label_starts();
+        return starts[starts.partition_point(|&start| start <= ns) - 1];
+    }
+    let label = duration(ns);
+    // The last tabled label may go on past the table.
+    let tabled = label_starts().last().copied().unwrap_or(0);
+    let (mut low, mut high) = (tabled, ns);
+    // The label of `high` is `label`; find the first one that is.
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if duration(mid) == label {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    high
+}
+
+/// The first duration of every label below [`TABLED_NS`], ascending.
+fn label_starts() -> &'static [u64] {
+    static STARTS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    STARTS.get_or_init(|| {
+        let mut starts = vec![0];
+        let mut start = 0;
+        loop {
+            start = next_label_start(start);
+            if start >= TABLED_NS {
+                return starts;
+            }
+            starts.push(start);
+        }
+    })
+}
+
+/// The first duration after `from` with another label than `from`'s.
+fn next_label_start(from: u64) -> u64 {
+    let label = duration(from);
+    // Gallop to a duration with another label, then bisect between the two.
+    let (mut same, mut step) = (from, 1u64);
+    let mut other = from + 1;
+    while duration(other) == label {
+        same = other;
+        step *= 2;
+        other = from.saturating_add(step);
+    }
+    while other - same > 1 {
+        let mid = same + (other - same) / 2;
+        if duration(mid) == label {
+            same = mid;
+        } else {
+            other = mid;
+        }
+    }
+    other
+}
+
 fn write_significant(out: &mut String, value: f64, unit: &str) -> std::fmt::Result {
     if value >= 100.0 {
         write!(out, "{value:.0} {unit}")
@@ -97,5 +163,36 @@ mod tests {
         assert_eq!(duration(4_560_000), "4.56 ms");
         assert_eq!(duration(1_200_000_000), "1.20 s");
         assert_eq!(rate(2.0 / 600.0), "0.003");
+    }
+
+    #[test]
+    fn a_bucket_starts_at_the_first_duration_written_like_it() {
+        let mut samples = vec![
+            0, 1, 999, 1_000, 9_994, 9_995, 9_999, 10_000, 12_350, 12_351,
+        ];
+        samples.extend([999_499, 999_500, 999_999, 1_000_000, 1_234_567_890]);
+        samples.extend([
+            TABLED_NS - 1,
+            TABLED_NS,
+            TABLED_NS + 123_456_789_012,
+            u64::MAX,
+        ]);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            samples.push(x >> (x % 40));
+        }
+        for ns in samples {
+            let bucket = duration_bucket(ns);
+            assert!(bucket <= ns, "{ns}");
+            assert_eq!(duration(bucket), duration(ns), "{ns}");
+            if bucket > 0 {
+                assert_ne!(duration(bucket - 1), duration(ns), "{ns}: not the first");
+            }
+        }
+        assert_eq!(duration_bucket(850), 850);
+        assert_eq!(duration(duration_bucket(12_345)), "12.3 µs");
     }
 }

@@ -30,20 +30,20 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     )?;
     let xids = rows::xids(&read.query("SELECT * FROM xid")?);
     let failed = rows::cuda_calls(&sql::failed_calls(&mut read)?);
-    let functions = sql::per_function(&mut read, range.seconds())?;
+    let cuda = sql::cuda_summary(&mut read, range.seconds())?;
     let (driver_ops, driver_hosts) = sql::count_by_host(&mut read, "driver", sql::DRIVER_OP)?;
     let mut hosts: BTreeSet<String> = xids
         .iter()
         .map(|x| x.host.clone())
         .filter(|h| !h.is_empty())
         .collect();
-    hosts.extend(sql::hosts(&mut read, "cuda", sql::CUDA_CALL)?);
+    hosts.extend(cuda.hosts);
     hosts.extend(driver_hosts);
     let accounting = lake.accounting(&range)?;
     let totals = data::Totals {
         xids: xids.len(),
-        cuda_calls: functions.iter().map(|f| f.calls).sum(),
-        cuda_failures: functions.iter().map(|f| f.errors).sum(),
+        cuda_calls: cuda.functions.iter().map(|f| f.calls).sum(),
+        cuda_failures: cuda.functions.iter().map(|f| f.errors).sum(),
         driver_ops,
         files_read: read.files_read(),
         unreadable: read.unreadable(),
@@ -57,7 +57,7 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
         hosts,
         accounting,
     );
-    data.functions = functions;
+    data.functions = cuda.functions;
     let page = html::render(&data);
     Ok((data, page))
 }
