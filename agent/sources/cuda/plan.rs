@@ -46,59 +46,32 @@ pub fn plan_probes(
     exclude: &[String],
     entry_only: &[String],
 ) -> ProbePlan {
-    let entry_only: Vec<glob::Pattern> = entry_only
-        .iter()
-        .filter_map(|f| glob::Pattern::new(f).ok())
-        .collect();
-    let patterns: Vec<glob::Pattern> = functions
-        .iter()
-        .filter(|f| *f != "default" && is_glob(f))
-        .filter_map(|f| glob::Pattern::new(f).ok())
-        .collect();
-    let excluded: Vec<glob::Pattern> = exclude
-        .iter()
-        .filter_map(|f| glob::Pattern::new(f).ok())
-        .collect();
-    let want_default = functions.iter().any(|f| f == "default");
-    let exact: Vec<&String> = functions
-        .iter()
-        .filter(|f| *f != "default" && !is_glob(f))
-        .collect();
-
+    let selection = Selection::new(functions, exclude, entry_only);
+    let mut found = Found::new(&selection);
     let mut plan = ProbePlan::default();
     let mut ids = HashMap::new();
-    let mut found_default = vec![false; DEFAULT_FUNCTIONS.len()];
-    let mut found_exact = vec![false; exact.len()];
     for (library, exported) in libraries {
         for function in exported.iter().filter(|f| f.name.starts_with("cu")) {
             let name = function.name.as_str();
             let entry = default_entry(name);
-            let is_excluded = excluded.iter().any(|p| p.matches(name));
-            if is_excluded {
+            let excluded = selection.excludes(name);
+            let exact_index = selection.exact_index(name);
+            if excluded {
                 // Left out on purpose: not reported as missing either.
-                if let Some(i) = entry
-                    .and_then(|(base, _)| DEFAULT_FUNCTIONS.iter().position(|(n, _)| *n == base))
-                {
-                    found_default[i] = true;
-                }
+                found.default_of(entry);
             }
-            let selected_default = want_default && entry.is_some() && !is_excluded;
-            let exact_index = exact.iter().position(|e| *e == name);
-            let selected_glob = patterns.iter().any(|p| p.matches(name)) && !is_excluded;
-            if !(selected_default || exact_index.is_some() || selected_glob) {
+            let selected = exact_index.is_some()
+                || !excluded && (selection.want_default && entry.is_some() || selection.glob(name));
+            if !selected {
                 continue;
             }
-            if let Some((base, _)) = entry {
-                if let Some(i) = DEFAULT_FUNCTIONS.iter().position(|(n, _)| *n == base) {
-                    found_default[i] = true;
-                }
-            }
+            found.default_of(entry);
             if let Some(i) = exact_index {
-                found_exact[i] = true;
+                found.exact[i] = true;
             }
             let spec = entry.map_or(ArgSpec::GENERIC, |(_, spec)| spec);
             let id = plan.functions.intern(&mut ids, name);
-            let at_entry = entry_only.iter().any(|p| p.matches(name));
+            let at_entry = selection.at_entry_only(name);
             let entry_only_bit =
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
             plan.probes.push(PlannedProbe {
@@ -110,23 +83,101 @@ pub fn plan_probes(
             });
         }
     }
-    if want_default {
-        plan.missing.extend(
-            DEFAULT_FUNCTIONS
-                .iter()
-                .zip(&found_default)
-                .filter(|(_, found)| !**found)
-                .map(|((name, _), _)| name.to_string()),
-        );
-    }
-    plan.missing.extend(
-        exact
-            .iter()
-            .zip(&found_exact)
-            .filter(|(_, f)| !**f)
-            .map(|(n, _)| n.to_string()),
-    );
+    plan.missing = found.missing(&selection);
     plan
+}
+
+/// The configured lists, compiled: `"default"`, exact names, globs, exclusions and the
+/// entry-only globs. Patterns that do not parse select nothing (config validation reports them).
+struct Selection<'a> {
+    want_default: bool,
+    exact: Vec<&'a String>,
+    globs: Vec<glob::Pattern>,
+    excluded: Vec<glob::Pattern>,
+    entry_only: Vec<glob::Pattern>,
+}
+
+fn compile<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Vec<glob::Pattern> {
+    patterns
+        .into_iter()
+        .filter_map(|p| glob::Pattern::new(p).ok())
+        .collect()
+}
+
+impl<'a> Selection<'a> {
+    fn new(functions: &'a [String], exclude: &[String], entry_only: &[String]) -> Self {
+        let named = || functions.iter().filter(|f| *f != "default");
+        Self {
+            want_default: functions.iter().any(|f| f == "default"),
+            exact: named().filter(|f| !is_glob(f)).collect(),
+            globs: compile(named().filter(|f| is_glob(f))),
+            excluded: compile(exclude),
+            entry_only: compile(entry_only),
+        }
+    }
+
+    fn excludes(&self, name: &str) -> bool {
+        self.excluded.iter().any(|p| p.matches(name))
+    }
+
+    fn glob(&self, name: &str) -> bool {
+        self.globs.iter().any(|p| p.matches(name))
+    }
+
+    fn exact_index(&self, name: &str) -> Option<usize> {
+        self.exact.iter().position(|e| *e == name)
+    }
+
+    fn at_entry_only(&self, name: &str) -> bool {
+        self.entry_only.iter().any(|p| p.matches(name))
+    }
+}
+
+/// Which default functions and exact names some library exports (or the exclusions account
+/// for), to report the rest as missing.
+struct Found {
+    default: Vec<bool>,
+    exact: Vec<bool>,
+}
+
+impl Found {
+    fn new(selection: &Selection<'_>) -> Self {
+        Self {
+            default: vec![false; DEFAULT_FUNCTIONS.len()],
+            exact: vec![false; selection.exact.len()],
+        }
+    }
+
+    /// Marks the default function `entry` belongs to, if any.
+    fn default_of(&mut self, entry: Option<(&str, ArgSpec)>) {
+        let index =
+            entry.and_then(|(base, _)| DEFAULT_FUNCTIONS.iter().position(|(n, _)| *n == base));
+        if let Some(i) = index {
+            self.default[i] = true;
+        }
+    }
+
+    fn missing(self, selection: &Selection<'_>) -> Vec<String> {
+        let mut missing = Vec::new();
+        if selection.want_default {
+            missing.extend(
+                DEFAULT_FUNCTIONS
+                    .iter()
+                    .zip(&self.default)
+                    .filter(|(_, found)| !**found)
+                    .map(|((name, _), _)| name.to_string()),
+            );
+        }
+        missing.extend(
+            selection
+                .exact
+                .iter()
+                .zip(&self.exact)
+                .filter(|(_, found)| !**found)
+                .map(|(name, _)| name.to_string()),
+        );
+        missing
+    }
 }
 
 fn is_glob(pattern: &str) -> bool {
