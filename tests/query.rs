@@ -209,6 +209,10 @@ fn wrong_sql_is_exit_status_2_with_the_reason() {
         ("SELECT no_such_column FROM cuda", "no_such_column"),
         ("SELECT * FROM no_such_table", "no_such_table"),
         ("SELEKT 1", "SELEKT"),
+        // A query only reads: nothing is written, nothing about the session changes.
+        ("COPY (SELECT 1) TO '/tmp/gpuship-query-copy.csv'", "not supported: COPY"),
+        ("CREATE TABLE t AS SELECT 1", "DDL not supported"),
+        ("SET datafusion.execution.batch_size = 1", "not supported"),
     ] {
         let out = query(dir.path(), sql, &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -219,6 +223,7 @@ fn wrong_sql_is_exit_status_2_with_the_reason() {
         );
         assert!(out.stdout.is_empty(), "{sql}");
     }
+    assert!(!std::path::Path::new("/tmp/gpuship-query-copy.csv").exists());
 }
 
 #[test]
