@@ -210,7 +210,10 @@ fn wrong_sql_is_exit_status_2_with_the_reason() {
         ("SELECT * FROM no_such_table", "no_such_table"),
         ("SELEKT 1", "SELEKT"),
         // A query only reads: nothing is written, nothing about the session changes.
-        ("COPY (SELECT 1) TO '/tmp/gpuship-query-copy.csv'", "not supported: COPY"),
+        (
+            "COPY (SELECT 1) TO '/tmp/gpuship-query-copy.csv'",
+            "not supported: COPY",
+        ),
         ("CREATE TABLE t AS SELECT 1", "DDL not supported"),
         ("SET datafusion.execution.batch_size = 1", "not supported"),
     ] {

@@ -13,18 +13,19 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use datafusion::config::TableParquetOptions;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::error::DataFusionError;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::{col, lit, Expr};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::scalar::ScalarValue;
+use futures_util::StreamExt;
 use gpuship_sinks::EventKind;
 use object_store::ObjectMeta;
 
 use crate::lake_table::LakeTable;
 use crate::listed_store::ListedStore;
+use crate::local::LocalStorage;
 use crate::range::TimeRange;
 
 /// The URL the lake's store is registered under; table paths are below it.
@@ -33,6 +34,16 @@ const LAKE_URL: &str = "gpuship-lake://lake/";
 /// Memory the engine may hold for sorts, joins and aggregations before it spills or fails;
 /// the rest of a view (rows it keeps, the page) comes on top.
 const MEMORY_LIMIT: usize = 512 << 20;
+
+/// Scans of a local folder run in this many partitions whatever the core count: enough to
+/// overlap reads with decoding, few enough to bound the decoders held at once
+/// (docs/performance.md, "Fleet lake").
+const SCAN_PARTITIONS: usize = 4;
+
+/// Scans of a bucket run in this many partitions: each waits for a request most of the time
+/// (a GET per small file, tens of milliseconds against S3), so requests in flight, not cores,
+/// set the pace; each partition holds one small file at a time.
+const REMOTE_SCAN_PARTITIONS: usize = 16;
 
 /// Why a query gave no rows.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +60,8 @@ pub enum QueryError {
 pub struct Engine {
     ctx: SessionContext,
     runtime: tokio::runtime::Runtime,
+    /// The lake's folder when it is local: small files are read from it in place.
+    local: Option<LocalStorage>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -104,20 +117,36 @@ fn partition_of(at: chrono::DateTime<chrono::Utc>) -> (String, String) {
 impl Engine {
     /// A session with room for [`MEMORY_LIMIT`], scanning with every core.
     pub fn new() -> anyhow::Result<Self> {
+        // Small local files are read on the scan's own thread (whole_file.rs): a thread per
+        // scan partition keeps every core busy while some of them wait for a disk.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores.max(SCAN_PARTITIONS))
             .enable_all()
             .thread_name("gpuship-lake")
             .build()?;
         Ok(Self {
-            ctx: new_context()?,
+            ctx: new_context(SCAN_PARTITIONS)?,
             runtime,
+            local: None,
         })
     }
 
-    /// Starts a new session over `store`, with no tables yet. A new session each time: the
-    /// engine caches footers per session, and files may have been dropped since the last one.
-    pub fn reset(&mut self, store: Arc<ListedStore>) -> Result<(), DataFusionError> {
-        self.ctx = new_context()?;
+    /// Starts a new session over `store`, with no tables yet; `local` is the same lake as a
+    /// local folder, when it is one. A new session each time: the engine caches footers per
+    /// session, and files may have been dropped since the last one.
+    pub fn reset(
+        &mut self,
+        store: Arc<ListedStore>,
+        local: Option<LocalStorage>,
+    ) -> Result<(), DataFusionError> {
+        let partitions = if local.is_some() {
+            SCAN_PARTITIONS
+        } else {
+            REMOTE_SCAN_PARTITIONS
+        };
+        self.ctx = new_context(partitions)?;
+        self.local = local;
         let url = ObjectStoreUrl::parse(LAKE_URL)?;
         self.ctx.register_object_store(url.as_ref(), store);
         Ok(())
@@ -133,11 +162,11 @@ impl Engine {
     ) -> Result<(), DataFusionError> {
         let mut options = TableParquetOptions::default();
         options.global = self.ctx.copied_config().options().execution.parquet.clone();
-        let format = ParquetFormat::default().with_options(options);
         let table = LakeTable::new(
             ObjectStoreUrl::parse(LAKE_URL)?,
             table_schema(kind),
-            format,
+            options,
+            self.local.clone(),
             files,
         );
         let view = self
@@ -155,6 +184,19 @@ impl Engine {
     /// the SQL are [`QueryError::Sql`]; everything that fails while reading (a damaged file, a
     /// panic in a decoder) is [`QueryError::Execution`].
     pub fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>, QueryError> {
+        let mut batches = Vec::new();
+        self.for_each_batch(sql, |batch| batches.push(batch))?;
+        Ok(batches)
+    }
+
+    /// Hands each batch of `sql`'s answer to `each` as the scan makes it, so an answer of any
+    /// size is folded in bounded memory; otherwise as [`Engine::sql`]. After an error `each`
+    /// has seen part of the answer: the caller starts over.
+    pub fn for_each_batch(
+        &self,
+        sql: &str,
+        mut each: impl FnMut(RecordBatch),
+    ) -> Result<(), QueryError> {
         let read_only = SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_dml(false)
@@ -166,11 +208,17 @@ impl Engine {
             .map_err(classify)?;
         // The Parquet decoder panics on some damaged files instead of failing; that panic
         // comes back here through the task that ran it.
-        let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.runtime.block_on(frame.collect())
+        let streamed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.runtime.block_on(async {
+                let mut stream = frame.execute_stream().await?;
+                while let Some(batch) = stream.next().await {
+                    each(batch?);
+                }
+                Ok::<(), DataFusionError>(())
+            })
         }));
-        match collected {
-            Ok(Ok(batches)) => Ok(batches),
+        match streamed {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(err)) => Err(classify(err)),
             Err(_) => Err(QueryError::Execution(
                 "the Parquet decoder failed on a damaged file".into(),
@@ -179,17 +227,23 @@ impl Engine {
     }
 }
 
-/// A session with the lake's settings and functions, and no tables yet.
-fn new_context() -> Result<SessionContext, DataFusionError> {
+/// A session with the lake's settings, scanning in `partitions`, and no tables yet.
+fn new_context(partitions: usize) -> Result<SessionContext, DataFusionError> {
     let env = RuntimeEnvBuilder::new()
         .with_memory_limit(MEMORY_LIMIT, 1.0)
         .build_arc()?;
     let mut config = SessionConfig::new().with_information_schema(true);
     // Footers are read once, by the scan; statistics would read every one while planning.
     config.options_mut().execution.collect_statistics = false;
-    config.options_mut().execution.parquet.pushdown_filters = true;
+    // Filters prune row groups and pages by their statistics. Filtering rows inside the
+    // decoder as well (`pushdown_filters`) was slower for the report's scans and held twice
+    // the memory (docs/performance.md, "Fleet lake").
+    // A lake is many small files (one host-hour of one kind each, tens of KiB): per-file cost
+    // dominates, not rows. Page indexes only pay for large row groups, and reading them costs
+    // a request and a decode per file.
+    config.options_mut().execution.parquet.enable_page_index = false;
+    config.options_mut().execution.target_partitions = partitions;
     let ctx = SessionContext::new_with_config_rt(config, env);
-    ctx.register_udf(crate::views::report::sql::duration_bucket_udf());
     Ok(ctx)
 }
 

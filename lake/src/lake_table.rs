@@ -17,10 +17,11 @@ use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::file_format::FileFormat;
+use datafusion::config::TableParquetOptions;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
@@ -29,6 +30,9 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectMeta;
+
+use crate::local::LocalStorage;
+use crate::whole_file::SmallFileReaderFactory;
 
 /// The partition columns, in the order of the keys' folders.
 pub const PARTITION_COLUMNS: [&str; 2] = ["dt", "hour"];
@@ -57,17 +61,21 @@ pub struct LakeTable {
     file_schema: SchemaRef,
     /// The file schema with `dt` and `hour` after it.
     schema: SchemaRef,
-    format: ParquetFormat,
+    options: TableParquetOptions,
+    /// The lake's folder when it is local (small files are read from it in place).
+    local: Option<LocalStorage>,
     files: Vec<TableFile>,
 }
 
 impl LakeTable {
     /// The table of `files` (keys `<table>/dt=.../hour=.../<name>` below `url`; others are left
-    /// out) read as `file_schema` with `format`.
+    /// out) read as `file_schema` with the Parquet reading `options`; `local` is the lake's
+    /// folder when it is local.
     pub fn new(
         url: ObjectStoreUrl,
         file_schema: SchemaRef,
-        format: ParquetFormat,
+        options: TableParquetOptions,
+        local: Option<LocalStorage>,
         files: impl IntoIterator<Item = ObjectMeta>,
     ) -> Self {
         let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
@@ -87,7 +95,8 @@ impl LakeTable {
             url,
             file_schema,
             schema,
-            format,
+            options,
+            local,
             files,
         }
     }
@@ -225,14 +234,29 @@ impl TableProvider for LakeTable {
         let table_schema = TableSchema::builder(Arc::clone(&self.file_schema))
             .with_table_partition_cols(partition_fields().to_vec())
             .build();
+        let store = state.runtime_env().object_store(&self.url)?;
+        let metadata_cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+        let larger = Arc::new(CachedParquetFileReaderFactory::new(
+            Arc::clone(&store),
+            metadata_cache,
+        ));
+        let mut source = ParquetSource::new(table_schema)
+            .with_table_parquet_options(self.options.clone())
+            .with_parquet_file_reader_factory(Arc::new(SmallFileReaderFactory::new(
+                store,
+                self.local.clone(),
+                larger,
+            )));
+        if let Some(hint) = self.options.global.metadata_size_hint {
+            source = source.with_metadata_size_hint(hint);
+        }
         let groups = balanced_groups(files, state.config().target_partitions());
-        let config =
-            FileScanConfigBuilder::new(self.url.clone(), self.format.file_source(table_schema))
-                .with_file_groups(groups)
-                .with_projection_indices(projection.cloned())?
-                .with_limit(limit)
-                .build();
-        self.format.create_physical_plan(state, config).await
+        let config = FileScanConfigBuilder::new(self.url.clone(), Arc::new(source))
+            .with_file_groups(groups)
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
     }
 }
 

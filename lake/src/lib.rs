@@ -12,8 +12,9 @@
 //! - [`engine`]: DataFusion over those files: one table per event kind ([`lake_table`]: the
 //!   listed files and nothing else, a few hundred bytes each while planned), partitions
 //!   pruned, the range and the columns pushed down to the Parquet scan, files scanned in
-//!   parallel, through a read-only [`listed_store`]. [`read`] is one read: tables, queries, and the
-//!   files left out.
+//!   parallel, through a read-only [`listed_store`]; [`whole_file`] fetches each small file in
+//!   one request. [`read`] is one read: tables, queries folded as they stream, and the files
+//!   left out.
 //! - [`table`]: one Parquet object decoded alone, to tell which file a failed query tripped on.
 //! - [`accounting`]: the delivery counters kept beside the data.
 //! - [`catalog`]: the XID catalog (names, severities, actions), shared with the agent, which
@@ -39,6 +40,7 @@ pub mod remote;
 pub mod storage;
 pub mod table;
 pub mod views;
+pub mod whole_file;
 
 use std::path::Path;
 
@@ -134,7 +136,7 @@ impl Lake {
     pub fn read_table(&self, kind: EventKind, range: &TimeRange) -> anyhow::Result<TableRead> {
         let mut read = self.tables(&[kind], range)?;
         let batches = read
-            .query(&format!("SELECT * FROM {kind}"))
+            .rows(kind)
             .with_context(|| format!("reading {kind} in {}", self.location()))?;
         let inventory = read.inventory(kind).cloned().unwrap_or_default();
         let read = TableRead {
@@ -189,6 +191,7 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::cast::AsArray;
     use chrono::{DateTime, Utc};
 
     const BASE_NS: i64 = 1_795_319_000_000_000_000; // 2026-11-22T03:43:20Z
@@ -264,6 +267,66 @@ mod tests {
                 .rows(),
             0
         );
+    }
+
+    /// A fold over several plans sees every row once, a damaged file found on the way starts
+    /// it over without the file, and the table keeps all its files for the next query.
+    #[test]
+    fn a_fold_over_several_plans_counts_every_row_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour3 = "cuda/dt=2026-11-22/hour=03";
+        for file in 0..5i64 {
+            let times: Vec<i64> = (0..3).map(|i| BASE_NS + file * 10_000 + i).collect();
+            let data = table::tests::cuda_file(&times);
+            put(dir.path(), &format!("{hour3}/part-{file}.parquet"), &data);
+        }
+        // Opens (its footer is sound) but fails inside, so only a read finds it.
+        let good = table::tests::cuda_file(&[BASE_NS + 99]);
+        let mut damaged = good.clone();
+        let footer_len =
+            u32::from_le_bytes(good[good.len() - 8..good.len() - 4].try_into().unwrap());
+        let footer_start = good.len() - 8 - footer_len as usize;
+        damaged[4..footer_start].fill(0xff);
+        put(
+            dir.path(),
+            &format!("{hour3}/part-9-damaged.parquet"),
+            &damaged,
+        );
+        let lake = Lake::open(&dir.path().display().to_string()).unwrap();
+        let mut read = lake.tables(&[EventKind::Cuda], &range(10, 10)).unwrap();
+
+        let times = read
+            .fold_in_plans(
+                2,
+                EventKind::Cuda,
+                "SELECT time_ns FROM cuda",
+                Vec::new,
+                |times, batch| {
+                    let column = batch
+                        .column(0)
+                        .as_primitive::<arrow_array::types::Int64Type>();
+                    times.extend(column.values().iter().copied());
+                },
+            )
+            .unwrap();
+        let mut sorted = times.clone();
+        sorted.sort_unstable();
+        let expected: Vec<i64> = (0..5i64)
+            .flat_map(|file| (0..3).map(move |i| BASE_NS + file * 10_000 + i))
+            .collect();
+        assert_eq!(
+            sorted, expected,
+            "each row once, the damaged file's row left out"
+        );
+        let unreadable = read.unreadable();
+        assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+        assert_eq!(unreadable[0].key, format!("{hour3}/part-9-damaged.parquet"));
+        // The next query sees the whole table again, not the last plan's files.
+        let count = read.query("SELECT count(*) AS n FROM cuda").unwrap();
+        let n = count[0]
+            .column(0)
+            .as_primitive::<arrow_array::types::Int64Type>();
+        assert_eq!(n.value(0), 15);
     }
 
     #[test]

@@ -125,6 +125,10 @@ impl LakeStorage for LocalStorage {
     fn describe(&self) -> String {
         self.root.display().to_string()
     }
+
+    fn as_local(&self) -> Option<&LocalStorage> {
+        Some(self)
+    }
 }
 
 impl LocalStorage {

@@ -86,6 +86,12 @@ pub trait LakeStorage: Send + Sync {
 
     /// How the lake is named to people (`/var/lib/gpuship/data`, `s3://bucket/prefix`).
     fn describe(&self) -> String;
+
+    /// The lake as a local folder, when it is one: the engine then reads small files in place
+    /// ([`crate::whole_file`]) instead of through [`object_store`](Self::object_store).
+    fn as_local(&self) -> Option<&crate::local::LocalStorage> {
+        None
+    }
 }
 
 /// Rejects keys that could reach outside the lake's root.

@@ -95,9 +95,9 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
         &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
         &range,
     )?;
-    let xid = read.query("SELECT * FROM xid")?;
-    let cuda = read.query("SELECT * FROM cuda")?;
-    let driver = read.query("SELECT * FROM driver")?;
+    let xid = read.rows(EventKind::Xid)?;
+    let cuda = read.rows(EventKind::Cuda)?;
+    let driver = read.rows(EventKind::Driver)?;
     let files_read = read.files_read();
     let unreadable = read.unreadable();
     warn_unreadable("export-trace", &unreadable);

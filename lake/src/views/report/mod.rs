@@ -17,21 +17,34 @@ use std::collections::BTreeSet;
 
 use gpuship_sinks::EventKind;
 
-use crate::views::rows;
 use crate::{Lake, TimeRange};
 pub use data::ReportData;
 
 /// The report of `range`: its data and its page. Counts and per-function statistics are
 /// computed by the engine; only XIDs and failed CUDA calls come back as rows.
 pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, String)> {
+    let started = std::time::Instant::now();
+    let phase = |name: &str| {
+        tracing::debug!(
+            phase = name,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "report"
+        );
+    };
     let mut read = lake.tables(
         &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
         &range,
     )?;
-    let xids = rows::xids(&read.query("SELECT * FROM xid")?);
-    let failed = rows::cuda_calls(&sql::failed_calls(&mut read)?);
+    phase("listed");
+    let xids = sql::xids(&mut read)?;
+    phase("xids");
+    let failed = sql::failed_calls(&mut read)?;
+    phase("failed calls");
     let cuda = sql::cuda_summary(&mut read, range.seconds())?;
-    let (driver_ops, driver_hosts) = sql::count_by_host(&mut read, "driver", sql::DRIVER_OP)?;
+    phase("call statistics");
+    let (driver_ops, driver_hosts) =
+        sql::count_by_host(&mut read, EventKind::Driver, sql::DRIVER_OP)?;
+    phase("driver");
     let mut hosts: BTreeSet<String> = xids
         .iter()
         .map(|x| x.host.clone())
@@ -58,7 +71,9 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
         accounting,
     );
     data.functions = cuda.functions;
+    phase("aggregated");
     let page = html::render(&data);
+    phase("rendered");
     Ok((data, page))
 }
 
@@ -66,6 +81,7 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
 mod tests {
     use super::*;
     use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::rows;
     use crate::AccountingTotals;
 
     fn report(message: &str) -> String {

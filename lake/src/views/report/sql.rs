@@ -1,9 +1,11 @@
-//! The report's questions to the engine: per-function call statistics computed where the rows
-//! are (GROUP BY), so a fleet's CUDA calls are counted without being held in memory; only
-//! XIDs and failed calls come back as rows. Every scan pays the engine's cost per file (open,
-//! footer, plan) once for every file of the table, which over a fleet's day is most of the
-//! time, so the report scans each table as few times as it can: `cuda` twice (statistics and
-//! hosts in one `GROUPING SETS` query, then the failed calls), `xid` and `driver` once.
+//! The report's questions to the engine: per-function call statistics folded from the scan as
+//! it streams, so a fleet's CUDA calls are counted without being held in memory; only XIDs and
+//! failed calls come back as rows. Every scan pays the engine's cost per file and column read
+//! (open, footer, a decompressor per column chunk) for every file of the table, which over a
+//! fleet's day is most of the time, so the report scans each table as few times as it can and
+//! reads only the columns it uses: `cuda` twice (statistics and hosts, then the failed calls,
+//! which the `result` statistics let the scan skip in files without failures), `xid` and
+//! `driver` once.
 //!
 //! Percentiles are nearest-rank over a histogram per function whose buckets are the durations
 //! as the page writes them ([`format::duration`], three significant digits, each bucket named
@@ -11,49 +13,26 @@
 //! is exactly the one whose label the page would show, so the page is the same as with every
 //! duration in memory, and the histogram has a few thousand buckets at most.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int64Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array};
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
-use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
+
+use gpuship_sinks::EventKind;
 
 use super::format;
 use super::functions::{percentile_of_buckets, FunctionStats};
 use crate::engine::QueryError;
 use crate::read::LakeRead;
-use crate::views::rows::NOT_CAPTURED;
-
-/// The name of the bucket function in SQL.
-const DURATION_BUCKET: &str = "gpuship_duration_bucket";
+use crate::views::rows::{
+    self, select_list, CudaCall, Xid, CUDA_CALL_COLUMNS, NOT_CAPTURED, XID_COLUMNS,
+};
 
 /// Rows the views count as CUDA calls (rows::cuda_calls leaves the others out).
 const CALL: &str = "pid IS NOT NULL AND function IS NOT NULL";
-
-/// `duration_ns` to the first duration the page writes like it ([`format::duration_bucket`]),
-/// for GROUP BY: a number per row instead of a formatted string. A null duration counts as 0,
-/// as in rows::cuda_calls.
-pub fn duration_bucket_udf() -> ScalarUDF {
-    create_udf(
-        DURATION_BUCKET,
-        vec![DataType::UInt64],
-        DataType::UInt64,
-        Volatility::Immutable,
-        Arc::new(
-            |args: &[ColumnarValue]| -> datafusion::error::Result<ColumnarValue> {
-                let arrays = ColumnarValue::values_to_arrays(args)?;
-                let durations = arrays[0].as_primitive::<UInt64Type>();
-                let buckets: UInt64Array = durations
-                    .iter()
-                    .map(|d| Some(format::duration_bucket(d.unwrap_or(0))))
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(buckets) as ArrayRef))
-            },
-        ),
-    )
-}
 
 fn entry_only() -> String {
     format!("coalesce(result_name, '') = '{NOT_CAPTURED}'")
@@ -63,38 +42,32 @@ fn failed() -> String {
     format!("coalesce(result, 0) <> 0 AND NOT ({})", entry_only())
 }
 
-/// The failed CUDA calls of the range, as rows (timelines and incidents need each one).
-pub fn failed_calls(read: &mut LakeRead<'_>) -> Result<Vec<RecordBatch>, QueryError> {
-    read.query(&format!("SELECT * FROM cuda WHERE {CALL} AND {}", failed()))
+/// The failed CUDA calls of the range, oldest first (timelines and incidents need each one),
+/// turned into rows batch by batch as the scan makes them.
+pub fn failed_calls(read: &mut LakeRead<'_>) -> Result<Vec<CudaCall>, QueryError> {
+    let sql = format!(
+        "SELECT {} FROM cuda WHERE {CALL} AND {}",
+        select_list(CUDA_CALL_COLUMNS),
+        failed()
+    );
+    let mut calls = read.fold(EventKind::Cuda, &sql, Vec::new, |calls, batch| {
+        calls.extend(rows::cuda_calls(&[batch]));
+    })?;
+    calls.sort_by_key(|c| (c.time_ns, c.pid, c.tid));
+    Ok(calls)
 }
 
-fn u64_at(batch: &RecordBatch, column: usize, row: usize) -> u64 {
-    let array = batch.column(column);
-    if let Some(values) = array.as_primitive_opt::<Int64Type>() {
-        return values.value(row).max(0) as u64;
-    }
-    array
-        .as_primitive_opt::<UInt64Type>()
-        .map_or(0, |values| values.value(row))
+/// The XIDs of the range, oldest first, turned into rows batch by batch.
+pub fn xids(read: &mut LakeRead<'_>) -> Result<Vec<Xid>, QueryError> {
+    let sql = format!("SELECT {} FROM xid", select_list(XID_COLUMNS));
+    let mut xids = read.fold(EventKind::Xid, &sql, Vec::new, |xids, batch| {
+        xids.extend(rows::xids(&[batch]));
+    })?;
+    xids.sort_by_key(|x| x.time_ns);
+    Ok(xids)
 }
 
-fn text_at(batch: &RecordBatch, column: usize, row: usize) -> String {
-    let array = batch.column(column);
-    if array.is_null(row) {
-        return String::new();
-    }
-    array
-        .as_string_opt::<i32>()
-        .map(|values| values.value(row).to_string())
-        .or_else(|| {
-            array
-                .as_string_view_opt()
-                .map(|values| values.value(row).to_string())
-        })
-        .unwrap_or_default()
-}
-
-/// What one scan of `cuda` says: statistics per function, most called first, and the hosts
+/// What the report asks of `cuda` in aggregate: statistics per function, most called first, and the hosts
 /// that wrote a call.
 #[derive(Debug, Default)]
 pub struct CudaSummary {
@@ -104,66 +77,118 @@ pub struct CudaSummary {
     pub hosts: Vec<String>,
 }
 
-/// Counts of one function: calls, failed, entry-only, and the histogram of the others'
-/// durations as `(bucket, calls)`.
+/// Counts of one function: calls, failed, entry-only, and the calls of the others per
+/// duration bucket.
 #[derive(Default)]
 struct FunctionCounts {
     calls: u64,
     errors: u64,
     entry_only: u64,
-    histogram: Vec<(u64, u64)>,
+    histogram: foldhash::HashMap<u64, u64>,
 }
 
-/// Call statistics per function over a range of `seconds`, and the hosts, in one scan: a
-/// `GROUP BY GROUPING SETS` whose first set is (function, entry-only, failed, duration bucket)
-/// and whose second is the host. Rows of the host set have no function.
-pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary, QueryError> {
-    let batches = read.query(&format!(
-        "SELECT function, host, entry, failed, bucket, count(*) AS calls FROM ( \
-           SELECT function, host, {DURATION_BUCKET}(duration_ns) AS bucket, \
-             {entry} AS entry, {failed} AS failed \
-           FROM cuda WHERE {CALL}) \
-         GROUP BY GROUPING SETS ((function, entry, failed, bucket), (host))",
-        entry = entry_only(),
-        failed = failed(),
-    ))?;
-    let mut by_function: BTreeMap<String, FunctionCounts> = BTreeMap::new();
-    let mut hosts = Vec::new();
-    for batch in &batches {
-        let (entry, failed) = (batch.column(2).as_boolean(), batch.column(3).as_boolean());
+/// Per-function counts and the hosts, added up batch by batch.
+#[derive(Default)]
+struct CallTally {
+    functions: foldhash::HashMap<String, FunctionCounts>,
+    hosts: BTreeSet<String>,
+}
+
+/// A text column as `StringArray` (the engine may hand out string views).
+fn utf8(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
+    match column.data_type() {
+        DataType::Utf8 => Ok(Arc::clone(column)),
+        _ => datafusion::arrow::compute::cast(column, &DataType::Utf8)
+            .map_err(|err| QueryError::Execution(err.to_string())),
+    }
+}
+
+impl CallTally {
+    /// Adds a batch of `host, function, duration_ns, result, result_name` rows.
+    fn add(&mut self, batch: &RecordBatch) -> Result<(), QueryError> {
+        let (hosts, functions, names) = (
+            utf8(batch.column(0))?,
+            utf8(batch.column(1))?,
+            utf8(batch.column(4))?,
+        );
+        let (hosts, functions, names) = (
+            hosts.as_string::<i32>(),
+            functions.as_string::<i32>(),
+            names.as_string::<i32>(),
+        );
+        let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
+        let results = batch.column(3).as_primitive_opt::<UInt32Type>();
+        let mut last_host: Option<&str> = None;
         for row in 0..batch.num_rows() {
-            let calls = u64_at(batch, 5, row);
-            if batch.column(0).is_null(row) {
-                let host = text_at(batch, 1, row);
-                if !host.is_empty() {
-                    hosts.push(host);
+            // A batch comes from one file, and a file from one host: look the host up once.
+            if hosts.is_valid(row) && last_host != Some(hosts.value(row)) {
+                let host = hosts.value(row);
+                if !host.is_empty() && !self.hosts.contains(host) {
+                    self.hosts.insert(host.to_string());
                 }
+                last_host = Some(host);
+            }
+            let function = if functions.is_valid(row) {
+                functions.value(row)
+            } else {
+                continue;
+            };
+            if !self.functions.contains_key(function) {
+                self.functions
+                    .insert(function.to_string(), FunctionCounts::default());
+            }
+            let Some(counts) = self.functions.get_mut(function) else {
+                continue;
+            };
+            counts.calls += 1;
+            let entry = names.is_valid(row) && names.value(row) == NOT_CAPTURED;
+            if entry {
+                counts.entry_only += 1;
                 continue;
             }
-            let counts = by_function.entry(text_at(batch, 0, row)).or_default();
-            counts.calls += calls;
-            if failed.value(row) {
-                counts.errors += calls;
+            let result = results
+                .filter(|r| r.is_valid(row))
+                .map_or(0, |r| r.value(row));
+            if result != 0 {
+                counts.errors += 1;
             }
-            if entry.value(row) {
-                counts.entry_only += calls;
-            } else {
-                counts.histogram.push((u64_at(batch, 4, row), calls));
-            }
+            // A null duration counts as 0, as in rows::cuda_calls.
+            let duration = durations
+                .filter(|d| d.is_valid(row))
+                .map_or(0, |d| d.value(row));
+            *counts
+                .histogram
+                .entry(format::duration_bucket(duration))
+                .or_default() += 1;
         }
+        Ok(())
     }
-    let mut functions: Vec<FunctionStats> = by_function
+}
+
+/// Call statistics per function over a range of `seconds`, and the hosts, in one scan of
+/// `cuda` folded as it streams (a `GROUP BY` per question, or `GROUPING SETS`, took two to
+/// four times as long in the engine: docs/performance.md, "Fleet lake").
+pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary, QueryError> {
+    let mut failure = None;
+    let tally = read.fold(
+        EventKind::Cuda,
+        &format!("SELECT host, function, duration_ns, result, result_name FROM cuda WHERE {CALL}"),
+        CallTally::default,
+        |tally, batch| {
+            if let Err(err) = tally.add(&batch) {
+                failure.get_or_insert(err);
+            }
+        },
+    )?;
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    let mut functions: Vec<FunctionStats> = tally
+        .functions
         .into_iter()
-        .map(|(function, mut counts)| {
-            // Failed and successful calls of one bucket are two rows: merge them.
-            counts.histogram.sort_unstable();
-            counts.histogram.dedup_by(|next, kept| {
-                let same = next.0 == kept.0;
-                if same {
-                    kept.1 += next.1;
-                }
-                same
-            });
+        .map(|(function, counts)| {
+            let mut histogram: Vec<(u64, u64)> = counts.histogram.into_iter().collect();
+            histogram.sort_unstable();
             FunctionStats {
                 calls: counts.calls as usize,
                 per_second: if seconds > 0.0 {
@@ -172,40 +197,55 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
                     0.0
                 },
                 errors: counts.errors as usize,
-                p50_ns: percentile_of_buckets(&counts.histogram, 0.50),
-                p99_ns: percentile_of_buckets(&counts.histogram, 0.99),
+                p50_ns: percentile_of_buckets(&histogram, 0.50),
+                p99_ns: percentile_of_buckets(&histogram, 0.99),
                 entry_only: counts.entry_only as usize,
                 function,
             }
         })
         .collect();
     functions.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
-    hosts.sort();
-    Ok(CudaSummary { functions, hosts })
+    Ok(CudaSummary {
+        functions,
+        hosts: tally.hosts.into_iter().collect(),
+    })
 }
 
-/// Rows of `table` the views count (with the columns that identify them), and the hosts that
-/// wrote them, in one scan.
+/// Rows of `table` the views count (`valid`), and the hosts that wrote them, in one scan.
 pub fn count_by_host(
     read: &mut LakeRead<'_>,
-    table: &str,
+    table: EventKind,
     valid: &str,
 ) -> Result<(usize, Vec<String>), QueryError> {
-    let batches = read.query(&format!(
-        "SELECT host, count(*) FROM {table} WHERE {valid} GROUP BY host"
-    ))?;
-    let mut rows = 0;
-    let mut hosts = Vec::new();
-    for batch in &batches {
-        for row in 0..batch.num_rows() {
-            rows += u64_at(batch, 1, row) as usize;
-            let host = text_at(batch, 0, row);
-            if !host.is_empty() {
-                hosts.push(host);
+    let mut failure = None;
+    let (rows, hosts) = read.fold(
+        table,
+        &format!("SELECT host FROM {} WHERE {valid}", table.as_str()),
+        || (0usize, BTreeSet::new()),
+        |(rows, hosts), batch| {
+            *rows += batch.num_rows();
+            let column = match utf8(batch.column(0)) {
+                Ok(column) => column,
+                Err(err) => {
+                    failure.get_or_insert(err);
+                    return;
+                }
+            };
+            let column = column.as_string::<i32>();
+            let mut last: Option<&str> = None;
+            for host in column.iter().flatten() {
+                // A batch comes from one file, and a file from one host.
+                if last != Some(host) && !host.is_empty() && !hosts.contains(host) {
+                    hosts.insert(host.to_string());
+                }
+                last = Some(host);
             }
-        }
+        },
+    )?;
+    if let Some(err) = failure {
+        return Err(err);
     }
-    Ok((rows, hosts))
+    Ok((rows, hosts.into_iter().collect()))
 }
 
 /// What rows::driver_ops keeps.
