@@ -2,10 +2,12 @@
 //! range), `gpuship report` (one self-contained HTML page) and `gpuship query` (SQL). Both read the lake through
 //! [`crate::Lake`] and never touch the running agent or write into the lake.
 //!
-//! [`rows`] turns record batches into typed rows; [`trace`], [`report`] and [`query`] build the
+//! [`rows`] turns record batches into typed rows, read from the [`columns`] each needs;
+//! [`trace`], [`report`] and [`query`] build the
 //! outputs;
 //! this file is the command-line glue (range, lake, output file).
 
+pub mod columns;
 #[cfg(test)]
 mod fixtures;
 pub mod query;

@@ -27,9 +27,8 @@ use super::format;
 use super::functions::{percentile_of_buckets, FunctionStats};
 use crate::engine::QueryError;
 use crate::read::LakeRead;
-use crate::views::rows::{
-    self, select_list, CudaCall, Xid, CUDA_CALL_COLUMNS, NOT_CAPTURED, XID_COLUMNS,
-};
+use crate::views::columns::{select_list, CUDA_CALL_COLUMNS, XID_COLUMNS};
+use crate::views::rows::{self, CudaCall, Xid, NOT_CAPTURED};
 
 /// Rows the views count as CUDA calls (rows::cuda_calls leaves the others out).
 const CALL: &str = "pid IS NOT NULL AND function IS NOT NULL";
@@ -87,6 +86,18 @@ struct FunctionCounts {
     histogram: foldhash::HashMap<u64, u64>,
 }
 
+/// Adds the non-empty host names of `column` to `hosts`. A batch comes from one file, and a
+/// file from one host: each run of one name is looked up once.
+fn add_hosts(hosts: &mut BTreeSet<String>, column: &arrow_array::StringArray) {
+    let mut last: Option<&str> = None;
+    for host in column.iter().flatten() {
+        if last != Some(host) && !host.is_empty() && !hosts.contains(host) {
+            hosts.insert(host.to_string());
+        }
+        last = Some(host);
+    }
+}
+
 /// Per-function counts and the hosts, added up batch by batch.
 #[derive(Default)]
 struct CallTally {
@@ -118,16 +129,8 @@ impl CallTally {
         );
         let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
         let results = batch.column(3).as_primitive_opt::<UInt32Type>();
-        let mut last_host: Option<&str> = None;
+        add_hosts(&mut self.hosts, hosts);
         for row in 0..batch.num_rows() {
-            // A batch comes from one file, and a file from one host: look the host up once.
-            if hosts.is_valid(row) && last_host != Some(hosts.value(row)) {
-                let host = hosts.value(row);
-                if !host.is_empty() && !self.hosts.contains(host) {
-                    self.hosts.insert(host.to_string());
-                }
-                last_host = Some(host);
-            }
             let function = if functions.is_valid(row) {
                 functions.value(row)
             } else {
@@ -231,15 +234,7 @@ pub fn count_by_host(
                     return;
                 }
             };
-            let column = column.as_string::<i32>();
-            let mut last: Option<&str> = None;
-            for host in column.iter().flatten() {
-                // A batch comes from one file, and a file from one host.
-                if last != Some(host) && !host.is_empty() && !hosts.contains(host) {
-                    hosts.insert(host.to_string());
-                }
-                last = Some(host);
-            }
+            add_hosts(hosts, column.as_string::<i32>());
         },
     )?;
     if let Some(err) = failure {
