@@ -1,10 +1,10 @@
 //! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace`,
 //! `report` and `query`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-pub use gpuship_lake::args::{ExportTraceArgs, QueryArgs, RangeArgs, ReportArgs};
 
 /// gpuship: captures NVIDIA XID errors and CUDA driver API calls with eBPF and ships them as
 /// Arrow record batches to Parquet (and more sinks). Runs as root.
@@ -12,8 +12,9 @@ pub use gpuship_lake::args::{ExportTraceArgs, QueryArgs, RangeArgs, ReportArgs};
 #[command(name = "gpuship", version, about, long_about = None)]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship=debug`); RUST_LOG wins.
-    #[arg(long, global = true, default_value = "info")]
-    pub log_level: String,
+    /// Default `info` (`warn` for the lake's views).
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
     /// Log lines as `text` (coloured only on a terminal) or `json` (one object per line).
     #[arg(long, global = true, value_enum, default_value = "text")]
     pub log_format: crate::logging::LogFormat,
@@ -41,17 +42,38 @@ pub enum CliCommand {
     /// Export a time range of the data lake as a Chrome/Perfetto trace (JSON): CUDA calls per
     /// process and thread, driver operations, XIDs as global markers. Open it in
     /// ui.perfetto.dev.
-    ExportTrace(ExportTraceArgs),
+    ///
+    /// Runs `gpuship-lake export-trace` (installed beside gpuship): `gpuship export-trace --help`
+    /// lists its flags.
+    #[command(disable_help_flag = true)]
+    ExportTrace(LakeViewArgs),
     /// Write one self-contained HTML report of a time range of the data lake: per-GPU XID
     /// timeline with failed CUDA calls, incidents, CUDA call rates and latency, delivery
     /// accounting.
-    Report(ReportArgs),
+    ///
+    /// Runs `gpuship-lake report` (installed beside gpuship): `gpuship report --help` lists its
+    /// flags.
+    #[command(disable_help_flag = true)]
+    Report(LakeViewArgs),
     /// Ask the data lake anything in SQL (tables xid, cuda, driver; the rows of --since/--until)
     /// and print the rows as a table, CSV or JSON. Exit status 2 for wrong SQL.
-    Query(QueryArgs),
+    ///
+    /// Runs `gpuship-lake query` (installed beside gpuship): `gpuship query --help` lists its
+    /// flags.
+    #[command(disable_help_flag = true)]
+    Query(LakeViewArgs),
     /// Live terminal view of a running agent (read from its metrics server's /live): calls per
     /// second per CUDA function and per process, the latest XIDs, loss counters. q quits.
     Top(TopArgs),
+}
+
+/// `gpuship report`, `export-trace` and `query`: every argument goes to `gpuship-lake` unread
+/// ([`crate::lake_views`]), `--help` included.
+#[derive(Debug, Args)]
+pub struct LakeViewArgs {
+    /// The view's flags (see `--help`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<OsString>,
 }
 
 /// `gpuship top`.
@@ -140,29 +162,29 @@ mod tests {
     }
 
     #[test]
-    fn views_read_the_default_lake_up_to_now() {
-        let cli = Cli::parse_from(["gpuship", "export-trace", "--since", "30m"]);
-        let CliCommand::ExportTrace(args) = cli.command else {
-            panic!()
-        };
-        assert_eq!(
-            (
-                args.range.since.as_str(),
-                args.range.until,
-                args.range.data.as_str()
-            ),
-            ("30m", None, "./gpuship-data")
-        );
-        assert_eq!(args.output, PathBuf::from("-"));
-        let cli = Cli::parse_from(["gpuship", "report", "--since", "2d", "--output", "r.html"]);
+    fn views_take_every_argument_unread_for_gpuship_lake() {
+        let cli = Cli::parse_from([
+            "gpuship", "report", "--since", "2d", "--help", "--output", "r.html",
+        ]);
         let CliCommand::Report(args) = cli.command else {
             panic!()
         };
-        assert_eq!(args.output, PathBuf::from("r.html"));
-        assert!(
-            Cli::try_parse_from(["gpuship", "report"]).is_err(),
-            "--since is required"
+        assert_eq!(
+            args.args,
+            ["--since", "2d", "--help", "--output", "r.html"].map(OsString::from)
         );
+        assert_eq!(cli.log_level, None);
+        let cli = Cli::parse_from(["gpuship", "--log-level", "debug", "query", "SELECT 1"]);
+        let CliCommand::Query(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.args, [OsString::from("SELECT 1")]);
+        assert_eq!(cli.log_level.as_deref(), Some("debug"));
+        let cli = Cli::parse_from(["gpuship", "export-trace"]);
+        let CliCommand::ExportTrace(args) = cli.command else {
+            panic!()
+        };
+        assert!(args.args.is_empty(), "gpuship-lake says what is missing");
     }
 
     #[test]

@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn the_xid_catalog_gpuship_xid_prints_has_nothing_to_escape() {
-        use gpuship_lake::catalog;
+        use gpuship_catalog as catalog;
         for info in catalog::entries() {
             let text = format!("{info}\n{}", catalog::CATALOG_VERSION);
             assert!(

@@ -18,7 +18,8 @@
 //!   its lock; [`escape`] makes outside text safe to print on a terminal.
 //!
 //! Reading the lake back (`gpuship report`, `export-trace`, `query`) is the `gpuship-lake`
-//! crate, which this one only calls.
+//! crate and binary; [`lake_views`] hands those commands to it, so the agent links no query
+//! engine.
 
 pub mod accounting;
 pub mod batcher;
@@ -31,6 +32,7 @@ pub mod doctor;
 pub mod enrich;
 pub mod escape;
 pub mod fanout;
+pub mod lake_views;
 pub mod live;
 pub mod logging;
 pub mod metrics;

@@ -12,15 +12,20 @@ use gpuship::run::{run, RunOptions, Target};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    gpuship::logging::init(&cli.log_level, cli.log_format);
+    gpuship::logging::init(cli.log_level.as_deref().unwrap_or("info"), cli.log_format);
+    // The views replace this process with gpuship-lake; they come back only when it cannot start.
+    let log_level = cli.log_level.as_deref();
+    let view = |name: &str, args: &[std::ffi::OsString]| {
+        Err(gpuship::lake_views::exec_view(name, log_level, args))
+    };
     let result = match cli.command {
         CliCommand::Validate(args) => validate(&args.config),
         CliCommand::Run(args) => run_command(args),
         CliCommand::Doctor(args) => doctor(args),
         CliCommand::Xid(args) => xid(args),
-        CliCommand::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
-        CliCommand::Report(args) => gpuship_lake::views::report(&args),
-        CliCommand::Query(args) => gpuship_lake::views::query(&args),
+        CliCommand::ExportTrace(args) => view("export-trace", &args.args),
+        CliCommand::Report(args) => view("report", &args.args),
+        CliCommand::Query(args) => view("query", &args.args),
         CliCommand::Top(args) => gpuship_top::run(&gpuship_top::TopOptions {
             agent: args.agent,
             interval: args.interval,

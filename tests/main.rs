@@ -23,6 +23,7 @@ mod hostile_output;
 mod jsonl;
 mod kafka;
 mod kubernetes;
+mod lake_binary;
 mod layout;
 mod makefile;
 mod metrics;

@@ -8,7 +8,7 @@ use gpuship_sinks::schema::XidRecord;
 use serde::Serialize;
 
 use crate::accounting::Snapshot;
-use gpuship_lake::catalog;
+use gpuship_catalog as catalog;
 
 pub use gpuship_top::wire::{FunctionLive, ProcessLive, XidLive, LIVE_VERSION};
 

@@ -14,6 +14,6 @@ pub mod incidents;
 pub mod reconcile;
 pub mod stage;
 
-/// The catalog lives in the lake crate: the views fill older rows from it too.
-pub use gpuship_lake::catalog;
+/// The catalog is its own crate: the lake's views fill older rows from it too.
+pub use gpuship_catalog as catalog;
 pub use stage::{XidStage, XidStageSettings};

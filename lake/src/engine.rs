@@ -73,13 +73,25 @@ impl std::fmt::Debug for Engine {
 /// A table's columns as the engine sees them: the kind's schema with every column nullable,
 /// so files of older schema versions (missing columns) read as nulls instead of failing.
 fn table_schema(kind: EventKind) -> SchemaRef {
-    let schema = gpuship_sinks::schema::schema_for(kind);
+    let schema = kind_schema(kind);
     let fields: Vec<Field> = schema
         .fields()
         .iter()
         .map(|f| f.as_ref().clone().with_nullable(true))
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// The kind's schema as the sinks define it. It comes as Arrow IPC bytes because the sinks may
+/// be built on a newer arrow than the engine's; the columns, types and metadata are the same.
+pub fn kind_schema(kind: EventKind) -> SchemaRef {
+    let bytes = gpuship_sinks::schema::schema_ipc(kind);
+    match arrow_ipc::reader::StreamReader::try_new(bytes.as_slice(), None) {
+        Ok(reader) => reader.schema(),
+        // Both sides are Arrow's IPC format, which is versioned and stable across releases;
+        // the unit test below reads every kind.
+        Err(err) => unreachable!("the {kind} schema from gpuship-sinks is not readable: {err}"),
+    }
 }
 
 /// `time` in `[since, until)`, and the `dt`/`hour` partitions that can hold such rows.
@@ -263,6 +275,54 @@ fn classify(err: DataFusionError) -> QueryError {
 mod tests {
     use super::*;
     use crate::range::range_of;
+
+    #[test]
+    fn every_kinds_schema_crosses_from_the_sinks_arrow_unchanged() {
+        use std::collections::BTreeMap;
+        let sorted = |pairs: Vec<(&String, &String)>| -> BTreeMap<String, String> {
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        for &kind in gpuship_sinks::EventKind::ALL {
+            let ours = kind_schema(kind);
+            let theirs = gpuship_sinks::schema::schema_for(kind);
+            let describe_ours: Vec<String> = ours
+                .fields()
+                .iter()
+                .map(|f| {
+                    let meta = sorted(f.metadata().iter().collect());
+                    format!(
+                        "{} {:?} {} {meta:?}",
+                        f.name(),
+                        f.data_type(),
+                        f.is_nullable()
+                    )
+                })
+                .collect();
+            let describe_theirs: Vec<String> = theirs
+                .fields()
+                .iter()
+                .map(|f| {
+                    let meta = sorted(f.metadata().iter().collect());
+                    format!(
+                        "{} {:?} {} {meta:?}",
+                        f.name(),
+                        f.data_type(),
+                        f.is_nullable()
+                    )
+                })
+                .collect();
+            assert_eq!(describe_ours, describe_theirs, "{kind}");
+            assert_eq!(
+                sorted(ours.metadata().iter().collect()),
+                sorted(theirs.metadata().iter().collect()),
+                "{kind}"
+            );
+            assert_eq!(ours.fields().len(), theirs.fields().len(), "{kind}");
+        }
+    }
 
     #[test]
     fn sql_that_would_write_or_change_the_session_is_refused() {

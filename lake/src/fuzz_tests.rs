@@ -59,7 +59,7 @@ fn identity() -> HostIdentity {
     }
 }
 
-fn seed_batch(kind: EventKind) -> RecordBatch {
+fn seed_batch(kind: EventKind) -> gpuship_sinks::arrow_array::RecordBatch {
     let time = |i: usize| BASE_NS + i as i64 * 1_000_000;
     match kind {
         EventKind::Cuda => {

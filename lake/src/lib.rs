@@ -17,8 +17,9 @@
 //!   left out.
 //! - [`table`]: one Parquet object decoded alone, to tell which file a failed query tripped on.
 //! - [`accounting`]: the delivery counters kept beside the data.
-//! - [`catalog`]: the XID catalog (names, severities, actions), shared with the agent, which
-//!   writes it into every XID row; the views fill older rows from it.
+//! - [`catalog`]: the XID catalog (names, severities, actions), the `gpuship-catalog` crate
+//!   shared with the agent, which writes it into every XID row; the views fill older rows from
+//!   it.
 //! - [`views`]: the report and the trace export; [`args`]: their command-line arguments.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
@@ -27,7 +28,8 @@
 
 pub mod accounting;
 pub mod args;
-pub mod catalog;
+/// The XID catalog, from its own crate (the agent uses it too).
+pub use gpuship_catalog as catalog;
 pub mod engine;
 pub mod inventory;
 pub mod lake_table;

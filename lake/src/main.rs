@@ -47,10 +47,24 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gpuship-lake: {err:#}");
+            eprintln!("{}: {err:#}", program_name());
             ExitCode::from(1)
         }
     }
+}
+
+/// The name this binary was started as: `gpuship` when `gpuship report` runs it (the agent sets
+/// argv[0]), so messages name the command the user typed.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .map_or_else(
+            || "gpuship-lake".to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
 }
 
 #[cfg(test)]

@@ -85,6 +85,7 @@ pub fn row_count(batches: &[RecordBatch]) -> usize {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::views::fixtures::from_sinks;
     use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
     use parquet::arrow::ArrowWriter;
 
@@ -114,7 +115,7 @@ pub(crate) mod tests {
                 workload: None,
             });
         }
-        let batch = builder.finish().unwrap();
+        let batch = from_sinks(&builder.finish().unwrap());
         let mut out = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
         writer.write(&batch).unwrap();

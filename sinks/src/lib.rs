@@ -24,6 +24,10 @@
 //!
 //! This crate knows nothing about BPF or where events come from; the agent fills the builders.
 
+/// The arrow the sinks are built on, for crates on another arrow (the lake) that build
+/// batches with [`schema`]'s builders, as their tests do.
+pub use arrow_array;
+
 pub mod batch;
 pub mod blackhole;
 pub mod encode;

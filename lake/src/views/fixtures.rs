@@ -1,5 +1,6 @@
 //! Rows for the views' unit tests, built with the sinks' own batch builders so they have
-//! exactly the columns the agent writes.
+//! exactly the columns the agent writes, and carried over to the lake's arrow (the sinks may be
+//! on a newer one) through Arrow IPC, as the schemas are (engine.rs).
 
 use arrow_array::RecordBatch;
 use gpuship_sinks::schema::{
@@ -7,6 +8,16 @@ use gpuship_sinks::schema::{
 };
 
 use super::rows::NOT_CAPTURED;
+
+/// A batch the sinks' builders made (their arrow) as a batch of the lake's arrow.
+pub fn from_sinks(batch: &gpuship_sinks::arrow_array::RecordBatch) -> RecordBatch {
+    let mut bytes = Vec::new();
+    gpuship_sinks::encode::arrow_ipc::write_stream(batch, &mut bytes).unwrap();
+    let mut reader = arrow_ipc::reader::StreamReader::try_new(bytes.as_slice(), None).unwrap();
+    let out = reader.next().expect("one batch").unwrap();
+    assert!(reader.next().is_none(), "one batch only");
+    out
+}
 
 /// Host `node-a`.
 pub fn identity() -> HostIdentity {
@@ -55,7 +66,7 @@ pub fn cuda_batch(rows: &[CudaRow<'_>]) -> RecordBatch {
     for row in rows {
         builder.append(row);
     }
-    builder.finish().unwrap()
+    from_sinks(&builder.finish().unwrap())
 }
 
 /// An XID from the kernel log that hit pid 100 (`train`), root of its own incident.
@@ -86,5 +97,5 @@ pub fn xid_record(time_ns: i64, code: u32, bus: &str, severity: &str, message: &
 
 /// `records` as one `xid` batch.
 pub fn xid_batch(records: &[XidRecord]) -> RecordBatch {
-    xid_batch_of(&identity(), records).unwrap()
+    from_sinks(&xid_batch_of(&identity(), records).unwrap())
 }

@@ -9,7 +9,7 @@
 
 pub mod columns;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod query;
 pub mod report;
 pub mod rows;
