@@ -1,7 +1,11 @@
 //! The agent's counters: what the kernel emitted and lost, what the agent received and could
 //! not decode, and what every sink did. The identities the product promises are checked on
 //! [`Snapshot`]: per ring `emitted = received + lost_in_kernel`, per sink
-//! `received = delivered + dropped + failed + in_flight`.
+//! `received = delivered + dropped + failed + in_flight`. Calls of CUDA functions in `stats`
+//! mode are not ring records: per ring `aggregated = aggregated_received +
+//! aggregated_pending`, the calls added to the kernel's statistics table and the calls the
+//! agent took out of it as `cuda_stats` rows (`stats_full` counts calls that found the table
+//! full).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,6 +57,12 @@ pub struct RingCounters {
     pub unmatched_returns: AtomicU64,
     /// Calls not recorded because the in-flight table was full (CUDA only).
     pub inflight_full: AtomicU64,
+    /// Calls added to the kernel's per-interval statistics instead of the ring (CUDA only).
+    pub aggregated: AtomicU64,
+    /// Calls not added because the statistics table was full (CUDA only).
+    pub stats_full: AtomicU64,
+    /// Calls the agent took out of the statistics table, in `cuda_stats` rows.
+    pub aggregated_received: AtomicU64,
     /// Records taken off the ring by the consumer.
     pub received: AtomicU64,
     /// Records rejected by the decoder.
@@ -133,6 +143,14 @@ pub struct RingSnapshot {
     pub unmatched_returns: u64,
     /// CUDA calls not recorded because the in-flight table was full.
     pub inflight_full: u64,
+    /// CUDA calls added to the kernel's statistics instead of the ring.
+    pub aggregated: u64,
+    /// Of those, taken out by the agent into `cuda_stats` rows.
+    pub aggregated_received: u64,
+    /// Added but not yet taken out (0 after the last drain).
+    pub aggregated_pending: u64,
+    /// CUDA calls not aggregated because the statistics table was full.
+    pub stats_full: u64,
 }
 
 /// Kernel-log counters.
@@ -211,12 +229,26 @@ fn read_kernel_counters(map: &MapHandle, counters: &RingCounters) {
         &counters.inflight_full,
         read(gpuship_ring_stat::GPUSHIP_STAT_INFLIGHT_FULL),
     );
+    store(
+        &counters.aggregated,
+        read(gpuship_ring_stat::GPUSHIP_STAT_AGGREGATED),
+    );
+    store(
+        &counters.stats_full,
+        read(gpuship_ring_stat::GPUSHIP_STAT_STATS_FULL),
+    );
 }
 
 impl RingCounters {
-    fn snapshot(&self, ring: &'static str, received: u64) -> RingSnapshot {
+    fn snapshot(
+        &self,
+        ring: &'static str,
+        received: u64,
+        aggregated_received: u64,
+    ) -> RingSnapshot {
         let lost = self.lost_in_kernel.load(Ordering::Relaxed);
         let submitted = self.submitted.load(Ordering::Relaxed);
+        let aggregated = self.aggregated.load(Ordering::Relaxed);
         RingSnapshot {
             ring,
             emitted: submitted + lost,
@@ -226,6 +258,10 @@ impl RingCounters {
             decode_errors: self.decode_errors.load(Ordering::Relaxed),
             unmatched_returns: self.unmatched_returns.load(Ordering::Relaxed),
             inflight_full: self.inflight_full.load(Ordering::Relaxed),
+            aggregated,
+            aggregated_received,
+            aggregated_pending: aggregated.saturating_sub(aggregated_received),
+            stats_full: self.stats_full.load(Ordering::Relaxed),
         }
     }
 }
@@ -248,6 +284,8 @@ impl Accounting {
     /// counted as received is always already counted as submitted: `pending_in_ring` >= 0.
     pub fn snapshot(&self) -> Snapshot {
         let received = Ring::ALL.map(|ring| self.ring(ring).received.load(Ordering::Acquire));
+        let aggregated_received =
+            Ring::ALL.map(|ring| self.ring(ring).aggregated_received.load(Ordering::Acquire));
         if let Ok(maps) = self.kernel_counters.lock() {
             for (ring, map) in maps.iter() {
                 read_kernel_counters(map, self.ring(*ring));
@@ -258,7 +296,11 @@ impl Accounting {
             rings: Ring::ALL
                 .into_iter()
                 .zip(received)
-                .map(|(ring, received)| self.ring(ring).snapshot(ring.name(), received))
+                .zip(aggregated_received)
+                .map(|((ring, received), aggregated_received)| {
+                    self.ring(ring)
+                        .snapshot(ring.name(), received, aggregated_received)
+                })
                 .collect(),
             kmsg: KmsgSnapshot {
                 xids: load(&self.kmsg.xids),
@@ -318,6 +360,13 @@ impl Snapshot {
                     ring.received,
                     ring.lost_in_kernel,
                     ring.pending_in_ring
+                ));
+            }
+            if ring.aggregated < ring.aggregated_received {
+                broken.push(format!(
+                    "ring {}: aggregated {} < aggregated_received {} (calls taken out of the \
+                     statistics table that the kernel never added)",
+                    ring.ring, ring.aggregated, ring.aggregated_received
                 ));
             }
         }

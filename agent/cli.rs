@@ -55,7 +55,7 @@ pub enum CliCommand {
     /// flags.
     #[command(disable_help_flag = true)]
     Report(LakeViewArgs),
-    /// Ask the data lake anything in SQL (tables xid, cuda, driver; the rows of --since/--until)
+    /// Ask the data lake anything in SQL (tables xid, cuda, driver, cuda_stats; the rows of --since/--until)
     /// and print the rows as a table, CSV or JSON. Exit status 2 for wrong SQL.
     ///
     /// Runs `gpuship-lake query` (installed beside gpuship): `gpuship query --help` lists its

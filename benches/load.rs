@@ -36,6 +36,12 @@ struct Scenario {
 /// own limit shows.
 const ENTRY_ONLY: &str = "parquet-entry-only";
 
+/// Both of the workload's functions in `stats` mode: added up in the kernel, no ring record and
+/// no agent work per call; the agent reads the table every interval (1 s here).
+const STATS: &str = "parquet-stats";
+/// The same with both at entry only: no return probe either (no durations, no results).
+const STATS_ENTRY_ONLY: &str = "parquet-stats-entry-only";
+
 /// Settings of `config/examples/large-files.toml`, applied to the harness's config.
 const LARGE_FILES: (&str, &str, &str) = (
     "ring_size_mib = 16\n[batch]\nmax_events = 65536\n",
@@ -69,6 +75,17 @@ fn start(dir: &Path, libcuda: &Path, sink: &str) -> Child {
         ),
         ENTRY_ONLY => (
             "entry_only = [\"cuMemAlloc_v2\", \"cuMemFree_v2\"]\n".to_string(),
+            format!("type = \"parquet\"\npath = \"{}\"", lake.display()),
+        ),
+        STATS | STATS_ENTRY_ONLY => (
+            format!(
+                "stats = [\"cuMemAlloc_v2\", \"cuMemFree_v2\"]\nstats_interval_secs = 1\n{}",
+                if sink == STATS_ENTRY_ONLY {
+                    "entry_only = [\"cuMemAlloc_v2\", \"cuMemFree_v2\"]\n"
+                } else {
+                    ""
+                }
+            ),
             format!("type = \"parquet\"\npath = \"{}\"", lake.display()),
         ),
         _ => (String::new(), "type = \"blackhole\"".to_string()),
@@ -150,6 +167,18 @@ fn main() {
                 threads: 2,
                 calls_per_thread: 1_000_000,
                 sink: ENTRY_ONLY,
+            },
+            Scenario {
+                name: "2 threads, parquet, stats mode",
+                threads: 2,
+                calls_per_thread: 1_000_000,
+                sink: STATS,
+            },
+            Scenario {
+                name: "2 threads, parquet, stats mode, entry-only probes",
+                threads: 2,
+                calls_per_thread: 1_000_000,
+                sink: STATS_ENTRY_ONLY,
             },
             Scenario {
                 name: "1 thread, parquet, large-files profile",

@@ -67,16 +67,20 @@ enum Mode {
     Untraced,
     Gpuship,
     GpushipLaunchesEntryOnly,
+    GpushipStats,
+    GpushipStatsEntryOnly,
     BpftraceJsonLines,
     FloorEntry,
     FloorEntryReturn,
 }
 
 impl Mode {
-    const ALL: [Mode; 6] = [
+    const ALL: [Mode; 8] = [
         Mode::Untraced,
         Mode::Gpuship,
         Mode::GpushipLaunchesEntryOnly,
+        Mode::GpushipStats,
+        Mode::GpushipStatsEntryOnly,
         Mode::BpftraceJsonLines,
         Mode::FloorEntry,
         Mode::FloorEntryReturn,
@@ -87,6 +91,8 @@ impl Mode {
             Mode::Untraced => "untraced",
             Mode::Gpuship => "gpuship (entry + return probes)",
             Mode::GpushipLaunchesEntryOnly => "gpuship, launches entry-only",
+            Mode::GpushipStats => "gpuship, launches in stats mode (entry + return)",
+            Mode::GpushipStatsEntryOnly => "gpuship, launches in stats mode, entry-only",
             Mode::BpftraceJsonLines => "bpftrace (uprobe cu*, JSON line per call)",
             Mode::FloorEntry => "kernel floor: empty uprobe (bpftrace)",
             Mode::FloorEntryReturn => "kernel floor: empty uprobe + uretprobe (bpftrace)",
@@ -117,9 +123,13 @@ impl Tracer {
         };
         match mode {
             Mode::Untraced => Tracer::None,
-            Mode::Gpuship => Tracer::Gpuship(start_gpuship(dir.path(), fx, false), dir),
+            Mode::Gpuship => Tracer::Gpuship(start_gpuship(dir.path(), fx, false, false), dir),
             Mode::GpushipLaunchesEntryOnly => {
-                Tracer::Gpuship(start_gpuship(dir.path(), fx, true), dir)
+                Tracer::Gpuship(start_gpuship(dir.path(), fx, true, false), dir)
+            }
+            Mode::GpushipStats => Tracer::Gpuship(start_gpuship(dir.path(), fx, false, true), dir),
+            Mode::GpushipStatsEntryOnly => {
+                Tracer::Gpuship(start_gpuship(dir.path(), fx, true, true), dir)
             }
             Mode::BpftraceJsonLines => bpftrace(json_lines_script(fx), dir),
             Mode::FloorEntry => bpftrace(empty_probes_script(fx, false), dir),
@@ -147,42 +157,57 @@ struct ModeRuns {
     lost: u64,
 }
 
+/// gpuship's BPF programs in one mode: (mode, program name, run time ns, runs).
+type BpfRunTimes = Vec<(Mode, String, u64, u64)>;
+
 /// Every mode's latency runs, `rounds` times in rotated order (so that a slow spell of a
-/// shared machine does not land on one mode); BPF stats are on during gpuship's default runs.
-/// Returns each mode's runs, and gpuship's BPF programs as (name, run time ns, runs) summed
-/// over the rounds.
+/// shared machine does not land on one mode); BPF stats are on during gpuship's runs with
+/// return probes (rows and stats mode). Returns each mode's runs, and gpuship's BPF programs
+/// per mode, summed over the rounds.
 fn latency_rounds(
     fx: &Path,
     modes: &[Mode],
     rounds: usize,
     calls: u64,
-) -> (Vec<ModeRuns>, Vec<(String, u64, u64)>) {
+) -> (Vec<ModeRuns>, BpfRunTimes) {
     let mut results = vec![ModeRuns::default(); modes.len()];
-    let mut stats: Vec<(String, u64, u64)> = Vec::new();
+    let mut stats: BpfRunTimes = Vec::new();
     for round in 0..rounds {
         for offset in 0..modes.len() {
             let index = (round + offset) % modes.len();
             let mode = modes[index];
             let tracer = Tracer::start(mode, fx);
-            let with_stats = mode == Mode::Gpuship;
+            let with_stats = matches!(
+                mode,
+                Mode::Gpuship | Mode::GpushipStats | Mode::GpushipStatsEntryOnly
+            );
             if with_stats {
                 let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
             }
             let percentiles = latency(fx, calls);
             if with_stats {
                 for (name, run_time_ns, run_cnt) in bpf_run_time() {
-                    match stats.iter_mut().find(|(n, _, _)| *n == name) {
+                    match stats
+                        .iter_mut()
+                        .find(|(m, n, _, _)| *m == mode && *n == name)
+                    {
                         Some(total) => {
-                            total.1 += run_time_ns;
-                            total.2 += run_cnt;
+                            total.2 += run_time_ns;
+                            total.3 += run_cnt;
                         }
-                        None => stats.push((name, run_time_ns, run_cnt)),
+                        None => stats.push((mode, name, run_time_ns, run_cnt)),
                     }
                 }
                 let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0");
             }
             let (events, lost) = tracer.stop();
-            if matches!(mode, Mode::Gpuship | Mode::GpushipLaunchesEntryOnly) {
+            if matches!(
+                mode,
+                Mode::Gpuship
+                    | Mode::GpushipLaunchesEntryOnly
+                    | Mode::GpushipStats
+                    | Mode::GpushipStatsEntryOnly
+            ) {
                 assert_eq!(events, calls, "gpuship saw every call");
             }
             let runs = &mut results[index];
@@ -295,9 +320,10 @@ fn main() {
         throughput(fx, 250_000);
     }
     println!();
-    for (name, run_time_ns, run_cnt) in stats {
+    for (mode, name, run_time_ns, run_cnt) in stats {
         println!(
-            "BPF program {name}: {run_cnt} runs, {:.0} ns per run",
+            "BPF program {name} ({}): {run_cnt} runs, {:.0} ns per run",
+            mode.label(),
             run_time_ns as f64 / run_cnt.max(1) as f64
         );
     }

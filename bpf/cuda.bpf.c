@@ -30,9 +30,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile bool filter_by_tgid = false;
 /* Unread bytes in the ring above which a submit wakes the consumer anyway. */
 const volatile __u64 wakeup_threshold_bytes = 4 * 1024 * 1024;
+/* A call of a `stats` function at least this long (ns) is also sent as a row; 0: none is. */
+const volatile __u64 slow_call_ns = 0;
+/* Which half of call_stats calls are added to now (the agent flips it every interval). */
+volatile __u32 stats_generation = 0;
 
 /* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
 struct cuda_event cuda_event_layout = {};
+struct cuda_stats_key cuda_stats_key_layout = {};
+struct cuda_stats_value cuda_stats_value_layout = {};
 GPUSHIP_EXPORT_ABI_ENUMS();
 
 struct {
@@ -46,6 +52,22 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } cuda_stats SEC(".maps");
+
+/*
+ * Per-interval statistics of `stats` functions (see gpuship_events.h). Entries are allocated
+ * when first used (no preallocation): a few hundred live at a time on a busy node, and the
+ * agent sets max_entries; a call that finds the table full is counted (GPUSHIP_STAT_STATS_FULL).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 8192);
+	__type(key, struct cuda_stats_key);
+	__type(value, struct cuda_stats_value);
+} call_stats SEC(".maps");
+
+/* The value a new call_stats entry starts from (comm and counts are filled in place). */
+const struct cuda_stats_value empty_stats = {};
 
 struct call_key {
 	__u32 tid;
@@ -211,6 +233,99 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
 }
 
+/* floor(log2(v)) for v > 0, without a loop (the BPF instruction set has no clz). */
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0, shift;
+
+	shift = (v > 0xffffffffULL) << 5;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xffff) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xff) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xf) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
+	return r | (__u32)(v >> 1);
+}
+
+/* The duration bucket of `ns` (layout in gpuship_events.h). */
+static __always_inline __u32 duration_bucket(__u64 ns)
+{
+	__u32 octave, sub, index;
+
+	if (ns < (1ULL << GPUSHIP_STATS_FIRST_OCTAVE))
+		return 0;
+	octave = log2_u64(ns);
+	sub = (ns >> (octave - GPUSHIP_STATS_SUB_BUCKETS_LOG2)) & ((1 << GPUSHIP_STATS_SUB_BUCKETS_LOG2) - 1);
+	index = ((octave - GPUSHIP_STATS_FIRST_OCTAVE) << GPUSHIP_STATS_SUB_BUCKETS_LOG2) + sub + 1;
+	return index < GPUSHIP_STATS_BUCKETS ? index : GPUSHIP_STATS_BUCKETS - 1;
+}
+
+/* Lowers *slot to `value` (min) or raises it (max) with a few compare-and-swaps; a slot
+ * changed by other CPUs between the tries keeps their value, which is as extreme. */
+static __always_inline void store_extreme(__u64 *slot, __u64 value, bool lower)
+{
+	for (int tries = 0; tries < 4; tries++) {
+		__u64 seen = *slot;
+
+		if (lower ? seen != 0 && seen <= value : seen >= value)
+			return;
+		if (__sync_val_compare_and_swap(slot, seen, value) == seen)
+			return;
+	}
+}
+
+/*
+ * Adds one call to its (process, function, result) entry of the current generation. `timed`
+ * is false for entry-only functions (no duration). Every update is atomic: threads of one
+ * process on several CPUs share the entry.
+ */
+static __always_inline void add_to_stats(const struct cuda_event *ev, __u32 result, bool timed)
+{
+	struct cuda_stats_key key = {
+		.tgid = ev->pid,
+		.function_id = ev->function_id,
+		.result = result,
+		.generation = stats_generation & 1,
+	};
+	struct cuda_stats_value *value = bpf_map_lookup_elem(&call_stats, &key);
+	__u32 bucket;
+
+	if (!value) {
+		/* Two CPUs may race to create it: one insert wins, the other finds it. */
+		if (bpf_map_update_elem(&call_stats, &key, &empty_stats, BPF_NOEXIST) == 0) {
+			value = bpf_map_lookup_elem(&call_stats, &key);
+			if (value)
+				__builtin_memcpy(value->comm, ev->comm, sizeof(value->comm));
+		} else {
+			value = bpf_map_lookup_elem(&call_stats, &key);
+		}
+		if (!value) {
+			count(GPUSHIP_STAT_STATS_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&value->calls, 1);
+	if (ev->valid & GPUSHIP_ARG_BYTES)
+		__sync_fetch_and_add(&value->bytes_sum, ev->bytes);
+	if (timed) {
+		__sync_fetch_and_add(&value->duration_sum_ns, ev->duration_ns);
+		store_extreme(&value->duration_min_ns, ev->duration_ns, true);
+		store_extreme(&value->duration_max_ns, ev->duration_ns, false);
+		bucket = duration_bucket(ev->duration_ns) & (GPUSHIP_STATS_BUCKETS - 1);
+		__sync_fetch_and_add(&value->buckets[bucket], 1);
+	}
+	count(GPUSHIP_STAT_AGGREGATED);
+}
+
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.
  * `event` is on this program's stack; the ring record is reserved only for the copy, so a
  * preempted program never holds a busy record that stops the consumer at it. */
@@ -300,6 +415,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
 	fill_entry(ctx, entry, pid_tgid, cookie);
+	if (entry_only && (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
+		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
+		return 0;
+	}
 	if (entry_only)
 		return submit_at_entry(&entry->event);
 	if (slot)
@@ -338,6 +457,15 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	if (!entry) {
 		count(GPUSHIP_STAT_UNMATCHED_RETURN);
 		return 0;
+	}
+	if ((cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
+		/* Completed in the slot or hash entry, which only this thread touches until release. */
+		entry->event.duration_ns = now - entry->event.start_boot_ns;
+		add_to_stats(&entry->event, (__u32)ret, true);
+		if ((__u32)ret == 0 && (slow_call_ns == 0 || entry->event.duration_ns < slow_call_ns)) {
+			release(slot, &key);
+			return 0;
+		}
 	}
 	/* An allocation's pointer exists only once it succeeded. Read before the reservation, so
 	 * that the ring record is busy only for the copy. */

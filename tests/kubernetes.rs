@@ -148,7 +148,7 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
         "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\n\
          functions = [\"default\", \"cuDriverGetVersion\", \"cuDeviceGetCount\"]\n\
-         drain_interval_ms = 20\n\n\
+         stats = []\ndrain_interval_ms = 20\n\n\
          [sources.driver]\nioctl = true\ndevice_majors = [1]\n\n\
          [enrich]\npod_log_dir = \"{}\"\n\n\
          [batch]\ntimeout_ms = 100\n\n[[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",

@@ -14,6 +14,7 @@ mod backpressure;
 mod cli;
 mod config_hostile;
 mod cuda_capture;
+mod cuda_stats;
 mod cuda_threads;
 mod deploy;
 mod doctor;

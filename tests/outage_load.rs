@@ -29,7 +29,7 @@ const CALLS_PER_THREAD_PER_SEC: u64 = 26_000;
 /// The default configuration, tracing the stand-in library, with `sink` as the only sink.
 fn config(fixtures: &Fixtures, sink: &str) -> String {
     format!(
-        "[sources.cuda]\nlibraries = [\"{}\"]\n\n{sink}",
+        "[sources.cuda]\nlibraries = [\"{}\"]\nstats = []\n\n{sink}",
         fixtures.libcuda.display()
     )
 }

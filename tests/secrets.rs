@@ -23,7 +23,7 @@ fn secrets_never_reach_logs_summary_or_metrics() {
     let fixtures = Fixtures::build();
     let config = format!(
         "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 3\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n\n\
          [[sinks]]\ntype = \"kafka\"\nbrokers = \"{}\"\ndelivery_timeout_secs = 2\n\
          [sinks.sasl]\nmechanism = \"PLAIN\"\nusername = \"gpuship\"\npassword = {{ env = \"GPUSHIP_TEST_KAFKA_SECRET\" }}\n\n\
@@ -75,7 +75,7 @@ fn a_password_or_token_in_an_endpoint_url_is_never_printed() {
     let fixtures = Fixtures::build();
     let config = format!(
         "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 2\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
-         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\ndrain_interval_ms = 20\n\n\
+         [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n\n\
          [[sinks]]\ntype = \"otlp\"\nendpoint = \"http://gpuship:url-pw-3b7e@127.0.0.1:{port}/?token=q-secret-9f\"\n\
          cuda_filter = {{ all = true }}\n\n\

@@ -1,6 +1,7 @@
 //! XIDs written to /dev/kmsg in the driver's real formats come out as `xid` rows with the
 //! right code, bus id, process and GPU; a malformed XID line is counted and loses nothing else.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::support;
@@ -216,4 +217,66 @@ fn kernel_log_xids_in_every_driver_format_become_rows() {
             ],
         ]
     );
+}
+
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i64
+}
+
+/// The kernel log's clock drifts from CLOCK_MONOTONIC (8 ms behind on the CI VM after four
+/// hours; seconds after weeks): an XID's time must be when it was logged all the same, or it
+/// lands before the calls that preceded it.
+#[test]
+fn an_xid_from_the_kernel_log_is_dated_when_it_was_logged() {
+    let _alone = support::exclusive();
+    let data = data_dir();
+    let config = format!(
+        "[sources.xid]\ntracepoint = false\nkmsg = true\n\n[sources.cuda]\nenabled = false\n\n\
+         [[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",
+        data.path().display()
+    );
+    let agent = Agent::start(&config, &[]);
+    // Records logged while the agent reads teach it the log clock's offset.
+    for i in 0..3 {
+        kmsg(&format!("<6>gpuship test: clock sample {i}"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut brackets = Vec::new();
+    for code in [31u32, 43, 13] {
+        let before = unix_now_ns();
+        kmsg(&format!(
+            "<4>NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, name=x, clock test"
+        ));
+        let after = unix_now_ns();
+        brackets.push((code, before, after));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agent.wait_for_log("code=13", Duration::from_secs(10));
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let mut times = BTreeMap::new();
+    for batch in read_table(data.path(), "xid") {
+        let codes = batch["code"].as_primitive::<UInt32Type>().clone();
+        let time_ns = batch["time_ns"]
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .clone();
+        for row in 0..batch.num_rows() {
+            times.insert(codes.value(row), time_ns.value(row));
+        }
+    }
+    for (code, before, after) in brackets {
+        let at = times[&code];
+        // Logged between the two readings of the wall clock: 1 ms of slack for the wall
+        // clock's own steps since the agent measured its offsets, and 5 ms above for the
+        // agent's read of the log.
+        assert!(
+            at >= before - 1_000_000 && at <= after + 5_000_000,
+            "XID {code} dated {} ms from its write (window {} ms)",
+            (at - before) as f64 / 1e6,
+            (after - before) as f64 / 1e6
+        );
+    }
 }

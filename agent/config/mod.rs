@@ -186,6 +186,22 @@ mod defaults {
     pub fn drain_interval_ms() -> u64 {
         100
     }
+    /// The hot calls of a training or inference loop: thousands per second per process,
+    /// low value one by one (their failures and slow ones are still rows).
+    pub fn stats_functions() -> Vec<String> {
+        ["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]
+            .map(String::from)
+            .to_vec()
+    }
+    pub fn cuda_stats_interval_secs() -> u64 {
+        10
+    }
+    pub fn slow_call_ns() -> u64 {
+        10_000_000
+    }
+    pub fn stats_max_entries() -> u32 {
+        8_192
+    }
     pub fn ring_size_mib() -> u32 {
         8
     }

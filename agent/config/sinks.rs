@@ -232,7 +232,9 @@ impl SinkEntry {
         };
         let sink = sink?;
         let mut options = options?;
-        if !filter_set {
+        // A sink type's default filter is for its CUDA rows: a sink that takes none has none
+        // (an OTLP sink of `kinds = ["xid"]` is valid as written).
+        if !filter_set && options.kinds.contains(&EventKind::Cuda) {
             options.cuda_filter = sink.default_cuda_filter();
         }
         if options.cuda_filter.is_some_and(|f| f.all) {

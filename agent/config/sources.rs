@@ -123,6 +123,27 @@ pub struct CudaSourceConfig {
     /// For the hottest calls, e.g. `["cuLaunchKernel*"]`.
     #[serde(default)]
     pub entry_only: Vec<String>,
+    /// Functions (names or globs) in `stats` mode: each call is added to per-interval
+    /// statistics in the kernel (the `cuda_stats` table: calls, bytes, duration sum/min/max
+    /// and histogram per process, function and result) instead of being a row; a call that
+    /// fails or takes at least `slow_call_ns` is a row as well. The rest of the probed
+    /// functions are rows. Ignored by `gpuship run --pid` and `gpuship run -- COMMAND`, which
+    /// record every call of the traced processes.
+    #[serde(default = "defaults::stats_functions")]
+    pub stats: Vec<String>,
+    /// Length of a statistics interval, in seconds: one `cuda_stats` row per (process,
+    /// function, result) that made calls in it.
+    #[serde(default = "defaults::cuda_stats_interval_secs")]
+    pub stats_interval_secs: u64,
+    /// A call of a `stats` function taking at least this long (nanoseconds) is also a row;
+    /// 0: only failed calls are.
+    #[serde(default = "defaults::slow_call_ns")]
+    pub slow_call_ns: u64,
+    /// Most (process, function, result) entries the kernel keeps per interval (about 600
+    /// bytes each, allocated when used); a call that finds the table full is counted as
+    /// `stats_full`, not recorded.
+    #[serde(default = "defaults::stats_max_entries")]
+    pub stats_max_entries: u32,
     /// How often the CUDA ring is drained when no wakeup comes, in milliseconds.
     #[serde(default = "defaults::drain_interval_ms")]
     pub drain_interval_ms: u64,

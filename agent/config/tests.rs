@@ -128,3 +128,58 @@ fn duplicate_parquet_roots_are_rejected() {
     let err = parse(text).unwrap_err().to_string();
     assert!(err.contains("sinks[1].path"), "{err}");
 }
+
+#[test]
+fn a_sink_without_cuda_rows_gets_no_default_filter_and_is_valid() {
+    let config = parse(
+        "[[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:4317\"\nkinds = [\"xid\", \"cuda_stats\"]\n\
+         [[sinks]]\ntype = \"otlp\"\nname = \"calls\"\nendpoint = \"http://127.0.0.1:4317\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.sinks[0].options.cuda_filter, None);
+    assert!(
+        config.sinks[1].options.cuda_filter.is_some(),
+        "OTLP's default (failed calls) still applies to a sink taking cuda rows"
+    );
+    let err = parse(
+        "[[sinks]]\ntype = \"otlp\"\nendpoint = \"http://127.0.0.1:4317\"\nkinds = [\"xid\"]\n\
+         [sinks.cuda_filter]\nfailed = true\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("cuda_filter: set, but the sink does not take \"cuda\" events"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stats_mode_keys_are_checked() {
+    let config = parse("").unwrap();
+    assert_eq!(
+        config.sources.cuda.stats,
+        ["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]
+    );
+    assert_eq!(
+        (
+            config.sources.cuda.stats_interval_secs,
+            config.sources.cuda.slow_call_ns,
+            config.sources.cuda.stats_max_entries
+        ),
+        (10, 10_000_000, 8_192)
+    );
+    let err = parse(
+        "[sources.cuda]\nstats = [\"cu[Launch\"]\nstats_interval_secs = 0\nslow_call_ns = 86400000000001\nstats_max_entries = 0\nentry_only = [\"[\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    for needle in [
+        "sources.cuda.stats: bad glob \"cu[Launch\"",
+        "sources.cuda.entry_only: bad glob \"[\"",
+        "sources.cuda.stats_interval_secs: 0 is outside 1..=3600",
+        "sources.cuda.slow_call_ns: 86400000000001 is outside 0..=86400000000000",
+        "sources.cuda.stats_max_entries: 0 is outside 1..=1048576",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+}

@@ -298,16 +298,37 @@ impl Config {
                 "needs \"default\", names or globs",
             );
         }
-        for pattern in cuda.functions.iter().chain(&cuda.exclude_functions) {
-            if let Err(message) = is_glob_ok(pattern) {
-                let key = if cuda.functions.contains(pattern) {
-                    "functions"
-                } else {
-                    "exclude_functions"
-                };
-                report.add("sources.cuda", key, message);
+        let lists = [
+            ("functions", &cuda.functions),
+            ("exclude_functions", &cuda.exclude_functions),
+            ("entry_only", &cuda.entry_only),
+            ("stats", &cuda.stats),
+        ];
+        for (key, patterns) in lists {
+            for pattern in patterns {
+                if let Err(message) = is_glob_ok(pattern) {
+                    report.add("sources.cuda", key, message);
+                }
             }
         }
+        report.range(
+            "sources.cuda",
+            "stats_interval_secs",
+            cuda.stats_interval_secs,
+            1..=3_600,
+        );
+        report.range(
+            "sources.cuda",
+            "slow_call_ns",
+            cuda.slow_call_ns,
+            0..=86_400_000_000_000,
+        );
+        report.range(
+            "sources.cuda",
+            "stats_max_entries",
+            cuda.stats_max_entries,
+            1..=1_048_576,
+        );
         report.range(
             "sources.cuda",
             "drain_interval_ms",

@@ -8,7 +8,7 @@
 //! is the layout in `bpf/include/gpuship_events.h`; a change there that is not made here
 //! fails the build.
 
-use crate::bpf::cuda::types::cuda_event;
+use crate::bpf::cuda::types::{cuda_event, cuda_stats_key, cuda_stats_value};
 use crate::bpf::driver::types::driver_event;
 use crate::bpf::xid::types::xid_event;
 
@@ -55,6 +55,23 @@ plain_record!(cuda_event {
     shared_mem_bytes: u32,
     _pad: u32,
     comm: [i8; 16],
+});
+
+plain_record!(cuda_stats_key {
+    tgid: u32,
+    function_id: u32,
+    result: u32,
+    generation: u32,
+});
+
+plain_record!(cuda_stats_value {
+    calls: u64,
+    duration_sum_ns: u64,
+    duration_min_ns: u64,
+    duration_max_ns: u64,
+    bytes_sum: u64,
+    comm: [i8; 16],
+    buckets: [u32; 128],
 });
 
 plain_record!(xid_event {

@@ -1,7 +1,8 @@
 //! Converts kernel timestamps to Unix time.
 //!
 //! BPF stamps events with `bpf_ktime_get_boot_ns` (CLOCK_BOOTTIME) and /dev/kmsg with the
-//! kernel's local clock in microseconds (which tracks CLOCK_MONOTONIC). Both are turned into
+//! kernel's local clock in microseconds, which drifts from CLOCK_MONOTONIC (the kernel-log
+//! source measures and adds that drift: `sources/kmsg/clock.rs`). Both are turned into
 //! nanoseconds since the Unix epoch by adding the offset to CLOCK_REALTIME measured at start.
 
 /// Offsets from the kernel's clocks to Unix time, measured once.

@@ -66,7 +66,7 @@ fn sample(metric_type: MetricType, value: u64, encoder: MetricEncoder) -> std::f
 }
 
 type RingField = fn(&RingSnapshot) -> u64;
-const RING_FAMILIES: [(&str, &str, MetricType, RingField); 7] = [
+const RING_FAMILIES: [(&str, &str, MetricType, RingField); 10] = [
     (
         "gpuship_kernel_emitted_events_total",
         "Events the BPF probes produced (submitted + lost).",
@@ -108,6 +108,24 @@ const RING_FAMILIES: [(&str, &str, MetricType, RingField); 7] = [
         "Calls not recorded because the probes' in-flight table was full.",
         MetricType::Counter,
         |r| r.inflight_full,
+    ),
+    (
+        "gpuship_probe_aggregated_calls_total",
+        "Calls added to the kernel's per-interval statistics (stats mode) instead of the ring.",
+        MetricType::Counter,
+        |r| r.aggregated,
+    ),
+    (
+        "gpuship_probe_aggregated_received_calls_total",
+        "Aggregated calls the agent took out of the statistics table into cuda_stats rows.",
+        MetricType::Counter,
+        |r| r.aggregated_received,
+    ),
+    (
+        "gpuship_probe_stats_full_total",
+        "Calls not aggregated because the statistics table was full (not recorded).",
+        MetricType::Counter,
+        |r| r.stats_full,
     ),
 ];
 

@@ -73,8 +73,14 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         attribution: xid_stage.clone(),
         calls: Arc::new(LiveCalls(started.live.clone())),
     };
+    let mut sources = config.sources.clone();
+    if options.target != Target::AllProcesses && !sources.cuda.stats.is_empty() {
+        // One job under the microscope: every call of it is a row.
+        tracing::info!(stats = ?sources.cuda.stats, "tracing selected processes: [sources.cuda] stats is ignored, every call is a row");
+        sources.cuda.stats.clear();
+    }
     let setup = SourceSetup {
-        sources: config.sources.clone(),
+        sources,
         batch: config.batch.clone(),
         enrich: config.enrich.clone(),
         filter: match options.target {

@@ -137,6 +137,9 @@ pub fn log_final(outcome: &RunOutcome) {
             decode_errors = ring.decode_errors,
             unmatched_returns = ring.unmatched_returns,
             inflight_full = ring.inflight_full,
+            aggregated = ring.aggregated,
+            aggregated_received = ring.aggregated_received,
+            stats_full = ring.stats_full,
             "final ring accounting"
         );
     }

@@ -23,19 +23,19 @@ fn wait_for_line(child: &mut Child, needle: &str) {
         .expect("tracer started");
 }
 
-pub fn start_gpuship(dir: &Path, fixtures: &Path, entry_only: bool) -> Child {
+/// Starts gpuship with the default probes into a blackhole sink; launches at entry only and/or
+/// in `stats` mode (aggregated in the kernel) when asked, else every call a row.
+pub fn start_gpuship(dir: &Path, fixtures: &Path, entry_only: bool, stats: bool) -> Child {
+    let launches = |on: bool| if on { "[\"cuLaunchKernel*\"]" } else { "[]" };
     let config = format!(
         "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
-         [[sinks]]\ntype = \"blackhole\"\n",
+         stats = {}\nstats_interval_secs = 1\n[[sinks]]\ntype = \"blackhole\"\n",
         dir.join("state").display(),
         fixtures.join("libcuda.so.1").display(),
-        if entry_only {
-            "[\"cuLaunchKernel*\"]"
-        } else {
-            "[]"
-        }
+        launches(entry_only),
+        launches(stats),
     );
     std::fs::write(dir.join("overhead.toml"), config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
@@ -64,9 +64,12 @@ pub fn stop_gpuship(mut child: Child, dir: &Path) -> (u64, u64) {
         .and_then(|r| r.iter().find(|r| r["ring"] == "cuda"))
         .cloned()
         .unwrap_or_default();
+    let count = |name: &str| ring[name].as_u64().unwrap_or(0);
+    // Calls in `stats` mode are not ring records: captured when aggregated, lost when the
+    // statistics table was full.
     (
-        ring["emitted"].as_u64().unwrap_or(0),
-        ring["lost_in_kernel"].as_u64().unwrap_or(0),
+        count("emitted") + count("aggregated") + count("stats_full"),
+        count("lost_in_kernel") + count("stats_full"),
     )
 }
 

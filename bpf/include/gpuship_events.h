@@ -32,7 +32,9 @@ enum gpuship_ring_stat {
 	GPUSHIP_STAT_RESERVE_FAILED = 1, /* ring full: event lost in the kernel */
 	GPUSHIP_STAT_UNMATCHED_RETURN = 2, /* uretprobe without its entry (probe attached mid-call) */
 	GPUSHIP_STAT_INFLIGHT_FULL = 3,    /* entry not stored: in-flight table full; call not recorded */
-	GPUSHIP_STAT_COUNT = 4,
+	GPUSHIP_STAT_AGGREGATED = 4,       /* calls added to the per-interval statistics (call_stats) */
+	GPUSHIP_STAT_STATS_FULL = 5,       /* calls not added: call_stats full; counted, not recorded */
+	GPUSHIP_STAT_COUNT = 6,
 };
 
 /* One XID from the nvidia:nvidia_dev_xid tracepoint. */
@@ -128,6 +130,43 @@ enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_LAUNCH_SHIFT = 48,
 	/* One bit: record the call at entry, with no return probe (no duration, no result). */
 	GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT = 52,
+	/* One bit: add the call to the per-interval statistics instead of the ring; a call that
+	 * failed or took at least slow_call_ns still goes to the ring as well. */
+	GPUSHIP_COOKIE_STATS_SHIFT = 53,
+};
+
+/*
+ * Per-interval statistics of the functions in `stats` mode, kept in the call_stats hash map:
+ * one entry per (process, function, CUresult, generation). The agent flips stats_generation
+ * every interval and, a poll later (no probe is still in the old generation's entries by
+ * then), takes the old generation's entries out with lookup-and-delete.
+ *
+ * Durations land in GPUSHIP_STATS_BUCKETS buckets: bucket 0 is [0, 64) ns; from 64 ns on, each
+ * power of two is split in four equal buckets ([64, 80), [80, 96), [96, 112), [112, 128),
+ * [128, 160), ...), so any quantile read from them is within 25% of the true value; the last
+ * bucket also takes everything longer.
+ */
+enum gpuship_stats_layout {
+	GPUSHIP_STATS_BUCKETS = 128,
+	GPUSHIP_STATS_FIRST_OCTAVE = 6, /* 2^6 = 64 ns: the end of bucket 0 */
+	GPUSHIP_STATS_SUB_BUCKETS_LOG2 = 2,
+};
+
+struct cuda_stats_key {
+	__u32 tgid;
+	__u32 function_id;
+	__u32 result;     /* CUresult, or GPUSHIP_RESULT_NOT_CAPTURED for entry-only functions */
+	__u32 generation; /* stats_generation & 1 when the call was added */
+};
+
+struct cuda_stats_value {
+	__u64 calls;
+	__u64 duration_sum_ns;
+	__u64 duration_min_ns; /* 0 until the first timed call (a timed call never takes 0 ns) */
+	__u64 duration_max_ns;
+	__u64 bytes_sum;       /* of the byte-count argument, when the function has one */
+	char comm[GPUSHIP_COMM_LEN]; /* the thread that made the entry's first call */
+	__u32 buckets[GPUSHIP_STATS_BUCKETS]; /* timed calls per duration bucket */
 };
 
 /* cuda_event.result of an entry-only record: no CUresult was seen. */
@@ -153,6 +192,7 @@ enum gpuship_launch_layout {
 	enum gpuship_cookie_layout gpuship_abi_cookie_layout = 0;   \
 	enum gpuship_launch_layout gpuship_abi_launch_layout = 0;   \
 	enum gpuship_driver_hook gpuship_abi_driver_hook = 0;       \
-	enum gpuship_cuda_result gpuship_abi_cuda_result = 0
+	enum gpuship_cuda_result gpuship_abi_cuda_result = 0;       \
+	enum gpuship_stats_layout gpuship_abi_stats_layout = 0
 
 #endif /* GPUSHIP_EVENTS_H */

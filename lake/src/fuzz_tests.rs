@@ -15,8 +15,8 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use gpuship_sinks::parquet::{FileOutcome, ParquetSinkConfig, PartitionedFiles};
 use gpuship_sinks::schema::{
-    CudaBatchBuilder, CudaRow, DriverBatchBuilder, DriverRow, HostIdentity, XidBatchBuilder,
-    XidRecord, XidSource,
+    CudaBatchBuilder, CudaRow, CudaStatsBatchBuilder, CudaStatsRow, DriverBatchBuilder, DriverRow,
+    DurationBucket, DurationStats, HostIdentity, XidBatchBuilder, XidRecord, XidSource,
 };
 use proptest::prelude::*;
 
@@ -126,6 +126,43 @@ fn seed_batch(kind: EventKind) -> gpuship_sinks::arrow_array::RecordBatch {
                 });
             }
             builder.finish().expect("a driver batch")
+        }
+        EventKind::CudaStats => {
+            let mut builder = CudaStatsBatchBuilder::new(identity());
+            for i in 0..SEED_ROWS {
+                builder.append(CudaStatsRow {
+                    time_ns: time(i),
+                    interval_ns: 10_000_000_000,
+                    pid: 10 + i as i32,
+                    comm: "train".into(),
+                    function: "cuLaunchKernel".into(),
+                    result: 0,
+                    result_name: "CUDA_SUCCESS".into(),
+                    calls: 1_000 + i as u64,
+                    bytes_sum: (i % 2 == 0).then_some(4096),
+                    durations: (i % 3 != 0).then(|| DurationStats {
+                        sum_ns: 1_000_000,
+                        min_ns: 700,
+                        max_ns: 9_000,
+                        p50_ns: 900,
+                        p99_ns: 8_000,
+                        buckets: vec![
+                            DurationBucket {
+                                from_ns: 640,
+                                to_ns: 768,
+                                calls: 600,
+                            },
+                            DurationBucket {
+                                from_ns: 8_192,
+                                to_ns: 10_240,
+                                calls: 400 + i as u64,
+                            },
+                        ],
+                    }),
+                    workload: None,
+                });
+            }
+            builder.finish().expect("a cuda_stats batch")
         }
     }
 }
@@ -285,7 +322,7 @@ proptest! {
         files in prop::collection::vec(damaged(), 1..4),
     ) {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let mut placed = [0usize; 3];
+        let mut placed = [0usize; EventKind::ALL.len()];
         for (i, (kind, data)) in files.iter().enumerate() {
             put(dir.path(), &format!("{kind}/dt=2026-11-22/hour=03/part-{i}.parquet"), data);
             placed[slot(*kind)] += 1;
@@ -310,7 +347,7 @@ proptest! {
 
 #[test]
 fn undamaged_seed_files_read_whole() {
-    assert_eq!(seeds().len(), 3);
+    assert_eq!(seeds().len(), EventKind::ALL.len());
     for (kind, data) in seeds() {
         let rows = table::read_rows(Bytes::from(data.clone()), &range()).expect("a good file");
         assert_eq!(table::row_count(&rows), SEED_ROWS, "{kind}");

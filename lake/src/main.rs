@@ -26,7 +26,7 @@ enum Command {
     Report(ReportArgs),
     /// Export a time range of the lake as a Chrome/Perfetto trace (as `gpuship export-trace`).
     ExportTrace(ExportTraceArgs),
-    /// Ask the lake anything in SQL over the tables xid, cuda and driver (as `gpuship query`).
+    /// Ask the lake anything in SQL over the tables xid, cuda, driver and cuda_stats (as `gpuship query`).
     Query(QueryArgs),
 }
 

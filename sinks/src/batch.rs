@@ -37,6 +37,9 @@ pub enum EventKind {
     Cuda,
     /// NVIDIA kernel-driver operations: ioctls on NVIDIA device files, driver function calls.
     Driver,
+    /// Per-interval statistics of the CUDA functions in `stats` mode (calls, bytes, durations
+    /// per process, function and result), aggregated in the kernel.
+    CudaStats,
 }
 
 /// How a sink's queue and spool treat a kind when they are full.
@@ -68,7 +71,7 @@ impl EventKind {
     pub fn retention(self) -> Retention {
         match self {
             EventKind::Xid => Retention::Kept,
-            EventKind::Cuda | EventKind::Driver => Retention::Droppable,
+            EventKind::Cuda | EventKind::Driver | EventKind::CudaStats => Retention::Droppable,
         }
     }
 

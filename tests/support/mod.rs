@@ -126,7 +126,7 @@ impl Fixtures {
         format!(
             "[agent]\nstats_interval_secs = 1\nhost_name = \"{host}\"\n\n\
              [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
-             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n{cuda_extra}\
+             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\n{cuda_extra}\
              drain_interval_ms = 20\n\n\
              [batch]\ntimeout_ms = 200\n\n\
              [enrich]\nnvidia_proc_dir = \"{}\"\ndev_dir = \"{}\"\n\n\
@@ -159,7 +159,7 @@ impl Fixtures {
     pub fn cuda_config(&self, data: &Path, functions: &str) -> String {
         format!(
             "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
-             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = {functions}\ndrain_interval_ms = 20\n\n\
+             [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = {functions}\nstats = []\ndrain_interval_ms = 20\n\n\
              [batch]\ntimeout_ms = 100\n\n[[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",
             self.libcuda.display(),
             data.display()

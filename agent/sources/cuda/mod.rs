@@ -5,6 +5,8 @@
 //! - [`plan`]: which symbols get probes, with which cookie.
 //! - [`probes`]: loading the program and attaching the planned probes ([`attach`]).
 //! - [`decode`]: ring records to rows; [`batcher`]: rows to batches.
+//! - [`stats`]: `stats` mode's per-interval statistics taken out of the kernel's table as
+//!   `cuda_stats` rows.
 //! - [`source`]: the source as the consumer runs it.
 //! - [`results`]: CUresult names.
 
@@ -17,5 +19,6 @@ pub mod plan;
 pub mod probes;
 pub mod results;
 pub mod source;
+pub mod stats;
 
 pub use source::CudaSource;

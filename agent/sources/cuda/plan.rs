@@ -24,6 +24,9 @@ pub struct PlannedProbe {
     pub cookie: u64,
     /// Recorded at entry only: no return probe, no duration, no result.
     pub entry_only: bool,
+    /// In `stats` mode: added to the per-interval statistics, a row only when it fails or is
+    /// slow.
+    pub stats: bool,
 }
 
 /// Every probe to attach, the function table, and default functions no library exports.
@@ -39,14 +42,16 @@ pub struct ProbePlan {
 
 /// Plans probes for `libraries` (each with its exported functions) given the configured
 /// `functions` (names, globs, `"default"`) and `exclude` globs (applied to what `"default"` and
-/// globs select; a function named exactly is always probed).
+/// globs select; a function named exactly is always probed); `entry_only` and `stats` globs
+/// set those modes on what is probed.
 pub fn plan_probes(
     libraries: &[(PathBuf, Vec<ExportedFunction>)],
     functions: &[String],
     exclude: &[String],
     entry_only: &[String],
+    stats: &[String],
 ) -> ProbePlan {
-    let selection = Selection::new(functions, exclude, entry_only);
+    let selection = Selection::new(functions, exclude, entry_only, stats);
     let mut found = Found::new(&selection);
     let mut plan = ProbePlan::default();
     let mut ids = HashMap::new();
@@ -74,12 +79,16 @@ pub fn plan_probes(
             let at_entry = selection.at_entry_only(name);
             let entry_only_bit =
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
+            let in_stats = selection.in_stats(name);
+            let stats_bit =
+                u64::from(in_stats) << gpuship_cookie_layout::GPUSHIP_COOKIE_STATS_SHIFT.0;
             plan.probes.push(PlannedProbe {
                 library: library.clone(),
                 symbol: name.to_string(),
                 file_offset: function.file_offset,
-                cookie: spec.cookie(id) | entry_only_bit,
+                cookie: spec.cookie(id) | entry_only_bit | stats_bit,
                 entry_only: at_entry,
+                stats: in_stats,
             });
         }
     }
@@ -95,6 +104,7 @@ struct Selection<'a> {
     globs: Vec<glob::Pattern>,
     excluded: Vec<glob::Pattern>,
     entry_only: Vec<glob::Pattern>,
+    stats: Vec<glob::Pattern>,
 }
 
 fn compile<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Vec<glob::Pattern> {
@@ -105,7 +115,12 @@ fn compile<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Vec<glob::Patt
 }
 
 impl<'a> Selection<'a> {
-    fn new(functions: &'a [String], exclude: &[String], entry_only: &[String]) -> Self {
+    fn new(
+        functions: &'a [String],
+        exclude: &[String],
+        entry_only: &[String],
+        stats: &[String],
+    ) -> Self {
         let named = || functions.iter().filter(|f| *f != "default");
         Self {
             want_default: functions.iter().any(|f| f == "default"),
@@ -113,6 +128,7 @@ impl<'a> Selection<'a> {
             globs: compile(named().filter(|f| is_glob(f))),
             excluded: compile(exclude),
             entry_only: compile(entry_only),
+            stats: compile(stats),
         }
     }
 
@@ -130,6 +146,10 @@ impl<'a> Selection<'a> {
 
     fn at_entry_only(&self, name: &str) -> bool {
         self.entry_only.iter().any(|p| p.matches(name))
+    }
+
+    fn in_stats(&self, name: &str) -> bool {
+        self.stats.iter().any(|p| p.matches(name))
     }
 }
 
@@ -216,7 +236,7 @@ mod tests {
             "cuMemAlloc_v2",
             "helper",
         ]);
-        let plan = plan_probes(&lib, &["default".into()], &[], &[]);
+        let plan = plan_probes(&lib, &["default".into()], &[], &[], &[]);
         assert_eq!(
             symbols(&plan),
             vec![
@@ -246,6 +266,7 @@ mod tests {
             &["cu*".into(), "cuNotThere".into()],
             &["cuGetProcAddress*".into()],
             &[],
+            &[],
         );
         assert_eq!(symbols(&plan), vec!["cuDeviceGetCount", "cuMemAlloc_v2"]);
         assert_eq!(plan.probes[0].cookie, ArgSpec::GENERIC.cookie(0));
@@ -262,13 +283,20 @@ mod tests {
             "cuLaunchKernelEx",
             "cuMemAlloc_v2",
         ]);
-        let plan = plan_probes(&lib, &["default".into()], &["cuLaunchKernel*".into()], &[]);
+        let plan = plan_probes(
+            &lib,
+            &["default".into()],
+            &["cuLaunchKernel*".into()],
+            &[],
+            &[],
+        );
         assert_eq!(symbols(&plan), vec!["cuMemAlloc_v2"]);
         assert!(!plan.missing.iter().any(|m| m.starts_with("cuLaunch")));
         let named = plan_probes(
             &lib,
             &["default".into(), "cuLaunchKernel".into()],
             &["cuLaunchKernel*".into()],
+            &[],
             &[],
         );
         assert_eq!(symbols(&named), vec!["cuLaunchKernel", "cuMemAlloc_v2"]);
@@ -277,7 +305,13 @@ mod tests {
     #[test]
     fn entry_only_functions_carry_the_bit_and_no_return_probe() {
         let lib = library(&["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemAlloc_v2"]);
-        let plan = plan_probes(&lib, &["default".into()], &[], &["cuLaunchKernel*".into()]);
+        let plan = plan_probes(
+            &lib,
+            &["default".into()],
+            &[],
+            &["cuLaunchKernel*".into()],
+            &[],
+        );
         let bit = 1u64 << 52;
         let flags: Vec<(bool, bool)> = plan
             .probes
@@ -288,10 +322,54 @@ mod tests {
     }
 
     #[test]
+    fn stats_functions_carry_the_stats_bit_and_keep_their_return_probe() {
+        let lib = library(&["cuLaunchKernel", "cuLaunchKernelEx", "cuMemAlloc_v2"]);
+        let plan = plan_probes(
+            &lib,
+            &["default".into()],
+            &[],
+            &["cuLaunchKernelEx".into()],
+            &["cuLaunchKernel*".into()],
+        );
+        let stats_bit = 1u64 << 53;
+        let entry_bit = 1u64 << 52;
+        let flags: Vec<(bool, bool, bool)> = plan
+            .probes
+            .iter()
+            .map(|p| {
+                (
+                    p.stats,
+                    p.cookie & stats_bit != 0,
+                    p.cookie & entry_bit != 0,
+                )
+            })
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                (true, true, false),
+                (true, true, true),
+                (false, false, false)
+            ],
+            "cuLaunchKernelEx is aggregated at entry (no duration, no result)"
+        );
+        // The function id and the argument layout are unchanged by the mode.
+        let rows = plan_probes(&lib, &["default".into()], &[], &[], &[]);
+        for (aggregated, row) in plan.probes.iter().zip(&rows.probes) {
+            assert_eq!(
+                aggregated.cookie & !(stats_bit | entry_bit),
+                row.cookie,
+                "{}",
+                row.symbol
+            );
+        }
+    }
+
+    #[test]
     fn same_symbol_in_two_libraries_shares_an_id() {
         let mut libs = library(&["cuInit"]);
         libs.push((PathBuf::from("/other/libcuda.so.1"), libs[0].1.clone()));
-        let plan = plan_probes(&libs, &["default".into()], &[], &[]);
+        let plan = plan_probes(&libs, &["default".into()], &[], &[], &[]);
         assert_eq!(plan.probes.len(), 2);
         assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
         assert_eq!(plan.functions.len(), 1);

@@ -23,6 +23,8 @@ pub struct CudaProbes<'obj> {
     pub functions: FunctionTable,
     /// Number of symbols probed.
     pub probed_symbols: usize,
+    /// Whether any probed symbol is in `stats` mode (then call_stats is drained).
+    pub aggregates: bool,
     /// Fork tracker and entry probes.
     entry_links: RefCell<Vec<Link>>,
     /// Return probes, detached first (see [`CudaProbes::detach`]).
@@ -76,6 +78,10 @@ pub fn load<'obj>(
         .call_slots
         .set_max_entries(config.inflight_slots)
         .context("sizing the in-flight call slots")?;
+    open.maps
+        .call_stats
+        .set_max_entries(config.stats_max_entries)
+        .context("sizing the call statistics table")?;
     let rodata = open
         .maps
         .rodata_data
@@ -85,6 +91,7 @@ pub fn load<'obj>(
     // Wake the consumer early when a quarter of the ring is waiting.
     rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
     rodata.call_slot_mask = config.inflight_slots.saturating_sub(1);
+    rodata.slow_call_ns = config.slow_call_ns;
     let multi = config.uprobe_multi && uprobe_multi_supported();
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
@@ -101,16 +108,19 @@ pub fn load<'obj>(
         );
     }
     attach::attach_all(&skel, &plan.probes, multi, &mut links)?;
+    let aggregated = plan.probes.iter().filter(|p| p.stats).count();
     tracing::info!(
         libraries = ?libraries,
         symbols = plan.probes.len(),
         functions = plan.functions.len(),
+        stats_symbols = aggregated,
         uprobe_multi = multi,
         "CUDA uprobes attached"
     );
     Ok(Ok(CudaProbes {
         skel,
         probed_symbols: plan.probes.len(),
+        aggregates: aggregated > 0,
         functions: plan.functions,
         entry_links: RefCell::new(links.entry),
         return_links: RefCell::new(links.ret),
@@ -139,6 +149,7 @@ fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, Probe
         &config.functions,
         &config.exclude_functions,
         &config.entry_only,
+        &config.stats,
     );
     if !plan.missing.is_empty() {
         tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gpuship_sinks::EventBatch;
 use libbpf_rs::{MapHandle, OpenObject};
@@ -12,7 +13,8 @@ use libbpf_rs::{MapHandle, OpenObject};
 use super::batcher::CudaBatcher;
 use super::decode::{cuda_event, Decoder};
 use super::probes::{self, CudaProbes, ProcessFilter};
-use crate::accounting::Ring;
+use super::stats::StatsDrain;
+use crate::accounting::{Accounting, Ring};
 use crate::decode::{c_chars, DecodeError};
 use crate::enrich::WorkloadResolver;
 use crate::sources::output::{CallView, Outputs};
@@ -69,6 +71,9 @@ struct CudaCapture<'obj> {
     /// Per-process counts for the live view, and its publication.
     view: Box<dyn CallView>,
     outputs: Outputs,
+    /// Intervals of the `stats` functions, when any is probed.
+    stats: Option<StatsDrain>,
+    accounting: Arc<Accounting>,
 }
 
 impl<'obj> CudaCapture<'obj> {
@@ -84,7 +89,42 @@ impl<'obj> CudaCapture<'obj> {
             workloads: WorkloadResolver::new(&setup.enrich.proc_dir, &setup.enrich.pod_log_dir),
             view: setup.outputs.calls.open(functions),
             outputs: setup.outputs.clone(),
+            stats: probes.aggregates.then(|| {
+                StatsDrain::new(
+                    setup.identity.clone(),
+                    Duration::from_secs(setup.sources.cuda.stats_interval_secs),
+                    Instant::now(),
+                )
+            }),
+            accounting: Arc::clone(&setup.accounting),
             probes,
+        }
+    }
+
+    /// Flips the statistics generation when an interval ends and sends the rows of the one
+    /// that ended before (every generation when `all`: the probes are detached).
+    fn poll_stats(&mut self, now: Instant, all: bool) {
+        let Some(stats) = self.stats.as_mut() else {
+            return;
+        };
+        let (flipped, batch) = stats.poll(
+            now,
+            all,
+            &self.probes.skel.maps.call_stats,
+            &self.probes.functions,
+            &mut self.workloads,
+            self.accounting.ring(Ring::Cuda),
+        );
+        if let Some(generation) = flipped {
+            match self.probes.skel.maps.bss_data.as_deref_mut() {
+                Some(bss) => bss.stats_generation = generation,
+                None => tracing::error!(
+                    "the CUDA program has no .bss: statistics intervals cannot advance"
+                ),
+            }
+        }
+        if let Some(batch) = batch {
+            self.outputs.batches.emit(batch);
         }
     }
 
@@ -157,6 +197,7 @@ impl RunningRing for CudaCapture<'_> {
             self.last_active = (0, 0);
         }
         self.workloads.expire_if_due(now);
+        self.poll_stats(now, all);
         self.view.publish(&self.calls, now, all);
         let batch = if all {
             self.batcher.flush()

@@ -8,6 +8,7 @@
 //!
 //! [`source`] starts it as a thread source; XIDs go to the XID sink, never to the stage itself.
 
+pub mod clock;
 pub mod cursor;
 pub mod parse;
 pub mod reader;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use gpuship_sinks::schema::{HostIdentity, XidAnnotations, XidDetails, XidRecord, XidSource};
 
+use self::clock::{monotonic_now_us, KmsgClock};
 use self::cursor::{CursorFile, Resume};
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
@@ -201,6 +203,7 @@ pub fn spawn(
 
 fn read_loop(mut reader: KmsgReader, context: KmsgContext, progress: Arc<Mutex<Progress>>) {
     let mut stopping = false;
+    let mut clock = KmsgClock::default();
     loop {
         // Once asked to stop, read only what is already there, then leave.
         let timeout = if stopping {
@@ -208,8 +211,13 @@ fn read_loop(mut reader: KmsgReader, context: KmsgContext, progress: Arc<Mutex<P
         } else {
             POLL_INTERVAL
         };
+        // Records are read live once the reader has reached the log's end (see clock.rs).
+        let live = reader.caught_up();
         match reader.next_record(timeout) {
-            Ok(Some(raw)) => handle_record(raw, &context, &progress),
+            Ok(Some(raw)) => {
+                let read_live = live.then(monotonic_now_us);
+                handle_record(raw, read_live, &mut clock, &context, &progress)
+            }
             Ok(None) if stopping => break,
             Ok(None) => {}
             Err(err) => {
@@ -267,7 +275,15 @@ fn first_reading(seq: u64, progress: &Mutex<Progress>) -> bool {
     true
 }
 
-fn handle_record(raw: &[u8], context: &KmsgContext, progress: &Mutex<Progress>) {
+/// One record: an XID becomes a row, its time corrected by the log clock's offset (`read_live`:
+/// when it was read, for a record read as it was logged).
+fn handle_record(
+    raw: &[u8],
+    read_live: Option<u64>,
+    clock: &mut KmsgClock,
+    context: &KmsgContext,
+    progress: &Mutex<Progress>,
+) {
     let record = match parse_record(raw) {
         Ok(record) => record,
         Err(err) => {
@@ -283,6 +299,9 @@ fn handle_record(raw: &[u8], context: &KmsgContext, progress: &Mutex<Progress>) 
             return;
         }
     };
+    if let Some(read_us) = read_live {
+        clock.observe(read_us, record.timestamp_us);
+    }
     if !first_reading(record.seq, progress) {
         return;
     }
@@ -291,7 +310,8 @@ fn handle_record(raw: &[u8], context: &KmsgContext, progress: &Mutex<Progress>) 
             if let Some(file) = lock(progress).file.as_mut() {
                 file.xid_seen(record.seq);
             }
-            let row = xid_record(&record, xid, &context.clocks, &context.gpus);
+            let mut row = xid_record(&record, xid, &context.clocks, &context.gpus);
+            row.time_ns = row.time_ns.saturating_add(clock.offset_ns());
             context.accounting.kmsg.xids.fetch_add(1, Ordering::Relaxed);
             // Reconciled, annotated, logged and sent by the XID sink.
             context.xids.report(row);

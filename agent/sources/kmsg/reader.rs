@@ -66,6 +66,9 @@ pub struct KmsgReader {
     path: PathBuf,
     buf: Vec<u8>,
     lost_records: u64,
+    /// True once a read found no record waiting: every record after that was logged while
+    /// the reader waited, and is read as it comes.
+    caught_up: bool,
 }
 
 impl KmsgReader {
@@ -97,6 +100,7 @@ impl KmsgReader {
             path: path.to_path_buf(),
             buf: vec![0; RECORD_BUF_LEN],
             lost_records: 0,
+            caught_up: false,
         })
     }
 
@@ -131,6 +135,7 @@ impl KmsgReader {
                     );
                 }
                 Some(code) if code == libc::EAGAIN || code == libc::EWOULDBLOCK => {
+                    self.caught_up = true;
                     if !self.wait_readable(deadline)? {
                         return Ok(None);
                     }
@@ -143,6 +148,12 @@ impl KmsgReader {
                 }
             }
         }
+    }
+
+    /// Whether the reader has read the whole log once (the records it returns now are read as
+    /// they are logged).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up
     }
 
     /// Records the kernel overwrote before we read them (read() returned

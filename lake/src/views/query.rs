@@ -20,10 +20,8 @@ pub const EXIT_SQL_ERROR: u8 = 2;
 /// the range could be read.
 pub fn query(args: &QueryArgs) -> anyhow::Result<ExitCode> {
     let (lake, range) = open(&args.range)?;
-    let mut read = lake.tables(
-        &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
-        &range,
-    )?;
+    // Every kind is a table (xid, cuda, driver, cuda_stats).
+    let mut read = lake.tables(EventKind::ALL, &range)?;
     let batches = match read.query(&args.sql) {
         Ok(batches) => batches,
         Err(QueryError::Sql(err)) => {

@@ -97,5 +97,25 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             WORKLOAD[2],
             WORKLOAD[3],
         ],
+        // The histogram stays in the lake: p50/p99/max summarise it here.
+        EventKind::CudaStats => &[
+            ("pid", semconv::PROCESS_PID),
+            ("comm", semconv::PROCESS_EXECUTABLE_NAME),
+            ("function", "cuda.function"),
+            ("result", "cuda.result"),
+            ("result_name", "cuda.result_name"),
+            ("interval_ns", "cuda.stats.interval_ns"),
+            ("calls", "cuda.stats.calls"),
+            ("bytes_sum", "cuda.stats.bytes_sum"),
+            ("duration_sum_ns", "cuda.stats.duration_sum_ns"),
+            ("duration_min_ns", "cuda.stats.duration_min_ns"),
+            ("duration_max_ns", "cuda.stats.duration_max_ns"),
+            ("duration_p50_ns", "cuda.stats.duration_p50_ns"),
+            ("duration_p99_ns", "cuda.stats.duration_p99_ns"),
+            WORKLOAD[0],
+            WORKLOAD[1],
+            WORKLOAD[2],
+            WORKLOAD[3],
+        ],
     }
 }

@@ -68,6 +68,7 @@ pub fn event_name(kind: EventKind) -> &'static str {
         EventKind::Xid => "gpu.xid",
         EventKind::Cuda => "cuda.call",
         EventKind::Driver => "gpu.driver.call",
+        EventKind::CudaStats => "cuda.call.stats",
     }
 }
 
@@ -182,6 +183,8 @@ struct BatchColumns<'a> {
     result: Option<&'a arrow_array::UInt32Array>,
     text: BTreeMap<&'static str, &'a arrow_array::StringArray>,
     duration: Option<&'a arrow_array::UInt64Array>,
+    /// Counts and durations of `cuda_stats` rows, by column name.
+    counts: BTreeMap<&'static str, &'a arrow_array::UInt64Array>,
 }
 
 impl<'a> BatchColumns<'a> {
@@ -225,7 +228,28 @@ impl<'a> BatchColumns<'a> {
             duration: batch
                 .column_by_name("duration_ns")
                 .and_then(|c| c.as_primitive_opt::<UInt64Type>()),
+            counts: [
+                "calls",
+                "interval_ns",
+                "duration_p50_ns",
+                "duration_p99_ns",
+                "duration_max_ns",
+            ]
+            .into_iter()
+            .filter_map(|name| {
+                let column = batch.column_by_name(name)?;
+                Some((name, column.as_primitive_opt::<UInt64Type>()?))
+            })
+            .collect(),
         }
+    }
+
+    /// A `cuda_stats` count or duration; None when null or absent.
+    fn count(&self, name: &str, row: usize) -> Option<u64> {
+        self.counts
+            .get(name)
+            .filter(|c| c.is_valid(row))
+            .map(|c| c.value(row))
     }
 
     fn text(&self, name: &str, row: usize) -> &'a str {
@@ -278,6 +302,40 @@ impl<'a> BatchColumns<'a> {
                         "{} returned {result_name} after {}",
                         self.text("function", row),
                         human_duration(duration)
+                    ),
+                )
+            }
+            EventKind::CudaStats => {
+                let result = self.result.map(|c| c.value(row)).unwrap_or(0);
+                let result_name = self.text("result_name", row);
+                if result != 0 {
+                    attributes.push(string_attribute(semconv::ERROR_TYPE, result_name));
+                }
+                let calls = self.count("calls", row).unwrap_or(0);
+                let interval = self.count("interval_ns", row).unwrap_or(0);
+                let latency = match (
+                    self.count("duration_p50_ns", row),
+                    self.count("duration_p99_ns", row),
+                    self.count("duration_max_ns", row),
+                ) {
+                    (Some(p50), Some(p99), Some(max)) => format!(
+                        ": p50 {}, p99 {}, max {}",
+                        human_duration(p50),
+                        human_duration(p99),
+                        human_duration(max)
+                    ),
+                    _ => String::new(),
+                };
+                (
+                    if result == 0 {
+                        severity::DEBUG
+                    } else {
+                        severity::WARN
+                    },
+                    format!(
+                        "{} returned {result_name} {calls} times in {}{latency}",
+                        self.text("function", row),
+                        human_duration(interval)
                     ),
                 )
             }

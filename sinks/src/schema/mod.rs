@@ -6,6 +6,7 @@
 
 mod common;
 pub mod cuda;
+pub mod cuda_stats;
 pub mod driver;
 pub mod workload;
 pub mod xid;
@@ -16,6 +17,7 @@ use arrow_schema::Schema;
 
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
 pub use cuda::{CudaBatchBuilder, CudaRow, LaunchDims};
+pub use cuda_stats::{CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, DurationStats};
 pub use driver::{DriverBatchBuilder, DriverRow};
 pub use workload::{Workload, WORKLOAD_COLUMNS};
 pub use xid::{
@@ -38,6 +40,7 @@ pub fn schema_for(kind: EventKind) -> Arc<Schema> {
         EventKind::Xid => xid::schema(),
         EventKind::Cuda => cuda::schema(),
         EventKind::Driver => driver::schema(),
+        EventKind::CudaStats => cuda_stats::schema(),
     }
 }
 

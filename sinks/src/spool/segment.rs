@@ -44,6 +44,7 @@ fn kind_byte(kind: EventKind) -> u8 {
         EventKind::Xid => 1,
         EventKind::Cuda => 2,
         EventKind::Driver => 3,
+        EventKind::CudaStats => 4,
     }
 }
 

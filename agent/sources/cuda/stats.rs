@@ -1,0 +1,376 @@
+//! The agent's half of `stats` mode: every interval it flips the generation the probes add
+//! calls to (`stats_generation` in `bpf/cuda.bpf.c`), and at the next poll, when no probe can
+//! still be adding to the old generation, takes the old generation's entries out of the
+//! `call_stats` table (lookup-and-delete, entry by entry) and turns each into a `cuda_stats`
+//! row: calls, bytes, and durations with p50/p99 read from the kernel's histogram.
+//!
+//! Calls aggregated are counted twice, so none is lost silently: the kernel counts every call
+//! it adds (`GPUSHIP_STAT_AGGREGATED`) or cannot add (`GPUSHIP_STAT_STATS_FULL`), and this
+//! module counts the calls of the rows it makes (`aggregated_received`).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpuship_sinks::schema::{
+    CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, DurationStats, HostIdentity,
+};
+use gpuship_sinks::{EventBatch, EventKind};
+use libbpf_rs::MapCore;
+
+use super::decode::NOT_CAPTURED;
+use super::plan::FunctionTable;
+use super::results::result_name;
+use crate::accounting::RingCounters;
+use crate::bpf::cuda::types::{cuda_stats_key, cuda_stats_value, gpuship_stats_layout};
+use crate::decode::c_chars;
+use crate::enrich::WorkloadResolver;
+
+/// Buckets of the kernel's duration histogram.
+pub const BUCKETS: usize = gpuship_stats_layout::GPUSHIP_STATS_BUCKETS.0 as usize;
+const FIRST_OCTAVE: u32 = gpuship_stats_layout::GPUSHIP_STATS_FIRST_OCTAVE.0;
+const SUB_BUCKETS_LOG2: u32 = gpuship_stats_layout::GPUSHIP_STATS_SUB_BUCKETS_LOG2.0;
+
+/// `[from, to)` of histogram bucket `index`, as `bpf/cuda.bpf.c` fills them (the last bucket
+/// is open-ended: `to` is `u64::MAX`).
+pub fn bucket_bounds(index: usize) -> (u64, u64) {
+    if index == 0 {
+        return (0, 1 << FIRST_OCTAVE);
+    }
+    let i = (index - 1) as u32;
+    let octave = FIRST_OCTAVE + (i >> SUB_BUCKETS_LOG2);
+    let sub = u64::from(i & ((1 << SUB_BUCKETS_LOG2) - 1));
+    let width = 1u64 << (octave - SUB_BUCKETS_LOG2);
+    let from = (1u64 << octave) + sub * width;
+    let to = if index + 1 >= BUCKETS {
+        u64::MAX
+    } else {
+        from + width
+    };
+    (from, to)
+}
+
+/// The `q` quantile (0 < q <= 1) of the durations in `counts` (per bucket), interpolated
+/// within its bucket and kept within `[min, max]`, the exact extremes. None without calls.
+pub fn quantile(counts: &[u64], q: f64, min: u64, max: u64) -> Option<u64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (q * total as f64).max(1.0);
+    let mut before = 0u64;
+    for (index, &count) in counts.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        if (before + count) as f64 >= rank {
+            let (from, to) = bucket_bounds(index);
+            let (from, to) = (from.max(min), to.min(max.saturating_add(1)).max(from));
+            let fraction = (rank - before as f64) / count as f64;
+            let estimate = from as f64 + fraction * (to - from) as f64;
+            return Some((estimate as u64).clamp(min, max));
+        }
+        before += count;
+    }
+    Some(max)
+}
+
+/// One entry of the kernel's table, read back.
+#[derive(Debug, Clone, Copy)]
+pub struct StatsEntry {
+    /// Key: process, function, result, generation.
+    pub key: cuda_stats_key,
+    /// Counts, sums and the histogram.
+    pub value: cuda_stats_value,
+}
+
+impl StatsEntry {
+    /// The entry as a row of the interval `[end_ns - interval_ns, end_ns)`, or None for a
+    /// function id the table does not know (counted by the caller, never expected).
+    pub fn row(
+        &self,
+        functions: &FunctionTable,
+        end_ns: i64,
+        interval_ns: u64,
+    ) -> Option<CudaStatsRow> {
+        let function = functions.name(self.key.function_id)?;
+        let value = &self.value;
+        let (result, result_name) = if self.key.result == NOT_CAPTURED {
+            (0, "NOT_CAPTURED")
+        } else {
+            (self.key.result, result_name(self.key.result))
+        };
+        let counts: Vec<u64> = value.buckets.iter().map(|&c| u64::from(c)).collect();
+        let timed: u64 = counts.iter().sum();
+        let durations = (timed > 0).then(|| {
+            let (min, max) = (value.duration_min_ns, value.duration_max_ns);
+            DurationStats {
+                sum_ns: value.duration_sum_ns,
+                min_ns: min,
+                max_ns: max,
+                p50_ns: quantile(&counts, 0.50, min, max).unwrap_or(max),
+                p99_ns: quantile(&counts, 0.99, min, max).unwrap_or(max),
+                buckets: counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &calls)| calls > 0)
+                    .map(|(index, &calls)| {
+                        let (from_ns, to_ns) = bucket_bounds(index);
+                        DurationBucket {
+                            from_ns,
+                            to_ns,
+                            calls,
+                        }
+                    })
+                    .collect(),
+            }
+        });
+        Some(CudaStatsRow {
+            time_ns: end_ns,
+            interval_ns,
+            pid: self.key.tgid as i32,
+            comm: c_chars(&value.comm).into_owned(),
+            function: function.to_string(),
+            result,
+            result_name: result_name.to_string(),
+            calls: value.calls,
+            bytes_sum: (value.bytes_sum > 0).then_some(value.bytes_sum),
+            durations,
+            workload: None,
+        })
+    }
+}
+
+/// Takes every entry of `generation` out of `table`, atomically per entry.
+pub fn take_generation(table: &dyn MapCore, generation: u32) -> Vec<StatsEntry> {
+    let keys: Vec<Vec<u8>> = table.keys().collect();
+    let mut entries = Vec::new();
+    for raw_key in keys {
+        let Ok(key) = bytemuck::try_pod_read_unaligned::<cuda_stats_key>(&raw_key) else {
+            continue;
+        };
+        if key.generation != generation {
+            continue;
+        }
+        match table.lookup_and_delete(&raw_key) {
+            Ok(Some(raw_value)) => {
+                match bytemuck::try_pod_read_unaligned::<cuda_stats_value>(&raw_value) {
+                    Ok(value) => entries.push(StatsEntry { key, value }),
+                    Err(err) => {
+                        tracing::warn!(
+                            ?err,
+                            len = raw_value.len(),
+                            "call_stats value of an unexpected size"
+                        )
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(%err, "cannot take a call_stats entry"),
+        }
+    }
+    entries
+}
+
+/// An interval whose generation was flipped away from and waits to be taken out.
+#[derive(Debug, Clone, Copy)]
+struct Closed {
+    generation: u32,
+    end_ns: i64,
+    interval_ns: u64,
+}
+
+/// When to flip, which generation is current, and the interval waiting to be taken out.
+#[derive(Debug)]
+pub struct StatsDrain {
+    interval: Duration,
+    next_flip: Instant,
+    generation: u32,
+    /// Start of the current interval, Unix nanoseconds.
+    started_ns: i64,
+    closed: Option<Closed>,
+    builder: CudaStatsBatchBuilder,
+}
+
+fn unix_now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+impl StatsDrain {
+    /// Intervals of `interval`, the first starting now.
+    pub fn new(identity: HostIdentity, interval: Duration, now: Instant) -> Self {
+        Self {
+            interval,
+            next_flip: now + interval,
+            generation: 0,
+            started_ns: unix_now_ns(),
+            closed: None,
+            builder: CudaStatsBatchBuilder::new(identity),
+        }
+    }
+
+    /// One poll: takes out the interval closed at the previous poll, and closes the current
+    /// one when it is due (every interval when `all` is false). With `all` (the probes are
+    /// detached, nothing adds any more) it takes out both generations. Returns the new
+    /// generation to write into the program when it changed.
+    pub fn poll(
+        &mut self,
+        now: Instant,
+        all: bool,
+        table: &dyn MapCore,
+        functions: &FunctionTable,
+        workloads: &mut WorkloadResolver,
+        counters: &RingCounters,
+    ) -> (Option<u32>, Option<EventBatch>) {
+        if let Some(closed) = self.closed.take() {
+            self.take_out(closed, table, functions, workloads, counters);
+        }
+        let mut flipped = None;
+        if all {
+            let end_ns = unix_now_ns();
+            let current = Closed {
+                generation: self.generation,
+                end_ns,
+                interval_ns: end_ns.saturating_sub(self.started_ns).max(0) as u64,
+            };
+            self.take_out(current, table, functions, workloads, counters);
+            self.started_ns = end_ns;
+        } else if now >= self.next_flip {
+            let end_ns = unix_now_ns();
+            self.closed = Some(Closed {
+                generation: self.generation,
+                end_ns,
+                interval_ns: end_ns.saturating_sub(self.started_ns).max(0) as u64,
+            });
+            self.generation ^= 1;
+            self.started_ns = end_ns;
+            // A late poll does not bunch intervals: the next one is a whole interval away.
+            self.next_flip = now + self.interval;
+            flipped = Some(self.generation);
+        }
+        let batch = if self.builder.is_empty() {
+            None
+        } else {
+            match self.builder.finish() {
+                Ok(records) => Some(EventBatch::new(EventKind::CudaStats, records)),
+                Err(err) => {
+                    tracing::error!(%err, "cannot build a cuda_stats batch");
+                    None
+                }
+            }
+        };
+        (flipped, batch)
+    }
+
+    fn take_out(
+        &mut self,
+        closed: Closed,
+        table: &dyn MapCore,
+        functions: &FunctionTable,
+        workloads: &mut WorkloadResolver,
+        counters: &RingCounters,
+    ) {
+        for entry in take_generation(table, closed.generation) {
+            // Counted whether or not it becomes a row: the calls left the kernel's table.
+            counters
+                .aggregated_received
+                .fetch_add(entry.value.calls, Ordering::Release);
+            match entry.row(functions, closed.end_ns, closed.interval_ns) {
+                Some(mut row) => {
+                    row.workload = workloads.resolve(row.pid).cloned();
+                    self.builder.append(row);
+                }
+                None => {
+                    counters.decode_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        function_id = entry.key.function_id,
+                        calls = entry.value.calls,
+                        "call_stats entry of an unknown function skipped"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bucket of `ns` as the BPF program computes it (duration_bucket in cuda.bpf.c).
+    fn bpf_bucket(ns: u64) -> usize {
+        if ns < 64 {
+            return 0;
+        }
+        let octave = 63 - ns.leading_zeros();
+        let sub = (ns >> (octave - 2)) & 3;
+        let index = (((octave - 6) << 2) as u64 + sub + 1) as usize;
+        index.min(BUCKETS - 1)
+    }
+
+    #[test]
+    fn buckets_tile_the_durations_as_the_program_fills_them() {
+        assert_eq!(bucket_bounds(0), (0, 64));
+        assert_eq!(bucket_bounds(1), (64, 80));
+        assert_eq!(bucket_bounds(4), (112, 128));
+        assert_eq!(bucket_bounds(5), (128, 160));
+        assert_eq!(bucket_bounds(BUCKETS - 1).1, u64::MAX);
+        for index in 1..BUCKETS {
+            assert_eq!(
+                bucket_bounds(index - 1).1,
+                bucket_bounds(index).0,
+                "{index}"
+            );
+        }
+        for ns in [
+            0,
+            1,
+            63,
+            64,
+            79,
+            80,
+            127,
+            128,
+            1_000,
+            999_999,
+            1 << 37,
+            u64::MAX,
+        ] {
+            let (from, to) = bucket_bounds(bpf_bucket(ns));
+            assert!(
+                from <= ns && (ns < to || to == u64::MAX),
+                "{ns} in [{from}, {to})"
+            );
+        }
+        // Every bucket is at most a quarter of its lower bound wide (bucket 0 aside).
+        for index in 1..BUCKETS - 1 {
+            let (from, to) = bucket_bounds(index);
+            assert!((to - from) * 4 <= from, "{index}: [{from}, {to})");
+        }
+    }
+
+    #[test]
+    fn quantiles_come_from_the_histogram_within_the_exact_extremes() {
+        let mut counts = vec![0u64; BUCKETS];
+        assert_eq!(quantile(&counts, 0.5, 0, 0), None);
+        // 100 calls of 1,000 ns (bucket [896, 1024)), one of 1 ms.
+        counts[bpf_bucket(1_000)] = 100;
+        counts[bpf_bucket(1_000_000)] = 1;
+        let p50 = quantile(&counts, 0.50, 1_000, 1_000_000).unwrap();
+        assert!((1_000..1_024).contains(&p50), "{p50}");
+        let p99 = quantile(&counts, 0.99, 1_000, 1_000_000).unwrap();
+        assert!((1_000..1_024).contains(&p99), "{p99}");
+        assert_eq!(quantile(&counts, 1.0, 1_000, 1_000_000), Some(1_000_000));
+        // One call: every quantile is that call.
+        let mut one = vec![0u64; BUCKETS];
+        one[bpf_bucket(5_000)] = 1;
+        assert_eq!(quantile(&one, 0.5, 5_000, 5_000), Some(5_000));
+        assert_eq!(quantile(&one, 0.99, 5_000, 5_000), Some(5_000));
+        // At the type's limits: nothing overflows.
+        let mut huge = vec![0u64; BUCKETS];
+        huge[BUCKETS - 1] = u64::MAX / 2;
+        let q = quantile(&huge, 0.99, 1 << 40, u64::MAX).unwrap();
+        assert!(q >= 1 << 40, "{q}");
+    }
+}

@@ -1,0 +1,305 @@
+//! The `cuda_stats` table: one row per (process, CUDA function, result) per statistics
+//! interval, for the functions the agent aggregates (`[sources.cuda] stats`) instead of
+//! recording call by call: how many calls, their bytes, and their durations (sum, min, max,
+//! p50, p99 and the histogram they were read from). `time` is the end of the interval.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{ListBuilder, StructBuilder, UInt64Builder};
+use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{ArrowError, DataType, Field, Fields, Schema};
+
+use super::common::{common_fields, CommonColumns, HostIdentity};
+use super::workload::{workload_fields, Workload, WorkloadColumns};
+use crate::EventKind;
+
+/// One histogram bucket: calls that took `from_ns <= duration < to_ns` (the last bucket's
+/// `to_ns` is `u64::MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationBucket {
+    /// Inclusive lower bound.
+    pub from_ns: u64,
+    /// Exclusive upper bound.
+    pub to_ns: u64,
+    /// Calls in the bucket.
+    pub calls: u64,
+}
+
+/// The durations of the timed calls of a row (none for entry-only functions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurationStats {
+    /// Sum of the durations.
+    pub sum_ns: u64,
+    /// Shortest call.
+    pub min_ns: u64,
+    /// Longest call.
+    pub max_ns: u64,
+    /// Median, estimated from the histogram (within its bucket's width).
+    pub p50_ns: u64,
+    /// 99th percentile, estimated the same way.
+    pub p99_ns: u64,
+    /// The non-empty buckets, shortest first.
+    pub buckets: Vec<DurationBucket>,
+}
+
+/// One (process, function, result) over one interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaStatsRow {
+    /// End of the interval, nanoseconds since the Unix epoch.
+    pub time_ns: i64,
+    /// Length of the interval.
+    pub interval_ns: u64,
+    /// Process (thread group) id.
+    pub pid: i32,
+    /// Name of the thread that made the process's first such call in the interval.
+    pub comm: String,
+    /// CUDA function.
+    pub function: String,
+    /// CUresult (0 for entry-only functions, whose result is not seen).
+    pub result: u32,
+    /// Its name (`CUDA_SUCCESS`, ..., `NOT_CAPTURED`).
+    pub result_name: String,
+    /// Calls.
+    pub calls: u64,
+    /// Sum of the byte-count argument, for functions that have one.
+    pub bytes_sum: Option<u64>,
+    /// Durations; `None` for entry-only functions.
+    pub durations: Option<DurationStats>,
+    /// The container and pod of the process, when it runs in one.
+    pub workload: Option<Arc<Workload>>,
+}
+
+fn bucket_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("from_ns", DataType::UInt64, false),
+        Field::new("to_ns", DataType::UInt64, false),
+        Field::new("calls", DataType::UInt64, false),
+    ])
+}
+
+fn buckets_type() -> DataType {
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(bucket_fields()),
+        false,
+    )))
+}
+
+/// The Arrow schema of the `cuda_stats` table.
+pub fn schema() -> Arc<Schema> {
+    let mut fields = common_fields();
+    fields.extend([
+        Field::new("interval_ns", DataType::UInt64, false),
+        Field::new("pid", DataType::Int32, false),
+        Field::new("comm", DataType::Utf8, false),
+        Field::new("function", DataType::Utf8, false),
+        Field::new("result", DataType::UInt32, false),
+        Field::new("result_name", DataType::Utf8, false),
+        Field::new("calls", DataType::UInt64, false),
+        Field::new("bytes_sum", DataType::UInt64, true),
+        Field::new("duration_sum_ns", DataType::UInt64, true),
+        Field::new("duration_min_ns", DataType::UInt64, true),
+        Field::new("duration_max_ns", DataType::UInt64, true),
+        Field::new("duration_p50_ns", DataType::UInt64, true),
+        Field::new("duration_p99_ns", DataType::UInt64, true),
+        Field::new("duration_buckets", buckets_type(), true),
+    ]);
+    fields.extend(workload_fields());
+    super::with_metadata(EventKind::CudaStats, fields)
+}
+
+/// Accumulates [`CudaStatsRow`]s into a `cuda_stats` [`RecordBatch`].
+#[derive(Debug)]
+pub struct CudaStatsBatchBuilder {
+    schema: Arc<Schema>,
+    common: CommonColumns,
+    rows: Vec<CudaStatsRow>,
+}
+
+impl CudaStatsBatchBuilder {
+    /// A builder whose rows carry `identity`.
+    pub fn new(identity: HostIdentity) -> Self {
+        Self {
+            schema: schema(),
+            common: CommonColumns::new(identity, 64),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends one row.
+    pub fn append(&mut self, row: CudaStatsRow) {
+        self.common.append(row.time_ns);
+        self.rows.push(row);
+    }
+
+    /// Rows waiting.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True when no row waits.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows so far as one batch; the builder starts empty again.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let [time, time_ns, host, boot_id] = self.common.finish();
+        let rows = std::mem::take(&mut self.rows);
+        let u64s = |f: &dyn Fn(&CudaStatsRow) -> Option<u64>| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter(rows.iter().map(f)))
+        };
+        let text = |f: &dyn Fn(&CudaStatsRow) -> &str| -> ArrayRef {
+            Arc::new(StringArray::from_iter_values(rows.iter().map(f)))
+        };
+        let durations = |f: &dyn Fn(&DurationStats) -> u64| -> ArrayRef {
+            u64s(&|r| r.durations.as_ref().map(f))
+        };
+        let mut workload = WorkloadColumns::new();
+        for row in &rows {
+            workload.append(row.workload.as_deref());
+        }
+        let mut columns: Vec<ArrayRef> = vec![
+            time,
+            time_ns,
+            host,
+            boot_id,
+            u64s(&|r| Some(r.interval_ns)),
+            Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.pid))),
+            text(&|r| &r.comm),
+            text(&|r| &r.function),
+            Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.result))),
+            text(&|r| &r.result_name),
+            u64s(&|r| Some(r.calls)),
+            u64s(&|r| r.bytes_sum),
+            durations(&|d| d.sum_ns),
+            durations(&|d| d.min_ns),
+            durations(&|d| d.max_ns),
+            durations(&|d| d.p50_ns),
+            durations(&|d| d.p99_ns),
+            buckets_column(&rows),
+        ];
+        columns.extend(workload.finish());
+        RecordBatch::try_new(self.schema.clone(), columns)
+    }
+}
+
+fn buckets_column(rows: &[CudaStatsRow]) -> ArrayRef {
+    let fields = bucket_fields();
+    let entry = StructBuilder::from_fields(fields.clone(), 0);
+    let mut list = ListBuilder::new(entry).with_field(Arc::new(Field::new(
+        "item",
+        DataType::Struct(fields),
+        false,
+    )));
+    for row in rows {
+        let Some(durations) = &row.durations else {
+            list.append_null();
+            continue;
+        };
+        let entries = list.values();
+        for bucket in &durations.buckets {
+            for (index, value) in [bucket.from_ns, bucket.to_ns, bucket.calls]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(field) = entries.field_builder::<UInt64Builder>(index) {
+                    field.append_value(value);
+                }
+            }
+            entries.append(true);
+        }
+        list.append(true);
+    }
+    Arc::new(list.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+    use arrow_array::Array;
+
+    fn row(durations: Option<DurationStats>) -> CudaStatsRow {
+        CudaStatsRow {
+            time_ns: 1_795_319_010_000_000_000,
+            interval_ns: 10_000_000_000,
+            pid: 7,
+            comm: "python3".into(),
+            function: "cuLaunchKernel".into(),
+            result: 0,
+            result_name: "CUDA_SUCCESS".into(),
+            calls: u64::MAX,
+            bytes_sum: None,
+            durations,
+            workload: None,
+        }
+    }
+
+    #[test]
+    fn rows_land_in_their_columns_with_their_buckets() {
+        let mut builder = CudaStatsBatchBuilder::new(HostIdentity {
+            host: "h".into(),
+            boot_id: "b".into(),
+        });
+        builder.append(row(Some(DurationStats {
+            sum_ns: 5_000,
+            min_ns: 70,
+            max_ns: u64::MAX,
+            p50_ns: 75,
+            p99_ns: 4_000,
+            buckets: vec![
+                DurationBucket {
+                    from_ns: 64,
+                    to_ns: 80,
+                    calls: 3,
+                },
+                DurationBucket {
+                    from_ns: 412_316_860_416,
+                    to_ns: u64::MAX,
+                    calls: 1,
+                },
+            ],
+        })));
+        builder.append(row(None));
+        let batch = builder.finish().unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.num_columns(), schema().fields().len());
+        let u64s = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .clone()
+        };
+        assert_eq!(u64s("calls").value(0), u64::MAX);
+        assert_eq!(u64s("duration_max_ns").value(0), u64::MAX);
+        assert_eq!(u64s("duration_p50_ns").value(0), 75);
+        assert!(
+            u64s("duration_sum_ns").is_null(1),
+            "entry-only: no durations"
+        );
+        assert!(u64s("bytes_sum").is_null(0));
+        let buckets = batch
+            .column_by_name("duration_buckets")
+            .unwrap()
+            .as_list::<i32>();
+        assert!(buckets.is_null(1));
+        let first = buckets.value(0);
+        let first = first.as_struct();
+        assert_eq!(first.len(), 2);
+        let column = |i: usize| {
+            first
+                .column(i)
+                .as_primitive::<UInt64Type>()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(column(0), [64, 412_316_860_416]);
+        assert_eq!(column(1), [80, u64::MAX]);
+        assert_eq!(column(2), [3, 1]);
+        // The builder starts over.
+        assert_eq!(builder.finish().unwrap().num_rows(), 0);
+    }
+}
