@@ -49,6 +49,31 @@ impl CallTally {
         }
     }
 
+    /// Counts `calls` successful calls of `function_id` (named `function`) that the kernel
+    /// added up in `stats` mode, with their summed duration and byte count.
+    pub fn record_aggregate(
+        &mut self,
+        function_id: u32,
+        function: &str,
+        calls: u64,
+        duration_ns: u64,
+        bytes: u64,
+    ) {
+        let index = function_id as usize;
+        if index >= self.by_function.len() {
+            self.by_function
+                .resize(index + 1, FunctionCounts::default());
+        }
+        let counts = &mut self.by_function[index];
+        counts.calls = counts.calls.saturating_add(calls);
+        counts.duration_ns = counts.duration_ns.saturating_add(duration_ns);
+        if function.starts_with("cuMemAlloc") {
+            self.bytes_allocated = self.bytes_allocated.saturating_add(bytes);
+        } else if function.starts_with("cuMemcpy") {
+            self.bytes_copied = self.bytes_copied.saturating_add(bytes);
+        }
+    }
+
     /// Adds the tally into `summary`, naming functions with `name_of`.
     pub fn add_to<'a>(self, summary: &mut RunSummary, name_of: impl Fn(u32) -> Option<&'a str>) {
         for (id, count) in self

@@ -173,6 +173,26 @@ fn aggregated_calls_come_out_as_exact_statistics_and_failures_stay_rows() {
     let sink = stopped.sink("cuda_stats");
     assert_eq!(sink["delivered"], sink["received"], "{}", stopped.outcome);
     assert_eq!(sink["dropped"], 0, "{}", stopped.outcome);
+    // The run's summary counts every call once, aggregated or a row.
+    let summary = &stopped.outcome["summary"];
+    for (function, calls) in [
+        ("cuLaunchKernel", 3),
+        ("cuLaunchKernelEx", 3),
+        ("cuMemAlloc_v2", 6),
+        ("cuCtxSynchronize", 3),
+        ("cuMemFree_v2", 6),
+    ] {
+        assert_eq!(summary["calls"][function], calls, "{function}: {summary}");
+    }
+    assert_eq!(
+        summary["failures"]["cuMemAlloc_v2 CUDA_ERROR_OUT_OF_MEMORY"], 3,
+        "{summary}"
+    );
+    assert_eq!(
+        summary["bytes_allocated"].as_u64(),
+        Some(3 * 1_048_576 + 3 * 4096 + 3 * 65_536),
+        "{summary}"
+    );
 
     let stats = stats_rows(&read_table(data.path(), "cuda_stats"));
     assert!(stats.iter().all(|r| r.pid == pid as i32), "{stats:?}");

@@ -187,6 +187,11 @@ impl LivePublisher {
         self.unchecked >= CALLS_PER_CLOCK_CHECK
     }
 
+    /// Counts `calls` successful calls of process `pid` that arrived as statistics.
+    pub fn record_many(&mut self, pid: i32, comm: &[i8], calls: u64) {
+        self.processes.record_many(pid, comm, calls);
+    }
+
     /// Publishes to `tap` when [`PUBLISH_INTERVAL`] has passed since the last time, or when
     /// `now_anyway`.
     pub fn publish(&mut self, calls: &CallTally, tap: &LiveTap, now: Instant, now_anyway: bool) {

@@ -48,6 +48,17 @@ impl ProcessTally {
         self.run.errors += u64::from(failed);
     }
 
+    /// Counts `calls` successful calls of process `pid` at once (statistics from the kernel).
+    pub fn record_many(&mut self, pid: i32, comm: &[i8], calls: u64) {
+        if calls == 0 {
+            return;
+        }
+        if pid != self.run.pid || self.run.calls == 0 {
+            self.start_run(pid, comm);
+        }
+        self.run.calls = self.run.calls.saturating_add(calls);
+    }
+
     fn start_run(&mut self, pid: i32, comm: &[i8]) {
         self.end_run();
         self.run.pid = pid;

@@ -74,6 +74,10 @@ impl CallView for LiveCallView {
         self.publisher.record(pid, comm, failed)
     }
 
+    fn calls(&mut self, pid: i32, comm: &[i8], calls: u64) {
+        self.publisher.record_many(pid, comm, calls);
+    }
+
     fn publish(&mut self, calls: &CallTally, now: Instant, now_anyway: bool) {
         self.publisher.publish(calls, &self.tap, now, now_anyway);
     }

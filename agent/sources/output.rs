@@ -45,6 +45,9 @@ pub trait CallView: Send {
     /// Counts one call; true when the caller should offer a publication (see `publish`).
     fn call(&mut self, pid: i32, comm: &[i8], failed: bool) -> bool;
 
+    /// Counts `calls` successful calls of one process at once (`stats` mode's intervals).
+    fn calls(&mut self, pid: i32, comm: &[i8], calls: u64);
+
     /// Publishes the totals if one is due, or now when `now_anyway`.
     fn publish(&mut self, calls: &CallTally, now: Instant, now_anyway: bool);
 }

@@ -136,7 +136,11 @@ mod tests {
             assert_eq!(serde_name, kind.as_str(), "{kind:?}");
         }
         assert_eq!(EventKind::Driver.as_str(), "driver");
-        assert_eq!(EventKind::quoted_names(), r#""xid", "cuda", "driver""#);
+        assert_eq!(EventKind::CudaStats.as_str(), "cuda_stats");
+        assert_eq!(
+            EventKind::quoted_names(),
+            r#""xid", "cuda", "driver", "cuda_stats""#
+        );
     }
 
     #[test]
@@ -144,5 +148,6 @@ mod tests {
         assert!(!EventKind::Xid.droppable());
         assert!(EventKind::Cuda.droppable());
         assert!(EventKind::Driver.droppable());
+        assert!(EventKind::CudaStats.droppable());
     }
 }

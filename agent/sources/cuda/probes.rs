@@ -25,6 +25,8 @@ pub struct CudaProbes<'obj> {
     pub probed_symbols: usize,
     /// Whether any probed symbol is in `stats` mode (then call_stats is drained).
     pub aggregates: bool,
+    /// The function ids in `stats` mode.
+    pub stats_function_ids: Vec<u32>,
     /// Fork tracker and entry probes.
     entry_links: RefCell<Vec<Link>>,
     /// Return probes, detached first (see [`CudaProbes::detach`]).
@@ -121,6 +123,12 @@ pub fn load<'obj>(
         skel,
         probed_symbols: plan.probes.len(),
         aggregates: aggregated > 0,
+        stats_function_ids: plan
+            .probes
+            .iter()
+            .filter(|p| p.stats)
+            .map(|p| p.cookie as u32)
+            .collect(),
         functions: plan.functions,
         entry_links: RefCell::new(links.entry),
         return_links: RefCell::new(links.ret),

@@ -55,6 +55,29 @@ impl RingSource for CudaSource {
     }
 }
 
+/// A set of function ids, as a bitmap indexed by id.
+#[derive(Debug, Default)]
+struct FunctionSet(Vec<bool>);
+
+impl FunctionSet {
+    fn new(ids: &[u32]) -> Self {
+        let mut set = Vec::new();
+        for &id in ids {
+            let index = id as usize;
+            if index >= set.len() {
+                set.resize(index + 1, false);
+            }
+            set[index] = true;
+        }
+        Self(set)
+    }
+
+    #[inline]
+    fn contains(&self, id: u32) -> bool {
+        self.0.get(id as usize).copied().unwrap_or(false)
+    }
+}
+
 /// The attached probes and what the consumer holds between their records.
 struct CudaCapture<'obj> {
     probes: CudaProbes<'obj>,
@@ -73,6 +96,8 @@ struct CudaCapture<'obj> {
     outputs: Outputs,
     /// Intervals of the `stats` functions, when any is probed.
     stats: Option<StatsDrain>,
+    /// Which function ids are in `stats` mode.
+    stats_ids: FunctionSet,
     accounting: Arc<Accounting>,
 }
 
@@ -97,6 +122,7 @@ impl<'obj> CudaCapture<'obj> {
                 )
             }),
             accounting: Arc::clone(&setup.accounting),
+            stats_ids: FunctionSet::new(&probes.stats_function_ids),
             probes,
         }
     }
@@ -107,7 +133,7 @@ impl<'obj> CudaCapture<'obj> {
         let Some(stats) = self.stats.as_mut() else {
             return;
         };
-        let (flipped, batch) = stats.poll(
+        let polled = stats.poll(
             now,
             all,
             &self.probes.skel.maps.call_stats,
@@ -115,7 +141,24 @@ impl<'obj> CudaCapture<'obj> {
             &mut self.workloads,
             self.accounting.ring(Ring::Cuda),
         );
-        if let Some(generation) = flipped {
+        // Their successful calls count in the summary and the live view like rows do (their
+        // failures came as rows).
+        for entry in &polled.succeeded {
+            let name = self
+                .probes
+                .functions
+                .name(entry.function_id)
+                .unwrap_or("unknown");
+            self.calls.record_aggregate(
+                entry.function_id,
+                name,
+                entry.calls,
+                entry.duration_sum_ns,
+                entry.bytes_sum,
+            );
+            self.view.calls(entry.pid, &entry.comm, entry.calls);
+        }
+        if let Some(generation) = polled.flipped {
             match self.probes.skel.maps.bss_data.as_deref_mut() {
                 Some(bss) => bss.stats_generation = generation,
                 None => tracing::error!(
@@ -123,7 +166,7 @@ impl<'obj> CudaCapture<'obj> {
                 ),
             }
         }
-        if let Some(batch) = batch {
+        if let Some(batch) = polled.batch {
             self.outputs.batches.emit(batch);
         }
     }
@@ -135,6 +178,7 @@ impl<'obj> CudaCapture<'obj> {
             decoder,
             batcher,
             calls,
+            stats_ids,
             active,
             last_active,
             workloads,
@@ -146,9 +190,14 @@ impl<'obj> CudaCapture<'obj> {
         let comm = c_chars(&event.comm);
         let mut row = decoder.cuda_row(&event, &comm)?;
         row.workload = workloads.resolve(row.pid).map(|w| &**w);
-        calls.record(event.function_id, &row);
-        if view.call(row.pid, &event.comm, row.result != 0) {
-            view.publish(calls, Instant::now(), false);
+        // A successful call of a `stats` function is a row only when slow; its aggregate
+        // counts it in the summary and the live view.
+        let counted_by_aggregate = row.result == 0 && stats_ids.contains(event.function_id);
+        if !counted_by_aggregate {
+            calls.record(event.function_id, &row);
+            if view.call(row.pid, &event.comm, row.result != 0) {
+                view.publish(calls, Instant::now(), false);
+            }
         }
         let (last_pid, last_time) = *last_active;
         if row.pid != last_pid || row.time_ns - last_time > ACTIVITY_RESOLUTION_NS {

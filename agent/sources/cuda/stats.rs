@@ -171,6 +171,35 @@ pub fn take_generation(table: &dyn MapCore, generation: u32) -> Vec<StatsEntry> 
     entries
 }
 
+/// The successful calls of one entry taken out (failed calls of `stats` functions are rows,
+/// counted where rows are): what the run summary and the live view add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Succeeded {
+    /// Function id.
+    pub function_id: u32,
+    /// Process.
+    pub pid: i32,
+    /// The thread name of the entry.
+    pub comm: [i8; 16],
+    /// Calls.
+    pub calls: u64,
+    /// Their summed duration.
+    pub duration_sum_ns: u64,
+    /// Their summed byte count.
+    pub bytes_sum: u64,
+}
+
+/// What one poll produced.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// The generation to write into the program, when it changed.
+    pub flipped: Option<u32>,
+    /// `cuda_stats` rows taken out, if any.
+    pub batch: Option<EventBatch>,
+    /// Their successful calls.
+    pub succeeded: Vec<Succeeded>,
+}
+
 /// An interval whose generation was flipped away from and waits to be taken out.
 #[derive(Debug, Clone, Copy)]
 struct Closed {
@@ -189,6 +218,7 @@ pub struct StatsDrain {
     started_ns: i64,
     closed: Option<Closed>,
     builder: CudaStatsBatchBuilder,
+    succeeded: Vec<Succeeded>,
 }
 
 fn unix_now_ns() -> i64 {
@@ -207,13 +237,13 @@ impl StatsDrain {
             started_ns: unix_now_ns(),
             closed: None,
             builder: CudaStatsBatchBuilder::new(identity),
+            succeeded: Vec::new(),
         }
     }
 
     /// One poll: takes out the interval closed at the previous poll, and closes the current
     /// one when it is due (every interval when `all` is false). With `all` (the probes are
-    /// detached, nothing adds any more) it takes out both generations. Returns the new
-    /// generation to write into the program when it changed.
+    /// detached, nothing adds any more) it takes out both generations.
     pub fn poll(
         &mut self,
         now: Instant,
@@ -222,7 +252,7 @@ impl StatsDrain {
         functions: &FunctionTable,
         workloads: &mut WorkloadResolver,
         counters: &RingCounters,
-    ) -> (Option<u32>, Option<EventBatch>) {
+    ) -> Polled {
         if let Some(closed) = self.closed.take() {
             self.take_out(closed, table, functions, workloads, counters);
         }
@@ -260,7 +290,11 @@ impl StatsDrain {
                 }
             }
         };
-        (flipped, batch)
+        Polled {
+            flipped,
+            batch,
+            succeeded: std::mem::take(&mut self.succeeded),
+        }
     }
 
     fn take_out(
@@ -276,6 +310,16 @@ impl StatsDrain {
             counters
                 .aggregated_received
                 .fetch_add(entry.value.calls, Ordering::Release);
+            if entry.key.result == 0 || entry.key.result == NOT_CAPTURED {
+                self.succeeded.push(Succeeded {
+                    function_id: entry.key.function_id,
+                    pid: entry.key.tgid as i32,
+                    comm: entry.value.comm,
+                    calls: entry.value.calls,
+                    duration_sum_ns: entry.value.duration_sum_ns,
+                    bytes_sum: entry.value.bytes_sum,
+                });
+            }
             match entry.row(functions, closed.end_ns, closed.interval_ns) {
                 Some(mut row) => {
                     row.workload = workloads.resolve(row.pid).cloned();
