@@ -265,6 +265,39 @@ fn aggregated_calls_come_out_as_exact_statistics_and_failures_stay_rows() {
         .map(|f| vec![f.to_string(), "3".into(), "3".into()])
         .collect();
     assert_eq!(answer, expected);
+
+    // `gpuship query` (the lake's engine, on its own arrow) reads the table too, every row
+    // with its histogram.
+    let output = std::process::Command::new(crate::support::agent::binary())
+        .args([
+            "query",
+            "SELECT function, result_name, sum(calls) AS calls, \
+             count(duration_buckets) = count(*) AS histogram \
+             FROM cuda_stats GROUP BY 1, 2 ORDER BY 1, 2",
+            "--since",
+            "1h",
+            "--format",
+            "csv",
+            "--data",
+        ])
+        .arg(data.path())
+        .output()
+        .expect("gpuship query runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "function,result_name,calls,histogram\n\
+         cuCtxSynchronize,CUDA_ERROR_ILLEGAL_ADDRESS,3,true\n\
+         cuLaunchKernel,CUDA_SUCCESS,3,true\n\
+         cuLaunchKernelEx,CUDA_SUCCESS,3,true\n\
+         cuLaunchKernel_ptsz,CUDA_SUCCESS,3,true\n\
+         cuMemAlloc_v2,CUDA_ERROR_OUT_OF_MEMORY,3,true\n\
+         cuMemAlloc_v2,CUDA_SUCCESS,3,true\n"
+    );
 }
 
 #[test]
