@@ -15,6 +15,7 @@ mod cli;
 mod config_hostile;
 mod cuda_capture;
 mod cuda_stats;
+mod cuda_stats_peers;
 mod cuda_threads;
 mod deploy;
 mod doctor;

@@ -12,7 +12,8 @@ pub struct Clocks {
     monotonic_to_unix_ns: i64,
 }
 
-fn now_ns(clock: libc::clockid_t) -> i64 {
+/// `clock` now, in nanoseconds (0 if it cannot be read).
+pub fn now_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -8,7 +8,7 @@ mod gpus;
 mod host;
 mod workloads;
 
-pub use clock::Clocks;
+pub use clock::{now_ns, Clocks};
 pub use gpus::{driver_version, GpuDirectory};
 pub use host::{host_identity, kernel_release, machine_id};
 pub use workloads::{read_workload, PodNames, WorkloadResolver};

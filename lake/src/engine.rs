@@ -285,36 +285,28 @@ mod tests {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         };
+        // Each side's fields as text: the two arrows' types cannot be compared directly.
+        macro_rules! describe {
+            ($schema:expr) => {
+                $schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let meta = sorted(f.metadata().iter().collect());
+                        format!(
+                            "{} {:?} {} {meta:?}",
+                            f.name(),
+                            f.data_type(),
+                            f.is_nullable()
+                        )
+                    })
+                    .collect::<Vec<String>>()
+            };
+        }
         for &kind in gpuship_sinks::EventKind::ALL {
             let ours = kind_schema(kind);
             let theirs = gpuship_sinks::schema::schema_for(kind);
-            let describe_ours: Vec<String> = ours
-                .fields()
-                .iter()
-                .map(|f| {
-                    let meta = sorted(f.metadata().iter().collect());
-                    format!(
-                        "{} {:?} {} {meta:?}",
-                        f.name(),
-                        f.data_type(),
-                        f.is_nullable()
-                    )
-                })
-                .collect();
-            let describe_theirs: Vec<String> = theirs
-                .fields()
-                .iter()
-                .map(|f| {
-                    let meta = sorted(f.metadata().iter().collect());
-                    format!(
-                        "{} {:?} {} {meta:?}",
-                        f.name(),
-                        f.data_type(),
-                        f.is_nullable()
-                    )
-                })
-                .collect();
-            assert_eq!(describe_ours, describe_theirs, "{kind}");
+            assert_eq!(describe!(ours), describe!(theirs), "{kind}");
             assert_eq!(
                 sorted(ours.metadata().iter().collect()),
                 sorted(theirs.metadata().iter().collect()),

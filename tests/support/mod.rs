@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod cuda_rows;
+pub mod cuda_stats;
 pub mod kafka;
 pub mod lake;
 pub mod metrics;

@@ -56,17 +56,7 @@ impl KmsgClock {
 
 /// CLOCK_MONOTONIC now, in microseconds.
 pub fn monotonic_now_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes to it.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000)
-        .saturating_add(ts.tv_nsec as u64 / 1_000)
+    u64::try_from(crate::enrich::now_ns(libc::CLOCK_MONOTONIC)).unwrap_or(0) / 1_000
 }
 
 #[cfg(test)]
