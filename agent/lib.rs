@@ -32,6 +32,7 @@ pub mod doctor;
 pub mod enrich;
 pub mod escape;
 pub mod fanout;
+pub mod health;
 pub mod lake_views;
 pub mod live;
 pub mod logging;

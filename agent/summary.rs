@@ -7,6 +7,12 @@ use std::fmt::Write as _;
 use gpuship_sinks::schema::CudaRow;
 use serde::Serialize;
 
+use crate::health::durations::DurationHistogram;
+use crate::sources::cuda::results::result_name;
+
+/// The result name of an entry-only call, which has no result and no duration.
+const NOT_CAPTURED_NAME: &str = "NOT_CAPTURED";
+
 /// Per-call counting on the consumer's hot path: counts by function id (a vector index, no
 /// string work per call); turned into a [`RunSummary`] once, at the end, and read while running
 /// by the live tap (`crate::live`).
@@ -15,7 +21,8 @@ pub struct CallTally {
     by_function: Vec<FunctionCounts>,
     bytes_allocated: u64,
     bytes_copied: u64,
-    failures: BTreeMap<String, u64>,
+    /// Failed calls per (function id, CUresult).
+    failures: BTreeMap<(u32, u32), u64>,
 }
 
 impl CallTally {
@@ -30,12 +37,13 @@ impl CallTally {
         let counts = &mut self.by_function[index];
         counts.calls += 1;
         counts.duration_ns = counts.duration_ns.saturating_add(row.duration_ns);
+        // Entry-only calls have no duration to put in the histogram.
+        if row.result_name != NOT_CAPTURED_NAME {
+            counts.durations.record(row.duration_ns);
+        }
         if row.result != 0 {
             counts.errors += 1;
-            *self
-                .failures
-                .entry(format!("{} {}", row.function, row.result_name))
-                .or_default() += 1;
+            *self.failures.entry((function_id, row.result)).or_default() += 1;
             return;
         }
         if let Some(bytes) = row.bytes {
@@ -50,7 +58,7 @@ impl CallTally {
     }
 
     /// Counts `calls` successful calls of `function_id` (named `function`) that the kernel
-    /// added up in `stats` mode, with their summed duration and byte count.
+    /// added up in `stats` mode, with their summed duration, byte count and durations.
     pub fn record_aggregate(
         &mut self,
         function_id: u32,
@@ -58,6 +66,7 @@ impl CallTally {
         calls: u64,
         duration_ns: u64,
         bytes: u64,
+        durations: &DurationHistogram,
     ) {
         let index = function_id as usize;
         if index >= self.by_function.len() {
@@ -67,6 +76,7 @@ impl CallTally {
         let counts = &mut self.by_function[index];
         counts.calls = counts.calls.saturating_add(calls);
         counts.duration_ns = counts.duration_ns.saturating_add(duration_ns);
+        counts.durations.merge(durations);
         if function.starts_with("cuMemAlloc") {
             self.bytes_allocated = self.bytes_allocated.saturating_add(bytes);
         } else if function.starts_with("cuMemcpy") {
@@ -86,7 +96,9 @@ impl CallTally {
             let name = name_of(id as u32).unwrap_or("unknown");
             *summary.calls.entry(name.to_string()).or_default() += count;
         }
-        for (what, count) in self.failures {
+        for ((id, result), count) in self.failures {
+            let name = name_of(id).unwrap_or("unknown");
+            let what = format!("{name} {}", result_name(result));
             *summary.failures.entry(what).or_default() += count;
         }
         summary.bytes_allocated = summary.bytes_allocated.saturating_add(self.bytes_allocated);
@@ -96,6 +108,11 @@ impl CallTally {
     /// Counts so far, indexed by function id (ids never called may be missing at the end).
     pub fn by_function(&self) -> &[FunctionCounts] {
         &self.by_function
+    }
+
+    /// Failed calls so far per (function id, CUresult).
+    pub fn failures(&self) -> &BTreeMap<(u32, u32), u64> {
+        &self.failures
     }
 }
 
@@ -108,6 +125,8 @@ pub struct FunctionCounts {
     pub errors: u64,
     /// Sum of the calls' durations (0 for entry-only functions, which have none).
     pub duration_ns: u64,
+    /// The calls' durations (entry-only calls have none and are not in it).
+    pub durations: DurationHistogram,
 }
 
 /// Aggregates over the rows the consumer decoded.
@@ -214,9 +233,13 @@ mod tests {
             FunctionCounts {
                 calls: 2,
                 errors: 1,
-                duration_ns: 2
+                duration_ns: 2,
+                durations: DurationHistogram {
+                    counts: [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+                },
             }
         );
+        assert_eq!(tally.failures()[&(0, 2)], 1);
         assert_eq!(tally.by_function()[1], FunctionCounts::default());
         let mut summary = RunSummary::default();
         tally.add_to(&mut summary, |id| match id {

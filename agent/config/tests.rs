@@ -183,3 +183,41 @@ fn stats_mode_keys_are_checked() {
         assert!(err.contains(needle), "{needle}: {err}");
     }
 }
+
+#[test]
+fn metrics_otlp_takes_the_connection_keys_and_an_interval() {
+    let text = "[metrics.otlp]\nendpoint = \"https://collector:4318\"\nprotocol = \"http/protobuf\"\n\
+                interval_secs = 15\ncompression = \"gzip\"\n[metrics.otlp.headers]\nauthorization = { env = \"TOKEN\" }\n";
+    let config = parse(text).unwrap();
+    let otlp = config.metrics.otlp.expect("[metrics.otlp]");
+    assert_eq!(otlp.interval_secs, 15);
+    assert_eq!(otlp.timeout_secs, 10);
+    let connection = otlp.connection();
+    assert_eq!(
+        connection.signal_url("/v1/metrics"),
+        "https://collector:4318/v1/metrics"
+    );
+    assert_eq!(connection.headers.len(), 1);
+    assert_eq!(parse("").unwrap().metrics.otlp, None);
+}
+
+#[test]
+fn metrics_otlp_errors_name_their_keys() {
+    let text =
+        "[metrics.otlp]\nendpoint = \"collector:4317\"\ninterval_secs = 0\ntimeout_secs = 0\n\
+                [metrics.otlp.headers]\n\"bad header\" = \"x\"\n";
+    let err = parse(text).unwrap_err().to_string();
+    for key in [
+        "metrics.otlp.endpoint",
+        "metrics.otlp.interval_secs",
+        "metrics.otlp.timeout_secs",
+        "metrics.otlp.headers.bad header",
+    ] {
+        assert!(err.contains(key), "{key} in {err}");
+    }
+    // Sink-only keys are not keys here.
+    let err = parse("[metrics.otlp]\nendpoint = \"http://c:4317\"\nbatch_size = 5\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("batch_size"), "{err}");
+}

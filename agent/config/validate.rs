@@ -174,6 +174,18 @@ impl Config {
             self.metrics.max_connections as u64,
             1..=1024,
         );
+        if let Some(otlp) = &self.metrics.otlp {
+            report.range(
+                "metrics.otlp",
+                "interval_secs",
+                otlp.interval_secs,
+                1..=3_600,
+            );
+            // The transport's own checks; its sink-only keys keep their valid defaults.
+            for (key, message) in otlp.connection().problems() {
+                report.add("metrics.otlp", &key, message);
+            }
+        }
         self.sink_problems(&mut report, sink_index);
         report.problems
     }

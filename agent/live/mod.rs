@@ -15,13 +15,15 @@
 mod processes;
 mod schema;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use gpuship_sinks::schema::XidRecord;
 
 use crate::accounting::Snapshot;
+use crate::health::xids::XidCounts;
+use crate::health::HealthSnapshot;
 use crate::sources::cuda::plan::FunctionTable;
 use crate::summary::{CallTally, FunctionCounts};
 
@@ -41,12 +43,15 @@ const CALLS_PER_CLOCK_CHECK: u32 = 1024;
 /// The shared live state; one per agent.
 pub struct LiveTap {
     started: Instant,
+    started_at: SystemTime,
     shared: Mutex<Shared>,
 }
 
 struct Shared {
     names: FunctionTable,
     functions: Vec<FunctionCounts>,
+    failures: BTreeMap<(u32, u32), u64>,
+    xid_counts: XidCounts,
     processes: ProcessTable,
     xids: VecDeque<XidLive>,
     xids_total: u64,
@@ -63,9 +68,12 @@ impl LiveTap {
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
+            started_at: SystemTime::now(),
             shared: Mutex::new(Shared {
                 names: FunctionTable::default(),
                 functions: Vec::new(),
+                failures: BTreeMap::new(),
+                xid_counts: XidCounts::default(),
                 processes: ProcessTable::new(MAX_PROCESSES),
                 xids: VecDeque::with_capacity(MAX_XIDS),
                 xids_total: 0,
@@ -78,11 +86,11 @@ impl LiveTap {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Replaces the function totals and adds the processes' deltas.
+    /// Replaces the function and failure totals and adds the processes' deltas.
     pub fn publish(
         &self,
         names: &FunctionTable,
-        functions: &[FunctionCounts],
+        calls: &CallTally,
         processes: impl Iterator<Item = (i32, ProcessDelta)>,
     ) {
         let mut shared = self.lock();
@@ -90,8 +98,23 @@ impl LiveTap {
             shared.names = names.clone();
         }
         shared.functions.clear();
-        shared.functions.extend_from_slice(functions);
+        shared.functions.extend_from_slice(calls.by_function());
+        if shared.failures != *calls.failures() {
+            shared.failures.clone_from(calls.failures());
+        }
         shared.processes.add(processes);
+    }
+
+    /// The GPU-health counts (`/metrics`, OTLP metrics).
+    pub fn health(&self) -> HealthSnapshot {
+        let shared = self.lock();
+        HealthSnapshot::new(
+            self.started_at,
+            shared.xid_counts.clone(),
+            &shared.names,
+            &shared.functions,
+            &shared.failures,
+        )
     }
 
     /// Keeps XIDs as they go to the sinks (annotated).
@@ -103,6 +126,7 @@ impl LiveTap {
             }
             shared.xids.push_back(xid_live(record));
             shared.xids_total += 1;
+            shared.xid_counts.record(record);
         }
     }
 
@@ -201,7 +225,7 @@ impl LivePublisher {
             return;
         }
         self.last = Some(now);
-        tap.publish(&self.names, calls.by_function(), self.processes.drain());
+        tap.publish(&self.names, calls, self.processes.drain());
     }
 }
 

@@ -4,6 +4,8 @@
 //! connection, bounded connections and timeouts (`server`); the text is rendered from one
 //! accounting snapshot per scrape (`render`).
 
+mod health_render;
+pub mod otlp;
 mod render;
 mod server;
 
@@ -14,6 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::config::MetricsConfig;
 
+pub use health_render::HEALTH_FAMILIES;
 pub use render::{render, CONTENT_TYPE};
 pub use server::{serve, Limits, Served, ACCEPT_ERROR_PAUSE};
 

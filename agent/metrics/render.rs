@@ -12,15 +12,26 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::health_render::{ExportCounts, HealthCollector};
+use super::otlp::ExportCounters;
 use crate::accounting::{RingSnapshot, SinkSnapshot, Snapshot};
+use crate::health::HealthSnapshot;
 
 /// The `Content-Type` of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The OpenMetrics text of `snapshot`, ending with `# EOF`.
-pub fn render(snapshot: &Snapshot) -> String {
+/// The OpenMetrics text of `snapshot` and `health`, ending with `# EOF`.
+pub fn render(
+    snapshot: &Snapshot,
+    health: HealthSnapshot,
+    otlp_exports: Option<&ExportCounters>,
+) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector(snapshot.clone())));
+    registry.register_collector(Box::new(HealthCollector {
+        health,
+        otlp_exports: otlp_exports.map(ExportCounts::read),
+    }));
     let mut out = String::with_capacity(8192);
     // Writing into a String cannot fail; an encoder error would be a bug in a family below.
     if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &registry) {
@@ -326,6 +337,7 @@ mod tests {
 
     use super::*;
     use crate::accounting::{Accounting, Ring};
+    use crate::live::LiveTap;
 
     #[test]
     fn exposition_has_every_family_with_labels_and_values() {
@@ -341,7 +353,7 @@ mod tests {
         cuda.submitted.store(12, Ordering::Relaxed);
         cuda.lost_in_kernel.store(2, Ordering::Relaxed);
         driver.unmatched_returns.store(5, Ordering::Relaxed);
-        let text = render(&accounting.snapshot());
+        let text = render(&accounting.snapshot(), LiveTap::new().health(), None);
         for line in [
             "gpuship_kernel_emitted_events_total{ring=\"cuda\"} 14",
             "gpuship_kernel_lost_events_total{ring=\"cuda\"} 2",
@@ -362,7 +374,6 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
-        assert!(!text.contains("gpuship_cuda_"), "{text}");
         assert_eq!(text.lines().last(), Some("# EOF"));
         // Every sample line is `name{labels} value` or `name value` with a numeric value.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -379,7 +390,7 @@ mod tests {
         stats.received.add(EventKind::Xid, 7);
         stats.count_error("bad\"error\n", 2);
         accounting.sinks.push((hostile.into(), stats));
-        let text = render(&accounting.snapshot());
+        let text = render(&accounting.snapshot(), LiveTap::new().health(), None);
         let escaped = r#"a\"} evil{x=\"1\\\nnext"#;
         let line = format!(
             "gpuship_component_received_events_total{{component_id=\"{escaped}\",component_kind=\"sink\",kind=\"xid\"}} 7"

@@ -65,8 +65,10 @@ pub struct Served {
     pub accounting: Arc<Accounting>,
     /// `/health`.
     pub health: Arc<Health>,
-    /// `/live`.
+    /// `/live`, and the GPU-health families of `/metrics`.
     pub live: Arc<LiveTap>,
+    /// The OTLP metrics exporter's counts, when `[metrics.otlp]` is set.
+    pub otlp_exports: Option<Arc<super::otlp::ExportCounters>>,
 }
 
 /// Connections that have not sent their request yet, oldest first, each with the sender that
@@ -184,7 +186,11 @@ fn respond(served: &Served, method: &Method, path: &str) -> Response<Full<Bytes>
         (true, "/metrics") => (
             StatusCode::OK,
             super::render::CONTENT_TYPE,
-            render(&served.accounting.snapshot()),
+            render(
+                &served.accounting.snapshot(),
+                served.live.health(),
+                served.otlp_exports.as_deref(),
+            ),
         ),
         (true, "/live") => (
             StatusCode::OK,
@@ -224,6 +230,7 @@ mod tests {
             accounting: Arc::default(),
             health: Arc::default(),
             live: Arc::new(LiveTap::new()),
+            otlp_exports: None,
         };
         served.health.set_running();
         tokio::spawn(serve(listener, served, limits));

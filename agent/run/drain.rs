@@ -25,6 +25,10 @@ pub(super) fn drain(capture: Capture, started: &mut Started) -> Drained {
     started.health.set_draining();
     tracing::info!("draining: stopping probes, draining rings, flushing batches");
     let (statuses, summary) = stop_sources(capture);
+    // Every source has counted its last XID and call: the collector gets the final totals.
+    if let Some(export) = &started.metrics_export {
+        started.runtime.block_on(export.export_now());
+    }
     // Every producer is gone, so the sink queues are closed: sinks finish what they hold.
     let tasks = std::mem::take(&mut started.sink_tasks);
     let failed_sinks = finish_sinks(tasks, &started.runtime);

@@ -22,6 +22,7 @@ use crate::consumer;
 use crate::enrich::{host_identity, machine_id, Clocks, GpuDirectory};
 use crate::fanout::FanOut;
 use crate::live::LiveTap;
+use crate::metrics::otlp::MetricsExport;
 use crate::metrics::{self, Health};
 use crate::state_dir::AgentLocks;
 
@@ -57,6 +58,8 @@ pub(super) struct Started {
     pub health: Arc<Health>,
     /// The live view (`/live`).
     pub live: Arc<LiveTap>,
+    /// The OTLP metrics exporter, when `[metrics.otlp]` is set.
+    pub metrics_export: Option<MetricsExport>,
     /// Kernel-log records of this boot whose XIDs a previous run journaled (read before the
     /// sinks start delivering, and so removing, them).
     pub journaled_kmsg: BTreeSet<u64>,
@@ -105,11 +108,23 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
     }
     let health = Arc::new(Health::default());
     let live = Arc::new(LiveTap::new());
+    let metrics_export = match &config.metrics.otlp {
+        Some(otlp) => {
+            let host_id = machine_id();
+            // The gRPC channel is made inside the runtime it will run on.
+            let _runtime = runtime.enter();
+            let export = MetricsExport::new(otlp, &identity, host_id.as_deref(), live.clone())?;
+            runtime.spawn(export.clone().run());
+            Some(export)
+        }
+        None => None,
+    };
     if let Some(listener) = metrics_listener {
         let served = metrics::Served {
             accounting: accounting.clone(),
             health: health.clone(),
             live: live.clone(),
+            otlp_exports: metrics_export.as_ref().map(|e| e.counters.clone()),
         };
         let limits = metrics::Limits::new(config.metrics.max_connections);
         runtime.spawn(metrics::serve(listener, served, limits));
@@ -127,6 +142,7 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
         ledger,
         health,
         live,
+        metrics_export,
         journaled_kmsg,
     })
 }

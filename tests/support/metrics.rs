@@ -19,18 +19,25 @@ pub fn http(address: &str, request: &str) -> (u16, String) {
     (status, body)
 }
 
-/// Every sample of `/metrics`: `name{labels}` -> value.
+/// Every integer sample of `/metrics`: `name{labels}` -> value. Samples that are not
+/// integers (timestamps in seconds, histogram sums) are in [`scrape_floats`].
 pub fn scrape(address: &str) -> BTreeMap<String, u64> {
+    scrape_floats(address)
+        .into_iter()
+        .filter_map(|(series, (text, _))| Some((series, text.parse().ok()?)))
+        .collect()
+}
+
+/// Every sample of `/metrics`: `name{labels}` -> (value as written, value as a number).
+pub fn scrape_floats(address: &str) -> BTreeMap<String, (String, f64)> {
     let (status, body) = http(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status, 200);
     body.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
             let (series, value) = l.rsplit_once(' ').expect("sample line");
-            (
-                series.to_string(),
-                value.parse().unwrap_or_else(|_| panic!("bad value in {l}")),
-            )
+            let number = value.parse().unwrap_or_else(|_| panic!("bad value in {l}"));
+            (series.to_string(), (value.to_string(), number))
         })
         .collect()
 }

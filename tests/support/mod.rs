@@ -11,6 +11,8 @@ pub mod cuda_stats;
 pub mod kafka;
 pub mod lake;
 pub mod metrics;
+pub mod operator_kit;
+pub mod otlp_metrics;
 pub mod peers;
 pub mod serial;
 

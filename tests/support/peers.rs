@@ -164,8 +164,13 @@ pub struct Rotel {
 }
 
 impl Rotel {
-    /// Starts a collector on the given ports (0 picks free ones).
+    /// Starts a collector on the given ports (0 picks free ones), printing log records.
     pub fn start(grpc_port: u16, http_port: u16) -> Rotel {
+        Self::start_printing(grpc_port, http_port, "logs")
+    }
+
+    /// Starts a collector printing `signal` (`logs` or `metrics`) in detail.
+    pub fn start_printing(grpc_port: u16, http_port: u16, signal: &str) -> Rotel {
         let grpc_port = if grpc_port == 0 {
             free_port()
         } else {
@@ -186,7 +191,7 @@ impl Rotel {
             .arg("--exporter")
             .arg("blackhole")
             .arg("--debug-log")
-            .arg("logs")
+            .arg(signal)
             .arg("--debug-log-verbosity")
             .arg("detailed")
             .env("NO_COLOR", "1");

@@ -155,6 +155,7 @@ impl<'obj> CudaCapture<'obj> {
                 entry.calls,
                 entry.duration_sum_ns,
                 entry.bytes_sum,
+                &entry.durations,
             );
             self.view.calls(entry.pid, &entry.comm, entry.calls);
         }

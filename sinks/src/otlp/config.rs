@@ -239,8 +239,13 @@ impl OtlpSinkConfig {
             .collect()
     }
 
-    /// The URL requests go to (the HTTP transport adds `/v1/logs` to a bare host).
+    /// The URL log requests go to (the HTTP transport adds `/v1/logs` to a bare host).
     pub fn request_url(&self) -> String {
+        self.signal_url("/v1/logs")
+    }
+
+    /// The URL requests go to; the HTTP transport adds `path` (`/v1/metrics`) to a bare host.
+    pub fn signal_url(&self, path: &str) -> String {
         match self.protocol {
             OtlpProtocol::Grpc => self.endpoint.clone(),
             OtlpProtocol::HttpProtobuf => {
@@ -251,7 +256,7 @@ impl OtlpSinkConfig {
                 if has_path {
                     self.endpoint.clone()
                 } else {
-                    format!("{trimmed}/v1/logs")
+                    format!("{trimmed}{path}")
                 }
             }
         }

@@ -117,6 +117,16 @@ impl OtlpMapping {
         }
     }
 
+    /// The resource every request of this agent describes (shared with its metrics).
+    pub fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// The instrumentation scope (`gpuship` and its version).
+    pub fn scope(&self) -> &InstrumentationScope {
+        &self.scope
+    }
+
     /// Appends one log record per row of `batch` to `out`; `observed_ns` is when the agent
     /// encodes them. `rows` picks rows (all when None).
     pub fn append_records(

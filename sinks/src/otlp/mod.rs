@@ -4,10 +4,13 @@
 pub mod attributes;
 pub mod config;
 pub mod mapping;
+mod metrics_export;
 pub mod sink;
 mod sink_type;
 pub mod transport;
 
 pub use config::{OtlpProtocol, OtlpSinkConfig};
 pub use mapping::{event_name, OtlpMapping};
+/// The generated OTLP protocol types, for the agent's metrics.
+pub use opentelemetry_proto as proto;
 pub use sink::OtlpSink;

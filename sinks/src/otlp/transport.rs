@@ -12,7 +12,6 @@ use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsSe
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use prost::Message as _;
 use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -53,8 +52,10 @@ pub const MAYBE_DELIVERED: &str = "maybe_delivered";
 pub enum Exporter {
     /// OTLP/gRPC.
     Grpc {
-        /// The generated client.
-        client: LogsServiceClient<Channel>,
+        /// The connection, shared by the clients of each signal.
+        channel: Channel,
+        /// gzip requests.
+        gzip: bool,
         /// Request metadata.
         headers: Vec<(
             MetadataKey<tonic::metadata::Ascii>,
@@ -80,6 +81,15 @@ impl Exporter {
     /// Prepares the connection; nothing is dialled until the first export, so an absent
     /// collector is an outage like any other, not a start-up failure.
     pub fn new(config: &OtlpSinkConfig, headers: &[(String, Secret)]) -> Result<Self, String> {
+        Self::for_signal(config, headers, Signal::Logs)
+    }
+
+    /// [`Self::new`] for `signal`: the HTTP transport posts to its path on a bare host.
+    pub fn for_signal(
+        config: &OtlpSinkConfig,
+        headers: &[(String, Secret)],
+        signal: Signal,
+    ) -> Result<Self, String> {
         let timeout = Duration::from_secs(config.timeout_secs);
         match config.protocol {
             OtlpProtocol::Grpc => {
@@ -92,11 +102,7 @@ impl Exporter {
                         .tls_config(grpc_tls(config)?)
                         .map_err(|e| format!("tls: {e}"))?;
                 }
-                let mut client = LogsServiceClient::new(endpoint.connect_lazy())
-                    .max_decoding_message_size(16 << 20);
-                if config.compression == OtlpCompression::Gzip {
-                    client = client.send_compressed(CompressionEncoding::Gzip);
-                }
+                let channel = endpoint.connect_lazy();
                 let headers = headers
                     .iter()
                     .map(|(name, value)| {
@@ -108,7 +114,8 @@ impl Exporter {
                     })
                     .collect::<Result<_, String>>()?;
                 Ok(Exporter::Grpc {
-                    client,
+                    channel,
+                    gzip: config.compression == OtlpCompression::Gzip,
                     headers,
                     timeout,
                 })
@@ -150,7 +157,7 @@ impl Exporter {
                 );
                 Ok(Exporter::Http {
                     client,
-                    url: config.request_url(),
+                    url: config.signal_url(signal.http_path()),
                     headers: map,
                     gzip: config.compression == OtlpCompression::Gzip,
                 })
@@ -161,51 +168,97 @@ impl Exporter {
     /// Sends one request.
     pub async fn export(&self, request: ExportLogsServiceRequest) -> Result<Accepted, ExportError> {
         match self {
-            Exporter::Grpc {
-                client,
-                headers,
-                timeout,
-            } => {
-                let mut client = client.clone();
-                let mut request = tonic::Request::new(request);
-                request.set_timeout(*timeout);
-                for (key, value) in headers {
-                    request.metadata_mut().insert(key.clone(), value.clone());
+            Exporter::Grpc { channel, gzip, .. } => {
+                let mut client =
+                    LogsServiceClient::new(channel.clone()).max_decoding_message_size(16 << 20);
+                if *gzip {
+                    client = client.send_compressed(CompressionEncoding::Gzip);
                 }
-                match client.export(request).await {
+                match client.export(self.grpc_request(request)).await {
                     Ok(response) => Ok(accepted(response.into_inner())),
                     Err(status) => Err(grpc_error(&status)),
                 }
             }
-            Exporter::Http {
-                client,
-                url,
-                headers,
-                gzip,
-            } => {
-                let mut body = request.encode_to_vec();
-                let mut post = client.post(url).headers(headers.clone());
-                if *gzip {
-                    body = gzip_bytes(&body);
-                    post = post.header(reqwest::header::CONTENT_ENCODING, "gzip");
-                }
-                let response = post.body(body).send().await.map_err(|err| {
-                    let (connect, timeout) = (err.is_connect(), err.is_timeout());
-                    http_send_error(connect, timeout, err.without_url().to_string())
-                })?;
-                let status = response.status();
-                let bytes = response.bytes().await.unwrap_or_default();
-                if status.is_success() {
-                    // An empty or undecodable success body is a full success.
-                    return Ok(ExportLogsServiceResponse::decode(bytes.as_ref())
-                        .map(accepted)
-                        .unwrap_or(Accepted { rejected: 0 }));
-                }
-                Err(http_status_error(
-                    status.as_u16(),
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
-                ))
+            Exporter::Http { .. } => {
+                // An empty or undecodable success body is a full success.
+                let response: Option<ExportLogsServiceResponse> = self.post(&request).await?;
+                Ok(response.map(accepted).unwrap_or(Accepted { rejected: 0 }))
             }
+        }
+    }
+
+    /// A gRPC request with the deadline and the headers (gRPC transport only).
+    pub(super) fn grpc_request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Exporter::Grpc {
+            headers, timeout, ..
+        } = self
+        {
+            request.set_timeout(*timeout);
+            for (key, value) in headers {
+                request.metadata_mut().insert(key.clone(), value.clone());
+            }
+        }
+        request
+    }
+
+    /// POSTs `request` (HTTP transport only) and decodes a successful answer's body, None
+    /// when it is empty or not a response.
+    pub(super) async fn post<Response: prost::Message + Default>(
+        &self,
+        request: &impl prost::Message,
+    ) -> Result<Option<Response>, ExportError> {
+        let Exporter::Http {
+            client,
+            url,
+            headers,
+            gzip,
+        } = self
+        else {
+            return Err(ExportError {
+                retryable: false,
+                maybe_delivered: false,
+                label: "transport".into(),
+                message: "an HTTP post on a gRPC exporter".into(),
+            });
+        };
+        let mut body = request.encode_to_vec();
+        let mut post = client.post(url).headers(headers.clone());
+        if *gzip {
+            body = gzip_bytes(&body);
+            post = post.header(reqwest::header::CONTENT_ENCODING, "gzip");
+        }
+        let response = post.body(body).send().await.map_err(|err| {
+            let (connect, timeout) = (err.is_connect(), err.is_timeout());
+            http_send_error(connect, timeout, err.without_url().to_string())
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await.unwrap_or_default();
+        if status.is_success() {
+            return Ok(Response::decode(bytes.as_ref()).ok());
+        }
+        Err(http_status_error(
+            status.as_u16(),
+            String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
+        ))
+    }
+}
+
+/// What an exporter sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `ExportLogsServiceRequest`s (the sink).
+    Logs,
+    /// `ExportMetricsServiceRequest`s (the agent's health metrics).
+    Metrics,
+}
+
+impl Signal {
+    /// The OTLP/HTTP path of the signal.
+    pub fn http_path(self) -> &'static str {
+        match self {
+            Signal::Logs => "/v1/logs",
+            Signal::Metrics => "/v1/metrics",
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! [`histogram`]: the kernel's duration buckets and the quantiles read from them.
 
-mod histogram;
+pub mod histogram;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -29,6 +29,7 @@ use crate::accounting::RingCounters;
 use crate::bpf::cuda::types::{cuda_stats_key, cuda_stats_value};
 use crate::decode::c_chars;
 use crate::enrich::WorkloadResolver;
+use crate::health::durations::DurationHistogram;
 
 /// One entry of the kernel's table, read back.
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +144,8 @@ pub struct Succeeded {
     pub duration_sum_ns: u64,
     /// Their summed byte count.
     pub bytes_sum: u64,
+    /// Their durations, in the metrics' buckets.
+    pub durations: DurationHistogram,
 }
 
 /// What one poll produced.
@@ -272,6 +275,12 @@ impl StatsDrain {
                     calls: entry.value.calls,
                     duration_sum_ns: entry.value.duration_sum_ns,
                     bytes_sum: entry.value.bytes_sum,
+                    durations: {
+                        let mut durations = DurationHistogram::default();
+                        durations
+                            .add_kernel_buckets(entry.value.buckets.iter().map(|&c| u64::from(c)));
+                        durations
+                    },
                 });
             }
             match entry.row(functions, closed.end_ns, closed.interval_ns) {
