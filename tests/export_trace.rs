@@ -2,7 +2,8 @@
 //! (with a failing call and entry-only launches) and an XID injected through /dev/kmsg; the
 //! export of that lake must be a valid Chrome/Perfetto trace-event document holding exactly one
 //! event per CUDA row and the XID as a global instant event. A corrupt file in the lake is
-//! reported by name and does not stop the export.
+//! reported by name and does not stop the export. In stats mode the `cuda_stats` rows are
+//! counter tracks beside the rows' slices.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::support;
 use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::cuda_stats::{stats_config, stats_rows};
 use crate::support::lake::{duckdb, files, read_table};
 use crate::support::Fixtures;
 use serde_json::Value;
@@ -76,6 +78,15 @@ fn validate(trace: &Value) -> BTreeMap<String, Vec<Value>> {
             "i" => {
                 let scope = event["s"].as_str().unwrap_or_else(|| panic!("s: {event}"));
                 assert!(["g", "p", "t"].contains(&scope), "{event}");
+            }
+            "C" => {
+                let args = event["args"]
+                    .as_object()
+                    .unwrap_or_else(|| panic!("args: {event}"));
+                assert!(
+                    !args.is_empty() && args.values().all(|v| v.as_f64().is_some_and(|v| v >= 0.0)),
+                    "a counter's values are numbers: {event}"
+                );
             }
             "M" => {
                 assert!(["process_name", "thread_name"].contains(&name), "{event}");
@@ -258,6 +269,89 @@ fn the_lake_exports_as_a_valid_trace_with_one_event_per_row() {
         "GPU process and thread, workload process and thread"
     );
     assert_eq!(trace["traceEvents"].as_array().unwrap().len(), 33);
+}
+
+/// Stats mode, every aggregated call slow (so a row too): the rows stay one slice each, and each
+/// interval of each aggregated function is a `calls` counter sample at the rate of its rows.
+#[test]
+fn aggregates_are_counter_tracks_beside_the_slices_of_rows() {
+    let _alone = support::exclusive();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let agent = Agent::start(
+        &stats_config(&fixtures, data.path(), "slow_call_ns = 1\n"),
+        &[],
+    );
+    let (pid, _) = fixtures.run_workload(
+        &["sequence", "2"],
+        &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700")],
+    );
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 56);
+    let stats = stats_rows(&read_table(data.path(), "cuda_stats"));
+    // Per function and interval (rows of one interval share its length): calls per second.
+    let mut rates = BTreeMap::<(String, u64), u64>::new();
+    for row in &stats {
+        *rates
+            .entry((row.function.clone(), row.interval_ns))
+            .or_default() += row.calls;
+    }
+    let mut expected: Vec<(String, f64)> = rates
+        .iter()
+        .map(|((function, interval), calls)| {
+            let rate = *calls as f64 * 1e9 / *interval as f64;
+            // As the trace's JSON carries it (serde_json may read the last digit back off).
+            let rate: f64 = serde_json::from_str(&serde_json::to_string(&rate).unwrap()).unwrap();
+            (format!("{function} calls"), rate)
+        })
+        .collect();
+
+    let export = Command::new(binary())
+        .args(["export-trace", "--since", "30m", "--data"])
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running export-trace");
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert!(export.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "(56 CUDA calls, 0 of them entry-only; 0 XIDs; 0 driver operations; 2 names; "
+        ) && stderr.contains(&format!(
+            "counter samples from {} cuda_stats rows)",
+            stats.len()
+        )),
+        "{stderr}"
+    );
+    let trace: Value = serde_json::from_slice(&export.stdout).expect("trace JSON");
+    let by_cat = validate(&trace);
+    assert_eq!(by_cat["cuda"].len(), 56, "every row a slice, none twice");
+    let counters = &by_cat["cuda_stats"];
+    assert!(counters.iter().all(|e| e["pid"] == pid && e["ph"] == "C"));
+    let mut found: Vec<(String, f64)> = counters
+        .iter()
+        .filter(|e| e["name"].as_str().unwrap().ends_with(" calls"))
+        .filter_map(|e| {
+            let rate = e["args"]["per s"].as_f64().unwrap();
+            (rate > 0.0).then(|| (e["name"].as_str().unwrap().to_string(), rate))
+        })
+        .collect();
+    let order = |a: &(String, f64), b: &(String, f64)| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1));
+    found.sort_by(order);
+    expected.sort_by(order);
+    assert_eq!(found, expected);
+    // Every aggregated function is timed: a rate, a mean and a p99 track each.
+    let tracks: BTreeSet<&str> = counters
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    let functions: BTreeSet<&str> = stats.iter().map(|r| r.function.as_str()).collect();
+    let names: Vec<String> = functions
+        .iter()
+        .flat_map(|f| ["calls", "mean latency", "p99 latency"].map(|t| format!("{f} {t}")))
+        .collect();
+    assert_eq!(tracks, names.iter().map(String::as_str).collect());
 }
 
 #[test]

@@ -2,7 +2,10 @@
 //! failure beside the allocation that always fails) and two XIDs of different severities
 //! injected through /dev/kmsg, plus the accounting document it keeps beside the data. The report
 //! must hold exactly those counts, incidents and markers, and must render in headless Chromium
-//! with the severity colors on screen and the timeline's markers in the DOM.
+//! with the severity colors on screen and the timeline's markers in the DOM. Stats mode:
+//! `report/stats_mode.rs`.
+
+mod stats_mode;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 
 use arrow_array::RecordBatch;
 use gpuship_sinks::schema::{
-    xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, LaunchDims, XidRecord, XidSource,
+    xid_batch_of, CudaBatchBuilder, CudaRow, CudaStatsBatchBuilder, CudaStatsRow, DurationBucket,
+    DurationStats, HostIdentity, LaunchDims, XidRecord, XidSource,
 };
 
 use super::rows::NOT_CAPTURED;
@@ -98,4 +99,55 @@ pub fn xid_record(time_ns: i64, code: u32, bus: &str, severity: &str, message: &
 /// `records` as one `xid` batch.
 pub fn xid_batch(records: &[XidRecord]) -> RecordBatch {
     from_sinks(&xid_batch_of(&identity(), records).unwrap())
+}
+
+/// Successful calls of pid 100 (`train`) over the 10 s interval that ends at `time_ns`, with
+/// `buckets` as `(from_ns, to_ns, calls)`: the row's minimum is the first bucket's `from_ns`,
+/// its maximum the last one's `to_ns - 1`, its sum `calls * from_ns` per bucket (no buckets: no
+/// durations). p50/p99 are not read by the views.
+pub fn stats_row(
+    time_ns: i64,
+    function: &str,
+    calls: u64,
+    buckets: &[(u64, u64, u64)],
+) -> CudaStatsRow {
+    let durations = (!buckets.is_empty()).then(|| DurationStats {
+        sum_ns: buckets.iter().fold(0u64, |sum, &(from, _, n)| {
+            sum.saturating_add(from.saturating_mul(n))
+        }),
+        min_ns: buckets[0].0,
+        max_ns: buckets[buckets.len() - 1].1 - 1,
+        p50_ns: 0,
+        p99_ns: 0,
+        buckets: buckets
+            .iter()
+            .map(|&(from_ns, to_ns, calls)| DurationBucket {
+                from_ns,
+                to_ns,
+                calls,
+            })
+            .collect(),
+    });
+    CudaStatsRow {
+        time_ns,
+        interval_ns: 10_000_000_000,
+        pid: 100,
+        comm: "train".into(),
+        function: function.into(),
+        result: 0,
+        result_name: "CUDA_SUCCESS".into(),
+        calls,
+        bytes_sum: None,
+        durations,
+        workload: None,
+    }
+}
+
+/// `rows` as one `cuda_stats` batch of host `node-a`.
+pub fn stats_batch(rows: &[CudaStatsRow]) -> RecordBatch {
+    let mut builder = CudaStatsBatchBuilder::new(identity());
+    for row in rows {
+        builder.append(row.clone());
+    }
+    from_sinks(&builder.finish().unwrap())
 }

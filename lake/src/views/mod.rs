@@ -2,14 +2,15 @@
 //! range), `gpuship report` (one self-contained HTML page) and `gpuship query` (SQL). Both read the lake through
 //! [`crate::Lake`] and never touch the running agent or write into the lake.
 //!
-//! [`rows`] turns record batches into typed rows, read from the [`columns`] each needs;
-//! [`trace`], [`report`] and [`query`] build the
-//! outputs;
-//! this file is the command-line glue (range, lake, output file).
+//! [`rows`] and [`cuda_stats`] turn record batches into typed rows, read from the [`columns`]
+//! each needs; [`histogram`] merges call durations for quantiles; [`trace`], [`report`] and
+//! [`query`] build the outputs; this file is the command-line glue (range, lake, output file).
 
 pub mod columns;
+pub mod cuda_stats;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod histogram;
 pub mod query;
 pub mod report;
 pub mod rows;
@@ -94,12 +95,24 @@ fn warn_unreadable(command: &str, unreadable: &[Unreadable]) {
 pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     let (lake, range) = open(&args.range)?;
     let mut read = lake.tables(
-        &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
+        &[
+            EventKind::Xid,
+            EventKind::Cuda,
+            EventKind::Driver,
+            EventKind::CudaStats,
+        ],
         &range,
     )?;
     let xid = read.rows(EventKind::Xid)?;
     let cuda = read.rows(EventKind::Cuda)?;
     let driver = read.rows(EventKind::Driver)?;
+    let stats_sql = format!(
+        "SELECT {} FROM cuda_stats",
+        columns::select_list(cuda_stats::CUDA_STATS_COLUMNS)
+    );
+    let stats = read.fold(EventKind::CudaStats, &stats_sql, Vec::new, |kept, batch| {
+        kept.extend(cuda_stats::cuda_stats(&[batch]));
+    })?;
     let files_read = read.files_read();
     let unreadable = read.unreadable();
     warn_unreadable("export-trace", &unreadable);
@@ -115,9 +128,12 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     context.insert("since".into(), json!(rfc3339(range.since())));
     context.insert("until".into(), json!(rfc3339(range.until())));
     let (document, counts) = trace::build(
-        &rows::cuda_calls(&cuda),
-        &rows::xids(&xid),
-        &rows::driver_ops(&driver),
+        trace::Rows {
+            calls: &rows::cuda_calls(&cuda),
+            xids: &rows::xids(&xid),
+            driver: &rows::driver_ops(&driver),
+            stats: &stats,
+        },
         context,
     );
     let mut json = serde_json::to_vec(&document).context("encoding the trace")?;
@@ -125,13 +141,16 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     write_output(&args.output, &json)?;
     eprintln!(
         "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only; {} XIDs; {} driver \
-         operations; {} names) from {files_read} file(s), {range}, to {}",
+         operations; {} names; {} counter samples from {} cuda_stats rows) from {files_read} \
+         file(s), {range}, to {}",
         counts.total(),
         counts.cuda_complete + counts.cuda_instant,
         counts.cuda_instant,
         counts.xid,
         counts.driver,
         counts.metadata,
+        counts.counters,
+        counts.stats_rows,
         where_to(&args.output)
     );
     Ok(ExitCode::SUCCESS)
@@ -152,11 +171,12 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     }
     write_output(&args.output, page.as_bytes())?;
     eprintln!(
-        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), from {} file(s), {range}, {} bytes of HTML to {}",
+        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), {} of them from cuda_stats, from {} file(s), {range}, {} bytes of HTML to {}",
         data.totals.xids,
         data.incidents.len(),
         data.totals.cuda_calls,
         data.totals.cuda_failures,
+        data.totals.cuda_aggregated,
         data.totals.files_read,
         page.len(),
         where_to(&args.output)

@@ -112,15 +112,18 @@ pub struct DriverOp {
     pub result: Option<i64>,
 }
 
-/// Column accessors of one batch.
-struct Columns<'a>(&'a RecordBatch);
+/// Column accessors of one batch (also for [`super::cuda_stats`]).
+pub(super) struct Columns<'a>(pub(super) &'a RecordBatch);
 
 impl<'a> Columns<'a> {
-    fn primitive<T: ArrowPrimitiveType>(&self, name: &str) -> Option<&'a PrimitiveArray<T>> {
+    pub(super) fn primitive<T: ArrowPrimitiveType>(
+        &self,
+        name: &str,
+    ) -> Option<&'a PrimitiveArray<T>> {
         self.0.column_by_name(name)?.as_primitive_opt::<T>()
     }
 
-    fn strings(&self, name: &str) -> Option<&'a StringArray> {
+    pub(super) fn strings(&self, name: &str) -> Option<&'a StringArray> {
         self.0.column_by_name(name)?.as_string_opt::<i32>()
     }
 
@@ -129,7 +132,7 @@ impl<'a> Columns<'a> {
     }
 
     /// Nanoseconds since the epoch, from `time_ns`, else from `time` (µs).
-    fn times(&self) -> Vec<Option<i64>> {
+    pub(super) fn times(&self) -> Vec<Option<i64>> {
         if let Some(ns) = self.primitive::<Int64Type>("time_ns") {
             return ns.iter().collect();
         }
@@ -143,11 +146,14 @@ impl<'a> Columns<'a> {
     }
 }
 
-fn value<T: ArrowPrimitiveType>(array: Option<&PrimitiveArray<T>>, i: usize) -> Option<T::Native> {
+pub(super) fn value<T: ArrowPrimitiveType>(
+    array: Option<&PrimitiveArray<T>>,
+    i: usize,
+) -> Option<T::Native> {
     array.filter(|a| a.is_valid(i)).map(|a| a.value(i))
 }
 
-fn text(array: Option<&StringArray>, i: usize) -> Option<String> {
+pub(super) fn text(array: Option<&StringArray>, i: usize) -> Option<String> {
     array
         .filter(|a| a.is_valid(i))
         .map(|a| a.value(i).to_string())

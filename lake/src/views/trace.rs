@@ -7,16 +7,23 @@
 //! - Driver operations are complete events on a track of their own per thread: tid
 //!   `DRIVER_TRACK_BASE + tid`, above any real Linux tid.
 //! - XIDs are global instant events (`s: g`) on pseudo-process 0 ("GPUs"), one thread per GPU.
+//! - `cuda_stats` rows (stats mode, whose single calls are not known) are counter tracks per
+//!   process and function: calls per second and mean/p99 latency per interval ([`counters`]).
 //!
 //! Times are microseconds (with nanosecond fractions) after the earliest exported event, whose
 //! wall-clock time is in `otherData.origin_time`: absolute epoch microseconds do not fit a JSON
 //! double with nanoseconds intact.
 
-use std::collections::BTreeMap;
+mod args;
+pub mod counters;
+mod names;
 
 use serde_json::{json, Map, Value};
 
+use super::cuda_stats::CudaStats;
 use super::rows::{CudaCall, DriverOp, Xid};
+use args::{cuda_args, driver_name, hex, xid_args};
+use names::Names;
 
 /// Thread ids of driver tracks start here (Linux tids stay below 2^22).
 pub const DRIVER_TRACK_BASE: i64 = 1 << 30;
@@ -36,36 +43,31 @@ pub struct TraceCounts {
     pub driver: usize,
     /// Process and thread names (`M`).
     pub metadata: usize,
+    /// Counter events (`C`) of `cuda_stats` rows.
+    pub counters: usize,
+    /// `cuda_stats` rows drawn as counters.
+    pub stats_rows: usize,
 }
 
 impl TraceCounts {
     /// Every event.
     pub fn total(&self) -> usize {
-        self.cuda_complete + self.cuda_instant + self.xid + self.driver + self.metadata
+        self.cuda_complete
+            + self.cuda_instant
+            + self.xid
+            + self.driver
+            + self.metadata
+            + self.counters
     }
 }
 
-/// Names of processes and threads, from the rows that mention them.
-#[derive(Default)]
-struct Names {
-    /// pid -> (comm of its main thread if seen, else the first comm seen).
-    processes: BTreeMap<i64, (bool, String)>,
-    threads: BTreeMap<(i64, i64), String>,
-}
-
-impl Names {
-    /// A row of thread `tid` of `pid`, named `comm`, drawn on track `(pid, track)`.
-    fn saw(&mut self, pid: i64, tid: i64, comm: &str, track: i64, name: impl FnOnce() -> String) {
-        let main = pid == tid;
-        let entry = self
-            .processes
-            .entry(pid)
-            .or_insert_with(|| (main, comm.to_string()));
-        if main && !entry.0 {
-            *entry = (true, comm.to_string());
-        }
-        self.threads.entry((pid, track)).or_insert_with(name);
-    }
+/// The rows a trace is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    pub calls: &'a [CudaCall],
+    pub xids: &'a [Xid],
+    pub driver: &'a [DriverOp],
+    pub stats: &'a [CudaStats],
 }
 
 /// One event with the integer sort keys it is ordered by.
@@ -79,185 +81,126 @@ fn micros(ns: i64) -> f64 {
     ns as f64 / 1_000.0
 }
 
-fn hex(value: u64) -> String {
-    format!("{value:#x}")
+/// The trace's events as they are made, with what names them.
+struct Builder {
+    origin: i64,
+    counts: TraceCounts,
+    names: Names,
+    events: Vec<Event>,
 }
 
-fn cuda_args(call: &CudaCall) -> Map<String, Value> {
-    let mut args = Map::new();
-    args.insert("result".into(), json!(call.result_name));
-    args.insert("result_code".into(), json!(call.result));
-    args.insert("comm".into(), json!(call.comm));
-    if let Some(bytes) = call.bytes {
-        args.insert("bytes".into(), json!(bytes));
+impl Builder {
+    fn push(&mut self, at_ns: i64, dur_ns: u64, value: Value) {
+        self.events.push(Event {
+            at_ns,
+            dur_ns,
+            value,
+        });
     }
-    if let Some(ptr) = call.device_ptr {
-        args.insert("device_ptr".into(), json!(hex(ptr)));
-    }
-    if let Some(stream) = call.stream {
-        args.insert("stream".into(), json!(hex(stream)));
-    }
-    if let Some(grid) = call.grid {
-        args.insert("grid".into(), json!(grid));
-    }
-    if let Some(block) = call.block {
-        args.insert("block".into(), json!(block));
-    }
-    if let Some(shared) = call.shared_mem_bytes {
-        args.insert("shared_mem_bytes".into(), json!(shared));
-    }
-    if let Some(incident) = &call.incident_id {
-        args.insert("incident_id".into(), json!(incident));
-    }
-    args
-}
 
-fn xid_args(xid: &Xid) -> Value {
-    json!({
-        "code": xid.code,
-        "pci_bus_id": xid.pci_bus_id,
-        "gpu_uuid": xid.gpu_uuid,
-        "message": xid.message,
-        "severity": xid.display_severity(),
-        "action": xid.display_action(),
-        "pid": xid.pid,
-        "comm": xid.comm,
-        "pod": xid.pod,
-        "attribution": xid.attribution,
-        "affected_pids": xid.affected_pids,
-        "incident_id": xid.incident_id,
-        "root_candidate": xid.root_candidate,
-        "host": xid.host,
-    })
-}
+    fn calls(&mut self, calls: &[CudaCall]) {
+        for call in calls {
+            let (pid, tid) = (i64::from(call.pid), i64::from(call.tid));
+            self.names.saw(pid, tid, &call.comm, tid, || {
+                format!("{} (tid {tid})", call.comm)
+            });
+            let at_ns = call.time_ns.saturating_sub(self.origin);
+            let mut value = json!({
+                "name": call.function, "cat": "cuda", "ts": micros(at_ns), "pid": pid, "tid": tid,
+                "args": cuda_args(call),
+            });
+            if call.entry_only() {
+                self.counts.cuda_instant += 1;
+                value["ph"] = json!("i");
+                value["s"] = json!("t");
+            } else {
+                self.counts.cuda_complete += 1;
+                value["ph"] = json!("X");
+                value["dur"] = json!(call.duration_ns as f64 / 1_000.0);
+            }
+            self.push(at_ns, call.duration_ns, value);
+        }
+    }
 
-fn driver_name(op: &DriverOp) -> String {
-    match (&op.request_name, op.request) {
-        (Some(name), _) => name.clone(),
-        (None, Some(request)) => format!("{} {}", op.hook, hex(u64::from(request))),
-        (None, None) => op.hook.clone(),
+    fn driver(&mut self, driver: &[DriverOp]) {
+        for op in driver {
+            let (pid, tid) = (i64::from(op.pid), DRIVER_TRACK_BASE + i64::from(op.tid));
+            self.names.saw(pid, i64::from(op.tid), &op.comm, tid, || {
+                format!("{} (tid {}) driver", op.comm, op.tid)
+            });
+            self.counts.driver += 1;
+            let at_ns = op.time_ns.saturating_sub(self.origin);
+            let value = json!({
+                "name": driver_name(op), "cat": "driver", "ph": "X", "ts": micros(at_ns),
+                "dur": op.duration_ns as f64 / 1_000.0, "pid": pid, "tid": tid,
+                "args": {
+                    "hook": op.hook, "device": op.device, "request": op.request.map(|r| hex(u64::from(r))),
+                    "result": op.result, "comm": op.comm, "tid": op.tid,
+                },
+            });
+            self.push(at_ns, op.duration_ns, value);
+        }
+    }
+
+    fn counters(&mut self, counters: &counters::Counters<'_>) {
+        self.counts.stats_rows = counters.rows;
+        for sample in &counters.samples {
+            let at_ns = sample.at_ns.saturating_sub(self.origin);
+            for value in counters::events(sample, at_ns) {
+                self.counts.counters += 1;
+                self.push(at_ns, 0, value);
+            }
+        }
+        for (&pid, comm) in &counters.comms {
+            self.names.process(i64::from(pid), comm);
+        }
+    }
+
+    fn xids(&mut self, xids: &[Xid]) {
+        for xid in xids {
+            let tid = self.names.gpu(xid);
+            self.counts.xid += 1;
+            let at_ns = xid.time_ns.saturating_sub(self.origin);
+            let value = json!({
+                "name": format!("XID {} ({})", xid.code, xid.display_name()), "cat": "xid", "ph": "i",
+                "s": "g", "ts": micros(at_ns), "pid": GPU_PID, "tid": tid, "args": xid_args(xid),
+            });
+            self.push(at_ns, 0, value);
+        }
     }
 }
 
 /// The trace document of these rows, and what it holds. `context` goes to `otherData`.
-pub fn build(
-    calls: &[CudaCall],
-    xids: &[Xid],
-    driver: &[DriverOp],
-    context: Map<String, Value>,
-) -> (Value, TraceCounts) {
-    let first = calls
+pub fn build(rows: Rows<'_>, context: Map<String, Value>) -> (Value, TraceCounts) {
+    let counters = counters::counters(rows.stats);
+    let first = rows
+        .calls
         .iter()
         .map(|c| c.time_ns)
-        .chain(xids.iter().map(|x| x.time_ns))
-        .chain(driver.iter().map(|d| d.time_ns))
+        .chain(rows.xids.iter().map(|x| x.time_ns))
+        .chain(rows.driver.iter().map(|d| d.time_ns))
+        .chain(counters.samples.iter().map(|s| s.at_ns))
         .min();
-    let origin = first.unwrap_or(0);
-    let mut counts = TraceCounts::default();
-    let mut names = Names::default();
-    let mut events = Vec::with_capacity(calls.len() + xids.len() + driver.len());
-
-    for call in calls {
-        let (pid, tid) = (i64::from(call.pid), i64::from(call.tid));
-        names.saw(pid, tid, &call.comm, tid, || {
-            format!("{} (tid {tid})", call.comm)
-        });
-        let at_ns = call.time_ns - origin;
-        let mut value = json!({
-            "name": call.function, "cat": "cuda", "ts": micros(at_ns), "pid": pid, "tid": tid,
-            "args": cuda_args(call),
-        });
-        if call.entry_only() {
-            counts.cuda_instant += 1;
-            value["ph"] = json!("i");
-            value["s"] = json!("t");
-        } else {
-            counts.cuda_complete += 1;
-            value["ph"] = json!("X");
-            value["dur"] = json!(call.duration_ns as f64 / 1_000.0);
-        }
-        events.push(Event {
-            at_ns,
-            dur_ns: call.duration_ns,
-            value,
-        });
-    }
-
-    for op in driver {
-        let (pid, tid) = (i64::from(op.pid), DRIVER_TRACK_BASE + i64::from(op.tid));
-        names.saw(pid, i64::from(op.tid), &op.comm, tid, || {
-            format!("{} (tid {}) driver", op.comm, op.tid)
-        });
-        counts.driver += 1;
-        let at_ns = op.time_ns - origin;
-        let value = json!({
-            "name": driver_name(op), "cat": "driver", "ph": "X", "ts": micros(at_ns),
-            "dur": op.duration_ns as f64 / 1_000.0, "pid": pid, "tid": tid,
-            "args": {
-                "hook": op.hook, "device": op.device, "request": op.request.map(|r| hex(u64::from(r))),
-                "result": op.result, "comm": op.comm, "tid": op.tid,
-            },
-        });
-        events.push(Event {
-            at_ns,
-            dur_ns: op.duration_ns,
-            value,
-        });
-    }
-
-    let mut gpus: BTreeMap<(String, String), (i64, Option<String>)> = BTreeMap::new();
-    for xid in xids {
-        let next = gpus.len() as i64 + 1;
-        let gpu = gpus
-            .entry((xid.host.clone(), xid.pci_bus_id.clone()))
-            .or_insert((next, None));
-        if gpu.1.is_none() {
-            gpu.1 = xid.gpu_model.clone();
-        }
-        counts.xid += 1;
-        let at_ns = xid.time_ns - origin;
-        let value = json!({
-            "name": format!("XID {} ({})", xid.code, xid.display_name()), "cat": "xid", "ph": "i",
-            "s": "g", "ts": micros(at_ns), "pid": GPU_PID, "tid": gpu.0, "args": xid_args(xid),
-        });
-        events.push(Event {
-            at_ns,
-            dur_ns: 0,
-            value,
-        });
-    }
+    let mut builder = Builder {
+        origin: first.unwrap_or(0),
+        counts: TraceCounts::default(),
+        names: Names::default(),
+        events: Vec::with_capacity(rows.calls.len() + rows.xids.len() + rows.driver.len()),
+    };
+    builder.calls(rows.calls);
+    builder.driver(rows.driver);
+    builder.counters(&counters);
+    builder.xids(rows.xids);
+    let Builder {
+        mut counts,
+        names,
+        mut events,
+        ..
+    } = builder;
 
     // Parents before children at the same start: earlier first, then longer first.
     events.sort_by(|a, b| a.at_ns.cmp(&b.at_ns).then(b.dur_ns.cmp(&a.dur_ns)));
-
-    let mut trace = Vec::with_capacity(events.len() + names.threads.len() * 2);
-    let meta = |name: &str, pid: i64, tid: i64, value: &str| json!({"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}});
-    if !gpus.is_empty() {
-        trace.push(meta("process_name", GPU_PID, 0, "GPUs (XIDs)"));
-    }
-    for ((host, bus), (tid, model)) in &gpus {
-        let model = model
-            .as_deref()
-            .map(|m| format!(" {m}"))
-            .unwrap_or_default();
-        trace.push(meta(
-            "thread_name",
-            GPU_PID,
-            *tid,
-            &format!("GPU {bus}{model} on {host}"),
-        ));
-    }
-    for (pid, (_, comm)) in &names.processes {
-        trace.push(meta(
-            "process_name",
-            *pid,
-            *pid,
-            &format!("{comm} (pid {pid})"),
-        ));
-    }
-    for ((pid, tid), name) in &names.threads {
-        trace.push(meta("thread_name", *pid, *tid, name));
-    }
+    let mut trace = names.metadata(GPU_PID);
     counts.metadata = trace.len();
     trace.extend(events.into_iter().map(|e| e.value));
 
@@ -276,7 +219,10 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::cuda_stats::cuda_stats;
+    use crate::views::fixtures::{
+        cuda_batch, cuda_row, stats_batch, stats_row, xid_batch, xid_record,
+    };
     use crate::views::rows::{cuda_calls, xids};
 
     #[test]
@@ -292,7 +238,15 @@ mod tests {
             "error",
             "fault",
         )])]);
-        let (trace, counts) = build(&calls, &xids, &[], Map::new());
+        let (trace, counts) = build(
+            Rows {
+                calls: &calls,
+                xids: &xids,
+                driver: &[],
+                stats: &[],
+            },
+            Map::new(),
+        );
         assert_eq!(
             counts,
             TraceCounts {
@@ -300,7 +254,9 @@ mod tests {
                 cuda_instant: 1,
                 xid: 1,
                 driver: 0,
-                metadata: 4
+                metadata: 4,
+                counters: 0,
+                stats_rows: 0,
             }
         );
         let events = trace["traceEvents"].as_array().unwrap();
@@ -358,7 +314,15 @@ mod tests {
             duration_ns: 2_500,
             result: Some(0),
         };
-        let (trace, counts) = build(&[], &[], &[op], Map::new());
+        let (trace, counts) = build(
+            Rows {
+                calls: &[],
+                xids: &[],
+                driver: &[op],
+                stats: &[],
+            },
+            Map::new(),
+        );
         assert_eq!(counts.driver, 1);
         let events = trace["traceEvents"].as_array().unwrap();
         let event = events.iter().find(|e| e["ph"] == "X").unwrap();
@@ -368,5 +332,68 @@ mod tests {
         assert!(events
             .iter()
             .any(|e| e["ph"] == "M" && e["tid"] == event["tid"]));
+    }
+
+    /// Stats mode: launches only as an aggregate (of a process with a hostile name), a failed
+    /// call of another process as a slice with its incident.
+    #[test]
+    fn aggregates_are_counters_beside_the_slices_of_rows() {
+        let mut row = stats_row(20_000_000_000, "cuLaunchKernel", 20, &[(896, 1_024, 20)]);
+        row.pid = 300;
+        row.comm = "q\"\n\u{1b}[2J<b>".into();
+        let stats = cuda_stats(&[stats_batch(&[row])]);
+        let mut calls = cuda_calls(&[cuda_batch(&[cuda_row(
+            15_000_000_000,
+            "cuCtxSynchronize",
+            700,
+            1_000,
+        )])]);
+        calls[0].incident_id = Some("node-a/0000:3b:00.0/1".into());
+        let rows = Rows {
+            calls: &calls,
+            xids: &[],
+            driver: &[],
+            stats: &stats,
+        };
+        let (trace, counts) = build(rows, Map::new());
+        assert_eq!(
+            counts,
+            TraceCounts {
+                cuda_complete: 1,
+                cuda_instant: 0,
+                xid: 0,
+                driver: 0,
+                metadata: 3,
+                counters: 6,
+                stats_rows: 1,
+            }
+        );
+        assert_eq!(trace["otherData"]["origin_time_ns"], 10_000_000_000i64);
+        let events = trace["traceEvents"].as_array().unwrap();
+        let at = |name: &str, ts: f64| {
+            events
+                .iter()
+                .find(|e| e["name"] == name && e["ts"].as_f64() == Some(ts))
+                .unwrap_or_else(|| panic!("{name} at {ts}"))
+        };
+        let rate = at("cuLaunchKernel calls", 0.0);
+        assert_eq!(
+            (&rate["ph"], &rate["cat"], &rate["pid"], &rate["tid"]),
+            (&json!("C"), &json!("cuda_stats"), &json!(300), &json!(300))
+        );
+        assert_eq!(rate["args"], json!({"per s": 2.0}));
+        // Its latencies, and the drop to zero at the interval's end: trace/counters.rs.
+        assert!(events
+            .iter()
+            .any(|e| e["name"] == "cuLaunchKernel p99 latency"));
+        let sync = at("cuCtxSynchronize", 5_000_000.0);
+        assert_eq!(sync["ph"], "X");
+        assert_eq!(sync["args"]["incident_id"], "node-a/0000:3b:00.0/1");
+        let text = serde_json::to_string(&trace).unwrap();
+        assert!(
+            text.contains(r#""name":"q\"\n\u001b[2J<b> (pid 300)""#),
+            "{text}"
+        );
+        assert!(!text.chars().any(|c| c.is_control()), "{text}");
     }
 }

@@ -1,11 +1,12 @@
 //! What the report shows, computed from the lake's rows: per-GPU timelines of XIDs and of the
 //! CUDA failures of the processes they hit, incidents, per-function call statistics. No
 //! formatting here; [`super::html`] and [`super::timeline`] render it. Per-function call
-//! statistics are in [`super::functions`].
+//! statistics (from `cuda` rows and `cuda_stats` aggregates) are in [`super::functions`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::functions::{self, FunctionStats};
+use crate::views::cuda_stats::CudaStats;
 use crate::views::rows::{CudaCall, Xid};
 use crate::{AccountingTotals, TimeRange, Unreadable};
 
@@ -40,10 +41,13 @@ pub struct ReportData {
 pub struct Totals {
     /// XID rows.
     pub xids: usize,
-    /// CUDA call rows.
-    pub cuda_calls: usize,
+    /// CUDA calls: `cuda` rows and the calls of `cuda_stats` aggregates, each call once
+    /// (functions.rs).
+    pub cuda_calls: u64,
     /// Calls that returned an error.
-    pub cuda_failures: usize,
+    pub cuda_failures: u64,
+    /// Calls counted from `cuda_stats` aggregates.
+    pub cuda_aggregated: u64,
     /// Driver operation rows.
     pub driver_ops: usize,
     /// Parquet files read.
@@ -108,18 +112,18 @@ pub fn severity_rank(severity: &str) -> u8 {
     }
 }
 
-/// The report of these rows, every call in memory.
+/// The report of these rows, every call and aggregate in memory.
 pub fn aggregate(
     location: String,
     range: TimeRange,
-    calls: &[CudaCall],
+    (calls, stats): (&[CudaCall], &[CudaStats]),
     xids: &[Xid],
     totals: Totals,
     hosts: BTreeSet<String>,
     accounting: AccountingTotals,
 ) -> ReportData {
     let mut data = without_functions(location, range, calls, xids, totals, hosts, accounting);
-    data.functions = functions::per_function(calls, range.seconds());
+    data.functions = functions::per_function(calls, stats, range.seconds());
     data
 }
 

@@ -12,10 +12,9 @@ use std::fmt::Write as _;
 use maud::{html, Escaper, Markup, PreEscaped, Render};
 
 use super::data::{Incident, ReportData};
-use super::format::{duration, rate, time};
-use super::timeline;
+use super::format::time;
+use super::{accounting_html, functions_table, timeline};
 use crate::range::rfc3339;
-use crate::AccountingTotals;
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:#1d1d1f;margin:24px;background:#fff}
@@ -36,7 +35,7 @@ code{font-size:12px}
 /// Text from the data (names, messages, file names, errors) as page text: HTML-escaped by
 /// maud, `'` as `&#39;` (safe in either kind of quoted attribute), and control characters other
 /// than newline and tab, which have no business in a report, as U+FFFD.
-struct Text<'a>(&'a str);
+pub(super) struct Text<'a>(pub(super) &'a str);
 
 impl Render for Text<'_> {
     fn render_to(&self, buffer: &mut String) {
@@ -78,8 +77,8 @@ pub fn render(data: &ReportData) -> String {
                     (affected_processes(data))
                 }
                 (incidents(data))
-                (functions(data))
-                (accounting(data))
+                (functions_table::render(data))
+                (accounting_html::render(data))
             }
         }
     };
@@ -129,6 +128,7 @@ fn header(data: &ReportData) -> Markup {
                 div class="card" id="count-incidents" { b { (data.incidents.len()) } "incidents" }
                 div class="card" id="count-cuda" { b { (t.cuda_calls) } "CUDA calls" }
                 div class="card" id="count-failures" { b { (t.cuda_failures) } "failed CUDA calls" }
+                div class="card" id="count-aggregated" { b { (t.cuda_aggregated) } "of them from cuda_stats" }
                 div class="card" id="count-driver" { b { (t.driver_ops) } "driver operations" }
             }
         }
@@ -261,122 +261,6 @@ fn incident_row(incident: &Incident) -> Markup {
     }
 }
 
-fn functions(data: &ReportData) -> Markup {
-    let percentile = |v: Option<u64>| v.map(duration).unwrap_or_else(|| "entry only".into());
-    html! {
-        section id="functions" {
-            h2 { "CUDA calls per function" }
-            @if data.functions.is_empty() {
-                p class="empty" { "No CUDA call in this range." }
-            } @else {
-                p class="meta" {
-                    "Rates are over the whole range (" (format!("{:.0}", data.range.seconds()))
-                    " s). Durations are entry to return; calls recorded at entry only have none \
-                     and are left out of the percentiles."
-                }
-                table {
-                    thead {
-                        tr {
-                            th { "function" } th class="num" { "calls" } th class="num" { "calls/s" }
-                            th class="num" { "errors" } th class="num" { "p50" } th class="num" { "p99" }
-                        }
-                    }
-                    tbody {
-                        @for f in &data.functions {
-                            tr class="function" data-function=(Text(&f.function)) {
-                                td { (Text(&f.function)) }
-                                td class="num" { (f.calls) }
-                                td class="num" { (rate(f.per_second)) }
-                                td class="num" { (f.errors) }
-                                td class="num" { (percentile(f.p50_ns)) }
-                                td class="num" { (percentile(f.p99_ns)) }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn accounting(data: &ReportData) -> Markup {
-    let a = &data.accounting;
-    html! {
-        section id="accounting" {
-            h2 { "Delivery accounting" }
-            @for doc in &a.unreadable {
-                p class="warning" {
-                    "Accounting document " code { (Text(&doc.key)) } " could not be read: "
-                    (Text(&doc.error))
-                }
-            }
-            @if a.documents == 0 {
-                p class="warning" id="no-accounting" {
-                    "No accounting documents (" code { "_accounting/*.json" } ") cover this range, \
-                     so this report cannot say whether events were dropped or lost: the rows above \
-                     may be incomplete."
-                }
-            } @else {
-                (accounting_tables(a))
-            }
-        }
-    }
-}
-
-/// The summary, the sink and ring tables and the kernel-log line of the accounting section.
-fn accounting_tables(a: &AccountingTotals) -> Markup {
-    let k = &a.kmsg;
-    html! {
-        p class="meta" id="accounting-summary" {
-            "From " (a.documents) " accounting document(s): " (a.delivered()) " delivered, "
-            (a.dropped()) " dropped, " (a.lost_in_kernel()) " lost in the kernel."
-        }
-        table id="sinks" {
-            thead {
-                tr {
-                    th { "sink" } th { "kind" } th class="num" { "delivered" }
-                    th class="num" { "dropped" } th { "dropped by reason" } th class="num" { "failed" }
-                }
-            }
-            tbody {
-                @for ((sink, kind), totals) in &a.sinks {
-                    @let reasons: Vec<_> = totals.dropped_by_reason.iter().filter(|(_, n)| **n > 0).collect();
-                    tr class="sink" data-sink=(Text(sink)) data-kind=(Text(kind)) {
-                        td { (Text(sink)) }
-                        td { (Text(kind)) }
-                        td class="num" { (totals.delivered) }
-                        td class="num" { (totals.dropped) }
-                        td {
-                            @if reasons.is_empty() { "none" }
-                            @for (i, (reason, n)) in reasons.iter().enumerate() {
-                                @if i > 0 { ", " }
-                                (Text(reason)) " " (n)
-                            }
-                        }
-                        td class="num" { (totals.failed) }
-                    }
-                }
-            }
-        }
-        table id="rings" {
-            thead { tr { th { "ring" } th class="num" { "emitted" } th class="num" { "lost in kernel" } } }
-            tbody {
-                @for (ring, totals) in &a.rings {
-                    tr class="ring" data-ring=(Text(ring)) {
-                        td { (Text(ring)) }
-                        td class="num" { (totals.emitted) }
-                        td class="num" { (totals.lost_in_kernel) }
-                    }
-                }
-            }
-        }
-        p class="meta" id="kmsg" {
-            "Kernel log: " (k.xids) " XID line(s) read, " (k.parse_errors) " unparseable, "
-            (k.lost_gaps) " gap(s) where the kernel overwrote lines before they were read."
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +322,7 @@ mod tests {
             xids: 3,
             cuda_calls: 3,
             cuda_failures: 2,
+            cuda_aggregated: 0,
             driver_ops: 4,
             files_read: 6,
             unreadable,
@@ -445,7 +330,7 @@ mod tests {
         data::aggregate(
             format!("/data/{hostile}"),
             range,
-            &calls,
+            (&calls, &[]),
             &xids,
             totals,
             [hostile.to_string(), "node-a".to_string()].into(),

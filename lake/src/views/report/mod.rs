@@ -1,14 +1,17 @@
 //! `gpuship report`: one self-contained HTML page about a time range of the lake: per-GPU
 //! timeline of XIDs and failed CUDA calls, incidents with their root cause and recommended
-//! action, CUDA call rates and latencies per function, and the delivery accounting that says
-//! how complete all of that is.
+//! action, CUDA call rates and latencies per function (from `cuda` rows and `cuda_stats`
+//! aggregates, each call once), and the delivery accounting that says how complete all of that
+//! is.
 //!
-//! [`data`] and [`functions`] compute, [`timeline`] and [`html`] render, [`format`] escapes and
-//! formats values.
+//! [`data`] and [`functions`] compute, [`timeline`], [`html`], [`functions_table`] and
+//! [`accounting_html`] render, [`format`] escapes and formats values.
 
+pub mod accounting_html;
 pub mod data;
 pub mod format;
 pub mod functions;
+pub mod functions_table;
 pub mod html;
 pub mod sql;
 pub mod timeline;
@@ -32,7 +35,12 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
         );
     };
     let mut read = lake.tables(
-        &[EventKind::Xid, EventKind::Cuda, EventKind::Driver],
+        &[
+            EventKind::Xid,
+            EventKind::Cuda,
+            EventKind::Driver,
+            EventKind::CudaStats,
+        ],
         &range,
     )?;
     phase("listed");
@@ -55,8 +63,9 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     let accounting = lake.accounting(&range)?;
     let totals = data::Totals {
         xids: xids.len(),
-        cuda_calls: cuda.functions.iter().map(|f| f.calls).sum(),
-        cuda_failures: cuda.functions.iter().map(|f| f.errors).sum(),
+        cuda_calls: saturating_sum(cuda.functions.iter().map(|f| f.calls)),
+        cuda_failures: saturating_sum(cuda.functions.iter().map(|f| f.errors)),
+        cuda_aggregated: saturating_sum(cuda.functions.iter().map(|f| f.aggregated)),
         driver_ops,
         files_read: read.files_read(),
         unreadable: read.unreadable(),
@@ -75,6 +84,11 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     let page = html::render(&data);
     phase("rendered");
     Ok((data, page))
+}
+
+/// The sum of counts that may come from hostile rows: at most `u64::MAX`, never a panic.
+fn saturating_sum(counts: impl Iterator<Item = u64>) -> u64 {
+    counts.fold(0, u64::saturating_add)
 }
 
 #[cfg(test)]
@@ -101,7 +115,7 @@ mod tests {
         let data = data::aggregate(
             "/data".into(),
             range,
-            &calls,
+            (&calls, &[]),
             &xids,
             data::Totals::default(),
             ["node-a".to_string()].into(),
@@ -133,7 +147,8 @@ mod tests {
         assert!(page.contains(
             "<tr class=\"function\" data-function=\"cuCtxSynchronize\"><td>cuCtxSynchronize</td>\
              <td class=\"num\">2</td><td class=\"num\">0.020</td><td class=\"num\">1</td>\
-             <td class=\"num\">20.0 µs</td><td class=\"num\">40.0 µs</td></tr>"
+             <td class=\"num\">30.0 µs</td><td class=\"num\">20.0 µs</td><td class=\"num\">40.0 µs</td>\
+             <td class=\"num\">—</td></tr>"
         ));
         assert!(page.contains("id=\"no-accounting\""));
         // Self-contained: nothing to fetch, nothing to run.

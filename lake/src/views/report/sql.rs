@@ -3,35 +3,54 @@
 //! failed calls come back as rows. Every scan pays the engine's cost per file and column read
 //! (open, footer, a decompressor per column chunk) for every file of the table, which over a
 //! fleet's day is most of the time, so the report scans each table as few times as it can and
-//! reads only the columns it uses: `cuda` twice (statistics and hosts, then the failed calls,
-//! which the `result` statistics let the scan skip in files without failures), `xid` and
-//! `driver` once.
+//! reads only the columns it uses: `cuda_stats` once and `cuda` twice (statistics and hosts,
+//! then the failed calls, which the `result` statistics let the scan skip in files without
+//! failures), `xid` and `driver` once.
 //!
-//! Percentiles are nearest-rank over a histogram per function whose buckets are the durations
-//! as the page writes them ([`format::duration`], three significant digits, each bucket named
-//! by its first duration, [`format::duration_bucket`]): the bucket that holds the rank-th call
-//! is exactly the one whose label the page would show, so the page is the same as with every
-//! duration in memory, and the histogram has a few thousand buckets at most.
+//! Percentiles of single calls are nearest-rank over a histogram per function whose buckets are
+//! the durations as the page writes them ([`super::format::duration`], three significant digits,
+//! each bucket named by its first duration, [`super::format::duration_bucket`]): the bucket that
+//! holds the rank-th call is exactly the one whose label the page would show, so the page is the
+//! same as with every duration in memory, and the histogram has a few thousand buckets at most.
+//! Aggregated calls add their rows' histograms (functions.rs says which calls count where).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 
 use gpuship_sinks::EventKind;
 
-use super::format;
-use super::functions::{percentile_of_buckets, FunctionStats};
+use super::functions::{FunctionStats, Tally};
 use crate::engine::QueryError;
 use crate::read::LakeRead;
 use crate::views::columns::{select_list, CUDA_CALL_COLUMNS, XID_COLUMNS};
+use crate::views::cuda_stats::cuda_stats;
 use crate::views::rows::{self, CudaCall, Xid, NOT_CAPTURED};
 
-/// Rows the views count as CUDA calls (rows::cuda_calls leaves the others out).
+/// Rows the views count as CUDA calls or aggregates (rows::cuda_calls and
+/// cuda_stats::cuda_stats leave the others out).
 const CALL: &str = "pid IS NOT NULL AND function IS NOT NULL";
+
+/// The columns of `cuda_stats` the report's counts read (cuda_stats::CUDA_STATS_COLUMNS less
+/// the interval, comm and bytes).
+const STATS_COLUMNS: &[&str] = &[
+    "time",
+    "time_ns",
+    "host",
+    "pid",
+    "function",
+    "result",
+    "result_name",
+    "calls",
+    "duration_sum_ns",
+    "duration_min_ns",
+    "duration_max_ns",
+    "duration_buckets",
+];
 
 fn entry_only() -> String {
     format!("coalesce(result_name, '') = '{NOT_CAPTURED}'")
@@ -66,24 +85,14 @@ pub fn xids(read: &mut LakeRead<'_>) -> Result<Vec<Xid>, QueryError> {
     Ok(xids)
 }
 
-/// What the report asks of `cuda` in aggregate: statistics per function, most called first, and the hosts
-/// that wrote a call.
+/// What the report asks of `cuda` and `cuda_stats` in aggregate: statistics per function, most
+/// called first, and the hosts that wrote a call.
 #[derive(Debug, Default)]
 pub struct CudaSummary {
     /// Per function.
     pub functions: Vec<FunctionStats>,
     /// Hosts with at least one call.
     pub hosts: Vec<String>,
-}
-
-/// Counts of one function: calls, failed, entry-only, and the calls of the others per
-/// duration bucket.
-#[derive(Default)]
-struct FunctionCounts {
-    calls: u64,
-    errors: u64,
-    entry_only: u64,
-    histogram: foldhash::HashMap<u64, u64>,
 }
 
 /// Adds the non-empty host names of `column` to `hosts`. A batch comes from one file, and a
@@ -98,13 +107,6 @@ fn add_hosts(hosts: &mut BTreeSet<String>, column: &arrow_array::StringArray) {
     }
 }
 
-/// Per-function counts and the hosts, added up batch by batch.
-#[derive(Default)]
-struct CallTally {
-    functions: foldhash::HashMap<String, FunctionCounts>,
-    hosts: BTreeSet<String>,
-}
-
 /// A text column as `StringArray` (the engine may hand out string views).
 fn utf8(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
     match column.data_type() {
@@ -114,71 +116,76 @@ fn utf8(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
     }
 }
 
-impl CallTally {
-    /// Adds a batch of `host, function, duration_ns, result, result_name` rows.
-    fn add(&mut self, batch: &RecordBatch) -> Result<(), QueryError> {
-        let (hosts, functions, names) = (
-            utf8(batch.column(0))?,
-            utf8(batch.column(1))?,
-            utf8(batch.column(4))?,
-        );
-        let (hosts, functions, names) = (
-            hosts.as_string::<i32>(),
-            functions.as_string::<i32>(),
-            names.as_string::<i32>(),
-        );
-        let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
-        let results = batch.column(3).as_primitive_opt::<UInt32Type>();
-        add_hosts(&mut self.hosts, hosts);
-        for row in 0..batch.num_rows() {
-            let function = if functions.is_valid(row) {
-                functions.value(row)
-            } else {
-                continue;
-            };
-            if !self.functions.contains_key(function) {
-                self.functions
-                    .insert(function.to_string(), FunctionCounts::default());
-            }
-            let Some(counts) = self.functions.get_mut(function) else {
-                continue;
-            };
-            counts.calls += 1;
-            let entry = names.is_valid(row) && names.value(row) == NOT_CAPTURED;
-            if entry {
-                counts.entry_only += 1;
-                continue;
-            }
-            let result = results
-                .filter(|r| r.is_valid(row))
-                .map_or(0, |r| r.value(row));
-            if result != 0 {
-                counts.errors += 1;
-            }
-            // A null duration counts as 0, as in rows::cuda_calls.
-            let duration = durations
-                .filter(|d| d.is_valid(row))
-                .map_or(0, |d| d.value(row));
-            *counts
-                .histogram
-                .entry(format::duration_bucket(duration))
-                .or_default() += 1;
-        }
-        Ok(())
+/// Adds a batch of `host, function, duration_ns, result, result_name, pid` rows to `tally`.
+fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
+    let (hosts, functions, names) = (
+        utf8(batch.column(0))?,
+        utf8(batch.column(1))?,
+        utf8(batch.column(4))?,
+    );
+    let (hosts, functions, names) = (
+        hosts.as_string::<i32>(),
+        functions.as_string::<i32>(),
+        names.as_string::<i32>(),
+    );
+    let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
+    let results = batch.column(3).as_primitive_opt::<UInt32Type>();
+    let pids = batch.column(5).as_primitive_opt::<Int32Type>();
+    add_hosts(&mut tally.hosts, hosts);
+    for row in 0..batch.num_rows() {
+        let (Some(function), Some(pid)) = (
+            functions.is_valid(row).then(|| functions.value(row)),
+            pids.filter(|p| p.is_valid(row)).map(|p| p.value(row)),
+        ) else {
+            continue;
+        };
+        let host = if hosts.is_valid(row) {
+            hosts.value(row)
+        } else {
+            ""
+        };
+        let entry_only = names.is_valid(row) && names.value(row) == NOT_CAPTURED;
+        let result = results
+            .filter(|r| r.is_valid(row))
+            .map_or(0, |r| r.value(row));
+        // A null duration counts as 0, as in rows::cuda_calls.
+        let duration = durations
+            .filter(|d| d.is_valid(row))
+            .map_or(0, |d| d.value(row));
+        tally.add_call((host, pid), function, duration, result, entry_only);
     }
+    Ok(())
 }
 
-/// Call statistics per function over a range of `seconds`, and the hosts, in one scan of
-/// `cuda` folded as it streams (a `GROUP BY` per question, or `GROUPING SETS`, took two to
-/// four times as long in the engine: docs/performance.md, "Fleet lake").
+/// Call statistics per function over a range of `seconds`, and the hosts: one scan of
+/// `cuda_stats`, then one of `cuda`, each folded as it streams (a `GROUP BY` per question, or
+/// `GROUPING SETS`, took two to four times as long in the engine: docs/performance.md,
+/// "Fleet lake"). The aggregates come first: they decide which `cuda` rows they already count
+/// (functions.rs).
 pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary, QueryError> {
+    let sql = format!(
+        "SELECT {} FROM cuda_stats WHERE {CALL} AND calls IS NOT NULL",
+        select_list(STATS_COLUMNS)
+    );
+    let aggregated = read.fold(
+        EventKind::CudaStats,
+        &sql,
+        Tally::default,
+        |tally, batch| {
+            for row in cuda_stats(&[batch]) {
+                tally.add_stats(&row);
+            }
+        },
+    )?;
     let mut failure = None;
     let tally = read.fold(
         EventKind::Cuda,
-        &format!("SELECT host, function, duration_ns, result, result_name FROM cuda WHERE {CALL}"),
-        CallTally::default,
+        &format!(
+            "SELECT host, function, duration_ns, result, result_name, pid FROM cuda WHERE {CALL}"
+        ),
+        || aggregated.clone(),
         |tally, batch| {
-            if let Err(err) = tally.add(&batch) {
+            if let Err(err) = add_calls(tally, &batch) {
                 failure.get_or_insert(err);
             }
         },
@@ -186,31 +193,10 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
     if let Some(err) = failure {
         return Err(err);
     }
-    let mut functions: Vec<FunctionStats> = tally
-        .functions
-        .into_iter()
-        .map(|(function, counts)| {
-            let mut histogram: Vec<(u64, u64)> = counts.histogram.into_iter().collect();
-            histogram.sort_unstable();
-            FunctionStats {
-                calls: counts.calls as usize,
-                per_second: if seconds > 0.0 {
-                    counts.calls as f64 / seconds
-                } else {
-                    0.0
-                },
-                errors: counts.errors as usize,
-                p50_ns: percentile_of_buckets(&histogram, 0.50),
-                p99_ns: percentile_of_buckets(&histogram, 0.99),
-                entry_only: counts.entry_only as usize,
-                function,
-            }
-        })
-        .collect();
-    functions.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
+    let hosts = tally.hosts.iter().cloned().collect();
     Ok(CudaSummary {
-        functions,
-        hosts: tally.hosts.into_iter().collect(),
+        functions: tally.finish(seconds),
+        hosts,
     })
 }
 

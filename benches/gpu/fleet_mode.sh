@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Fleet mode on a real GPU (issue 19), run on the GPU machine from the repo root with a carried
+# release binary: `GPUSHIP=target/gpu/gpuship benches/gpu/fleet_mode.sh [STEPS] [PHASES]`.
+#
+# 1. One PyTorch MLP training process (benches/gpu/phased_loop.py) runs PHASES phases of STEPS
+#    steps; the agent, with the daemon's default CUDA settings (launches, async copies and
+#    graph launches in stats mode), is started before the "on" phases and stopped before the
+#    "off" ones, in the order on off off on on off off on ... so that a drift of the machine
+#    does not favour one mode. Per phase: wall time and the main thread's CPU time per step.
+#    The lake's cuda_stats rows of the process give its launches per step and the bytes the
+#    agent shipped per second of traced time.
+#    CUDA_EXTRA adds lines to [sources.cuda] (e.g. 'entry_only = ["cuLaunchKernel*"]');
+#    XID=no skips part 2.
+# 2. The agent with /metrics on: a scrape, ../shared/gpu/xid_trigger.py (a real XID 31), a
+#    scrape; prints every GPU-health series that moved and by how much.
+set -uo pipefail
+STEPS=${1:-400}
+PHASES=${2:-8}
+OUT=${OUT:-/tmp/gpuship-fleet}
+GPUSHIP=${GPUSHIP:-target/release/gpuship}
+HERE=$(dirname "$0")
+TRIGGER=${TRIGGER:-shared/gpu/xid_trigger.py}
+PORT=${PORT:-19464}
+mkdir -p "$OUT"
+cat >"$OUT/fleet.toml" <<TOML
+[agent]
+stats_interval_secs = 60
+state_dir = "$OUT/state"
+[metrics]
+address = "127.0.0.1:$PORT"
+[sources.cuda]
+stats_interval_secs = 2
+${CUDA_EXTRA:-}
+[[sinks]]
+type = "parquet"
+path = "$OUT/lake"
+max_file_age_secs = 2
+TOML
+echo "== machine"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+nproc
+
+AGENT=
+start_agent() { # $1 log name
+	"$GPUSHIP" run --config "$OUT/fleet.toml" >"$OUT/$1.log" 2>&1 &
+	AGENT=$!
+	for _ in $(seq 1 300); do grep -q "capture started" "$OUT/$1.log" && break; sleep 0.1; done
+}
+stop_agent() {
+	kill -INT "$AGENT"; wait "$AGENT"; AGENT=
+}
+
+echo "== $PHASES phases of $STEPS MLP steps, agent toggled around one process"
+coproc LOOP { python3 -u "$HERE/phased_loop.py" "$STEPS" "$PHASES"; }
+read -r ready <&"${LOOP[0]}"
+echo "$ready"
+LOOP_PID=${ready#ready pid=}
+CPU_TOTAL=0
+for phase in $(seq 0 $((PHASES - 1))); do
+	case $((phase % 4)) in 0 | 3) mode=on ;; *) mode=off ;; esac
+	if [ $mode = on ] && [ -z "$AGENT" ]; then
+		start_agent "phase-$phase"
+		AGENT_CPU0=$(awk '{print $14 + $15}' "/proc/$AGENT/stat")
+	elif [ $mode = off ] && [ -n "$AGENT" ]; then
+		ticks=$(( $(awk '{print $14 + $15}' "/proc/$AGENT/stat") - AGENT_CPU0 ))
+		CPU_TOTAL=$((CPU_TOTAL + ticks))
+		stop_agent
+	fi
+	echo "go $mode" >&"${LOOP[1]}"
+	read -r result <&"${LOOP[0]}"
+	echo "$result"
+done
+if [ -n "$AGENT" ]; then
+	ticks=$(( $(awk '{print $14 + $15}' "/proc/$AGENT/stat") - AGENT_CPU0 ))
+	CPU_TOTAL=$((CPU_TOTAL + ticks))
+	stop_agent
+fi
+wait "$LOOP_PID" 2>/dev/null
+echo "== agent CPU over the on phases: ${CPU_TOTAL}0 ms (clock ticks x10)"
+grep -h "final ring accounting ring=\"cuda\"" "$OUT"/phase-*.log | cut -c1-300
+python3 - "$OUT" "$LOOP_PID" "$STEPS" "$PHASES" <<'PY'
+import glob, os, sys
+out, pid, steps, phases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+files = glob.glob(f"{out}/lake/**/*.parquet", recursive=True)
+by_table = {}
+for f in files:
+    table = os.path.relpath(f, f"{out}/lake").split("/")[0]
+    by_table.setdefault(table, [0, 0])
+    by_table[table][0] += 1
+    by_table[table][1] += os.path.getsize(f)
+print("== lake files and bytes per table:", by_table)
+try:
+    import pyarrow.parquet as pq
+    import pyarrow as pa
+except ImportError:
+    print("pyarrow missing: no per-process figures")
+    sys.exit(0)
+stats = [pq.read_table(f) for f in files if "/cuda_stats/" in f]
+if stats:
+    t = pa.concat_tables(stats, promote_options="default").to_pylist()
+    mine = [r for r in t if r["pid"] == pid]
+    launches = sum(r["calls"] for r in mine if r["function"].startswith("cuLaunchKernel"))
+    calls = sum(r["calls"] for r in mine)
+    on_phases = sum(1 for p in range(phases) if p % 4 in (0, 3))
+    print(f"== process {pid}: {len(mine)} cuda_stats rows, {calls} aggregated calls, {launches} launches"
+          f" = {launches / (steps * on_phases):.1f} launches per step over {on_phases} on phases")
+    for r in sorted(mine, key=lambda r: -r["calls"])[:6]:
+        print("  ", r["function"], r["result_name"], r["calls"], "p50", r["duration_p50_ns"], "p99", r["duration_p99_ns"])
+rows = [pq.read_table(f) for f in files if "/cuda/" in f]
+if rows:
+    t = pa.concat_tables(rows, promote_options="default").to_pylist()
+    print(f"== cuda rows of process {pid}:", sum(1 for r in t if r["pid"] == pid))
+PY
+
+[ "${XID:-yes}" = no ] && exit 0
+echo "== XID 31 under the fleet default: GPU-health series before and after"
+rm -rf "$OUT/lake"
+start_agent xid
+scrape() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())"; }
+scrape >"$OUT/before.txt"
+python3 "$TRIGGER"
+sleep 4
+scrape >"$OUT/after.txt"
+stop_agent
+grep -E "XID |CUDA_ERROR" "$OUT/xid.log" | cut -c1-400
+python3 - "$OUT/before.txt" "$OUT/after.txt" <<'PY'
+import sys
+def samples(path):
+    out = {}
+    for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        series, value = line.rstrip("\n").rsplit(" ", 1)
+        out[series] = float(value)
+    return out
+before, after = samples(sys.argv[1]), samples(sys.argv[2])
+for series in sorted(after):
+    if series.startswith(("gpuship_gpu_", "gpuship_cuda_call_errors")):
+        delta = after[series] - before.get(series, 0.0)
+        if delta:
+            print(f"{series} {before.get(series, 0.0):g} -> {after[series]:g} (moved {delta:+g})")
+PY
