@@ -65,6 +65,9 @@ pub struct RingCounters {
     pub stats_full: AtomicU64,
     /// Calls the agent took out of the statistics table, in `cuda_stats` rows.
     pub aggregated_received: AtomicU64,
+    /// Aggregated calls the flight recorder wrote as rows when an incident started (copies:
+    /// they are also in their `cuda_stats` row).
+    pub flight_recorded: AtomicU64,
     /// Records taken off the ring by the consumer.
     pub received: AtomicU64,
     /// Records rejected by the decoder.
@@ -164,6 +167,7 @@ impl RingCounters {
             aggregated_received,
             aggregated_pending: aggregated.saturating_sub(aggregated_received),
             stats_full: self.stats_full.load(Ordering::Relaxed),
+            flight_recorded: self.flight_recorded.load(Ordering::Relaxed),
         }
     }
 }

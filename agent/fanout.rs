@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
-use arrow_array::BooleanArray;
+use arrow_array::{Array, BooleanArray};
 use gpuship_sinks::{EnumMap, EventBatch, EventKind, QueueSender, SinkStats};
 
 use crate::config::{CudaFilter, SinkOptions};
@@ -94,11 +94,19 @@ fn select_cuda(filter: &CudaFilter, batch: &EventBatch, sink: &str) -> EventBatc
     ) else {
         return batch.clone();
     };
+    // The flight recorder's rows are an incident's evidence: every filter keeps them.
+    let recorded = records
+        .column_by_name("flight_recorder")
+        .and_then(|c| c.as_boolean_opt());
     let mask: BooleanArray = result
         .values()
         .iter()
         .zip(duration.values().iter())
-        .map(|(&r, &d)| Some(filter.keeps(r, d)))
+        .enumerate()
+        .map(|(i, (&r, &d))| {
+            let incident = recorded.is_some_and(|f| f.is_valid(i) && f.value(i));
+            Some(incident || filter.keeps(r, d))
+        })
         .collect();
     match arrow_select::filter::filter_record_batch(records, &mask) {
         Ok(kept) => EventBatch::new(batch.kind, kept),
@@ -240,5 +248,49 @@ mod tests {
         assert_eq!(with_driver.filtered.get(EventKind::Driver), 0);
         assert_eq!(without_driver.received.get(EventKind::Driver), 0);
         assert_eq!(without_driver.filtered.get(EventKind::Driver), 3);
+    }
+
+    #[test]
+    fn the_flight_recorders_rows_pass_a_failed_only_filter() {
+        let mut builder = CudaBatchBuilder::new(
+            HostIdentity {
+                host: "h".into(),
+                boot_id: "b".into(),
+            },
+            4,
+        );
+        let row = CudaRow {
+            time_ns: 0,
+            pid: 1,
+            tid: 1,
+            comm: "c",
+            function: "cuLaunchKernel",
+            duration_ns: 5,
+            result: 0,
+            result_name: "CUDA_SUCCESS",
+            bytes: None,
+            device_ptr: None,
+            stream: None,
+            launch: None,
+            workload: None,
+        };
+        builder.append(&row);
+        builder.append_flight_recorded(&row, "node/pid-1/5");
+        builder.append(&CudaRow { result: 700, ..row });
+        let batch = EventBatch::new(EventKind::Cuda, builder.finish().unwrap());
+        let kept = select_cuda(&CudaFilter::FAILED_ONLY, &batch, "otlp");
+        let results = kept
+            .records
+            .column_by_name("result")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        let recorded = kept
+            .records
+            .column_by_name("flight_recorder")
+            .unwrap()
+            .as_boolean();
+        assert_eq!(kept.len(), 2);
+        assert_eq!((results.value(0), recorded.value(0)), (0, true));
+        assert_eq!((results.value(1), recorded.value(1)), (700, false));
     }
 }

@@ -26,7 +26,7 @@ use fixtures::build_fixtures;
 use proc_stats::cpu_seconds;
 use tracers::{
     bpf_run_time, empty_probes_script, json_lines_script, start_bpftrace, start_gpuship,
-    stop_bpftrace, stop_gpuship,
+    start_gpuship_with, stop_bpftrace, stop_gpuship,
 };
 
 use std::path::Path;
@@ -68,6 +68,7 @@ enum Mode {
     Gpuship,
     GpushipLaunchesEntryOnly,
     GpushipStats,
+    GpushipStatsNoRecorder,
     GpushipStatsEntryOnly,
     BpftraceJsonLines,
     FloorEntry,
@@ -75,11 +76,12 @@ enum Mode {
 }
 
 impl Mode {
-    const ALL: [Mode; 8] = [
+    const ALL: [Mode; 9] = [
         Mode::Untraced,
         Mode::Gpuship,
         Mode::GpushipLaunchesEntryOnly,
         Mode::GpushipStats,
+        Mode::GpushipStatsNoRecorder,
         Mode::GpushipStatsEntryOnly,
         Mode::BpftraceJsonLines,
         Mode::FloorEntry,
@@ -92,6 +94,9 @@ impl Mode {
             Mode::Gpuship => "gpuship (entry + return probes)",
             Mode::GpushipLaunchesEntryOnly => "gpuship, launches entry-only",
             Mode::GpushipStats => "gpuship, launches in stats mode (entry + return)",
+            Mode::GpushipStatsNoRecorder => {
+                "gpuship, launches in stats mode (entry + return), flight recorder off"
+            }
             Mode::GpushipStatsEntryOnly => "gpuship, launches in stats mode, entry-only",
             Mode::BpftraceJsonLines => "bpftrace (uprobe cu*, JSON line per call)",
             Mode::FloorEntry => "kernel floor: empty uprobe (bpftrace)",
@@ -128,6 +133,16 @@ impl Tracer {
                 Tracer::Gpuship(start_gpuship(dir.path(), fx, true, false), dir)
             }
             Mode::GpushipStats => Tracer::Gpuship(start_gpuship(dir.path(), fx, false, true), dir),
+            Mode::GpushipStatsNoRecorder => Tracer::Gpuship(
+                start_gpuship_with(
+                    dir.path(),
+                    fx,
+                    false,
+                    true,
+                    "flight_recorder_slots_per_cpu = 0",
+                ),
+                dir,
+            ),
             Mode::GpushipStatsEntryOnly => {
                 Tracer::Gpuship(start_gpuship(dir.path(), fx, true, true), dir)
             }
@@ -179,7 +194,10 @@ fn latency_rounds(
             let tracer = Tracer::start(mode, fx);
             let with_stats = matches!(
                 mode,
-                Mode::Gpuship | Mode::GpushipStats | Mode::GpushipStatsEntryOnly
+                Mode::Gpuship
+                    | Mode::GpushipStats
+                    | Mode::GpushipStatsNoRecorder
+                    | Mode::GpushipStatsEntryOnly
             );
             if with_stats {
                 let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
@@ -206,6 +224,7 @@ fn latency_rounds(
                 Mode::Gpuship
                     | Mode::GpushipLaunchesEntryOnly
                     | Mode::GpushipStats
+                    | Mode::GpushipStatsNoRecorder
                     | Mode::GpushipStatsEntryOnly
             ) {
                 assert_eq!(events, calls, "gpuship saw every call");

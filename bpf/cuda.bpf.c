@@ -34,11 +34,15 @@ const volatile __u64 wakeup_threshold_bytes = 4 * 1024 * 1024;
 const volatile __u64 slow_call_ns = 0;
 /* Which half of call_stats calls are added to now (the agent flips it every interval). */
 volatile __u32 stats_generation = 0;
+/* The flight recorder: on, and log2 of its slots per CPU (the agent sizes `recorder`). */
+const volatile bool recorder_enabled = false;
+const volatile __u32 recorder_shift = 0;
 
 /* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
 struct cuda_event cuda_event_layout = {};
 struct cuda_stats_key cuda_stats_key_layout = {};
 struct cuda_stats_value cuda_stats_value_layout = {};
+struct cuda_recorder_slot cuda_recorder_slot_layout = {};
 GPUSHIP_EXPORT_ABI_ENUMS();
 
 struct {
@@ -52,6 +56,22 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } cuda_stats SEC(".maps");
+
+/* The flight recorder's slots: CPU c owns [c << recorder_shift, (c + 1) << recorder_shift). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cuda_recorder_slot);
+} recorder SEC(".maps");
+
+/* Per CPU: slots claimed so far (the next slot is head modulo the ring). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} recorder_head SEC(".maps");
 
 /*
  * Per-interval statistics of `stats` functions (see gpuship_events.h). Entries are allocated
@@ -326,6 +346,36 @@ static __always_inline void add_to_stats(const struct cuda_event *ev, __u32 resu
 	count(GPUSHIP_STAT_AGGREGATED);
 }
 
+/*
+ * Keeps a completed call of a `stats` function in this CPU's ring of the flight recorder. The
+ * slot is claimed with an atomic add, so a program that preempted another on this CPU writes a
+ * different slot; the sequence numbers around the event let the reader skip a slot caught
+ * mid-write (gpuship_events.h).
+ */
+static __always_inline void record_call(const struct cuda_event *event)
+{
+	__u32 zero = 0, index;
+	__u64 *head, seq;
+	struct cuda_recorder_slot *slot;
+
+	if (!recorder_enabled)
+		return;
+	head = bpf_map_lookup_elem(&recorder_head, &zero);
+	if (!head)
+		return;
+	seq = __sync_fetch_and_add(head, 1) + 1;
+	index = (bpf_get_smp_processor_id() << recorder_shift) |
+		((__u32)seq & ((1U << recorder_shift) - 1));
+	slot = bpf_map_lookup_elem(&recorder, &index);
+	if (!slot)
+		return;
+	*(volatile __u64 *)&slot->seq_begin = seq;
+	asm volatile("" ::: "memory");
+	__builtin_memcpy(&slot->event, event, sizeof(*event));
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&slot->seq_end = seq;
+}
+
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.
  * `event` is on this program's stack; the ring record is reserved only for the copy, so a
  * preempted program never holds a busy record that stops the consumer at it. */
@@ -417,6 +467,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	fill_entry(ctx, entry, pid_tgid, cookie);
 	if (entry_only && (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
 		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
+		entry->event.result = GPUSHIP_RESULT_NOT_CAPTURED;
+		record_call(&entry->event);
 		return 0;
 	}
 	if (entry_only)
@@ -463,6 +515,9 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		entry->event.duration_ns = now - entry->event.start_boot_ns;
 		add_to_stats(&entry->event, (__u32)ret, true);
 		if ((__u32)ret == 0 && (slow_call_ns == 0 || entry->event.duration_ns < slow_call_ns)) {
+			/* No row: the flight recorder keeps it. */
+			entry->event.result = 0;
+			record_call(&entry->event);
 			release(slot, &key);
 			return 0;
 		}

@@ -23,7 +23,12 @@ fn aggregated_calls_come_out_as_exact_statistics_and_failures_stay_rows() {
     let _shared = support::shared();
     let fixtures = Fixtures::build();
     let data = data_dir();
-    let config = stats_config(&fixtures, data.path(), "stats_interval_secs = 1\n");
+    // The flight recorder's rows around the sticky failures are tests/flight_recorder.rs's.
+    let config = stats_config(
+        &fixtures,
+        data.path(),
+        "stats_interval_secs = 1\nflight_recorder_slots_per_cpu = 0\n",
+    );
     let agent = Agent::start(&config, &[]);
     let (pid, stdout) = fixtures.run_workload(
         &["sequence", "3"],

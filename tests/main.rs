@@ -21,6 +21,7 @@ mod deploy;
 mod doctor;
 mod driver_hooks;
 mod export_trace;
+mod flight_recorder;
 mod health_metrics;
 mod hostile_output;
 mod jsonl;

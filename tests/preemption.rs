@@ -294,7 +294,9 @@ fn shared_state_problems(object: &str, open: &OpenObject) -> Vec<String> {
             map.map_type(),
             MapType::PercpuArray | MapType::PercpuHash | MapType::LruPercpuHash
         );
-        if per_cpu && !name.ends_with("_stats") {
+        // Counters only: counter slots (`*_stats`) or a ring's count of claimed slots
+        // (`*_head`, advanced atomically; the check below finds any plain increment).
+        if per_cpu && !name.ends_with("_stats") && !name.ends_with("_head") {
             problems.push(format!(
                 "{object}: per-CPU map {name} is not a counter array"
             ));

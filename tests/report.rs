@@ -3,8 +3,10 @@
 //! injected through /dev/kmsg, plus the accounting document it keeps beside the data. The report
 //! must hold exactly those counts, incidents and markers, and must render in headless Chromium
 //! with the severity colors on screen and the timeline's markers in the DOM. Stats mode:
-//! `report/stats_mode.rs`.
+//! `report/stats_mode.rs`; docs/rca.md's queries of the flight recorder's rows:
+//! `report/flight_recorder.rs`.
 
+mod flight_recorder;
 mod stats_mode;
 
 use std::collections::BTreeMap;

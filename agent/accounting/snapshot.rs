@@ -56,6 +56,9 @@ pub struct RingSnapshot {
     pub aggregated_pending: u64,
     /// CUDA calls not aggregated because the statistics table was full.
     pub stats_full: u64,
+    /// Aggregated calls the flight recorder wrote as rows around incidents (copies of calls
+    /// inside `cuda_stats` rows, so in no identity).
+    pub flight_recorded: u64,
 }
 
 /// Kernel-log counters.

@@ -252,6 +252,12 @@ mod defaults {
     pub fn stats_max_entries() -> u32 {
         8_192
     }
+    pub fn flight_recorder_slots_per_cpu() -> u32 {
+        4_096
+    }
+    pub fn flight_recorder_secs() -> u64 {
+        10
+    }
     pub fn ring_size_mib() -> u32 {
         8
     }

@@ -66,7 +66,8 @@ impl Default for SinkOptions {
 
 /// CUDA rows a sink keeps: those that failed, or took at least `slower_than_ns`, or both
 /// (a row passes when it meets any condition set); `all = true` keeps every call (the way to
-/// lift the OTLP sink's default of failed calls only).
+/// lift the OTLP sink's default of failed calls only). The flight recorder's rows around an
+/// incident pass every filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CudaFilter {

@@ -144,6 +144,18 @@ pub struct CudaSourceConfig {
     /// `stats_full`, not recorded.
     #[serde(default = "defaults::stats_max_entries")]
     pub stats_max_entries: u32,
+    /// The flight recorder, for `stats` functions: the kernel keeps each CPU's latest calls
+    /// that became no row (this many slots per CPU, a power of two; 144 bytes each, so the
+    /// default 4,096 is 576 KiB per CPU; 0 turns it off). When an incident starts (an XID
+    /// hitting a process, or a call of it failing with a sticky error such as
+    /// CUDA_ERROR_ILLEGAL_ADDRESS) the process's calls of the `flight_recorder_secs` before
+    /// are written as rows with the incident's id.
+    #[serde(default = "defaults::flight_recorder_slots_per_cpu")]
+    pub flight_recorder_slots_per_cpu: u32,
+    /// How far back the flight recorder's rows of an incident go, in seconds (as far as the
+    /// slots hold).
+    #[serde(default = "defaults::flight_recorder_secs")]
+    pub flight_recorder_secs: u64,
     /// How often the CUDA ring is drained when no wakeup comes, in milliseconds.
     #[serde(default = "defaults::drain_interval_ms")]
     pub drain_interval_ms: u64,

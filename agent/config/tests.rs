@@ -221,3 +221,35 @@ fn metrics_otlp_errors_name_their_keys() {
         .to_string();
     assert!(err.contains("batch_size"), "{err}");
 }
+
+#[test]
+fn flight_recorder_slots_are_off_or_a_power_of_two_and_its_window_is_bounded() {
+    let config = parse("").unwrap();
+    assert_eq!(config.sources.cuda.flight_recorder_slots_per_cpu, 4096);
+    assert_eq!(config.sources.cuda.flight_recorder_secs, 10);
+    let off = parse("[sources.cuda]\nflight_recorder_slots_per_cpu = 0\n").unwrap();
+    assert_eq!(off.sources.cuda.flight_recorder_slots_per_cpu, 0);
+    for (text, expected) in [
+        (
+            "flight_recorder_slots_per_cpu = 100",
+            "sources.cuda.flight_recorder_slots_per_cpu: 100 is neither 0 (off) nor a power of two in 64..=1048576",
+        ),
+        (
+            "flight_recorder_slots_per_cpu = 32",
+            "sources.cuda.flight_recorder_slots_per_cpu: 32 is neither",
+        ),
+        (
+            "flight_recorder_slots_per_cpu = 2097152",
+            "sources.cuda.flight_recorder_slots_per_cpu: 2097152 is neither",
+        ),
+        (
+            "flight_recorder_secs = 0",
+            "sources.cuda.flight_recorder_secs: 0 is outside 1..=3600",
+        ),
+    ] {
+        let err = parse(&format!("[sources.cuda]\n{text}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}

@@ -341,6 +341,20 @@ impl Config {
             cuda.stats_max_entries,
             1..=1_048_576,
         );
+        let slots = cuda.flight_recorder_slots_per_cpu;
+        if slots != 0 && (!slots.is_power_of_two() || !(64..=1 << 20).contains(&slots)) {
+            report.add(
+                "sources.cuda",
+                "flight_recorder_slots_per_cpu",
+                format!("{slots} is neither 0 (off) nor a power of two in 64..=1048576"),
+            );
+        }
+        report.range(
+            "sources.cuda",
+            "flight_recorder_secs",
+            cuda.flight_recorder_secs,
+            1..=3_600,
+        );
         report.range(
             "sources.cuda",
             "drain_interval_ms",

@@ -8,7 +8,7 @@
 //! is the layout in `bpf/include/gpuship_events.h`; a change there that is not made here
 //! fails the build.
 
-use crate::bpf::cuda::types::{cuda_event, cuda_stats_key, cuda_stats_value};
+use crate::bpf::cuda::types::{cuda_event, cuda_recorder_slot, cuda_stats_key, cuda_stats_value};
 use crate::bpf::driver::types::driver_event;
 use crate::bpf::xid::types::xid_event;
 
@@ -72,6 +72,12 @@ plain_record!(cuda_stats_value {
     bytes_sum: u64,
     comm: [i8; 16],
     buckets: [u32; 128],
+});
+
+plain_record!(cuda_recorder_slot {
+    seq_begin: u64,
+    event: cuda_event,
+    seq_end: u64,
 });
 
 plain_record!(xid_event {

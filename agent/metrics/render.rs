@@ -77,7 +77,7 @@ fn sample(metric_type: MetricType, value: u64, encoder: MetricEncoder) -> std::f
 }
 
 type RingField = fn(&RingSnapshot) -> u64;
-const RING_FAMILIES: [(&str, &str, MetricType, RingField); 10] = [
+const RING_FAMILIES: [(&str, &str, MetricType, RingField); 11] = [
     (
         "gpuship_kernel_emitted_events_total",
         "Events the BPF probes produced (submitted + lost).",
@@ -137,6 +137,12 @@ const RING_FAMILIES: [(&str, &str, MetricType, RingField); 10] = [
         "Calls not aggregated because the statistics table was full (not recorded).",
         MetricType::Counter,
         |r| r.stats_full,
+    ),
+    (
+        "gpuship_flight_recorder_rows_total",
+        "Aggregated calls the flight recorder wrote as rows when an incident started.",
+        MetricType::Counter,
+        |r| r.flight_recorded,
     ),
 ];
 

@@ -49,6 +49,10 @@ impl CallAttribution for XidStage {
     fn incident_for(&self, pid: i32, time_ns: i64) -> Option<Arc<str>> {
         self.links.incident_for(pid, time_ns)
     }
+
+    fn incident_links(&self) -> Vec<(i32, Arc<str>, i64)> {
+        self.links.all()
+    }
 }
 
 /// Call totals to the live view (`/live`, `gpuship top`).

@@ -140,6 +140,7 @@ pub fn log_final(outcome: &RunOutcome) {
             aggregated = ring.aggregated,
             aggregated_received = ring.aggregated_received,
             stats_full = ring.stats_full,
+            flight_recorded = ring.flight_recorded,
             "final ring accounting"
         );
     }

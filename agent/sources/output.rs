@@ -38,6 +38,12 @@ pub trait CallAttribution: Send + Sync {
 
     /// The incident that affected `pid` at `time_ns`, if any.
     fn incident_for(&self, pid: i32, time_ns: i64) -> Option<Arc<str>>;
+
+    /// Every process an XID incident affected lately: (pid, incident, the XID's time in Unix
+    /// ns). The flight recorder writes their calls of the seconds before.
+    fn incident_links(&self) -> Vec<(i32, Arc<str>, i64)> {
+        Vec::new()
+    }
 }
 
 /// Running per-call totals for a view of the calls as they happen (the live view).

@@ -94,6 +94,17 @@ impl IncidentLinks {
             .map(|(id, _, _)| id.clone())
     }
 
+    /// Every link: (pid, incident, the middle of its span, which is the XID's time).
+    pub fn all(&self) -> Vec<(i32, Arc<str>, i64)> {
+        let map = self.by_pid.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .map(|(pid, (id, from, until))| {
+                let middle = from / 2 + until / 2 + (from % 2 + until % 2) / 2;
+                (*pid, id.clone(), middle)
+            })
+            .collect()
+    }
+
     /// Forgets links that ended before `now_ns`.
     pub fn prune(&self, now_ns: i64) {
         let mut map = self.by_pid.lock().unwrap_or_else(|e| e.into_inner());

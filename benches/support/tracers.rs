@@ -26,12 +26,23 @@ fn wait_for_line(child: &mut Child, needle: &str) {
 /// Starts gpuship with the default probes into a blackhole sink; launches at entry only and/or
 /// in `stats` mode (aggregated in the kernel) when asked, else every call a row.
 pub fn start_gpuship(dir: &Path, fixtures: &Path, entry_only: bool, stats: bool) -> Child {
+    start_gpuship_with(dir, fixtures, entry_only, stats, "")
+}
+
+/// [`start_gpuship`] with `extra` lines in `[sources.cuda]`.
+pub fn start_gpuship_with(
+    dir: &Path,
+    fixtures: &Path,
+    entry_only: bool,
+    stats: bool,
+    extra: &str,
+) -> Child {
     let launches = |on: bool| if on { "[\"cuLaunchKernel*\"]" } else { "[]" };
     let config = format!(
         "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
-         stats = {}\nstats_interval_secs = 1\n[[sinks]]\ntype = \"blackhole\"\n",
+         stats = {}\nstats_interval_secs = 1\n{extra}\n[[sinks]]\ntype = \"blackhole\"\n",
         dir.join("state").display(),
         fixtures.join("libcuda.so.1").display(),
         launches(entry_only),

@@ -169,6 +169,19 @@ struct cuda_stats_value {
 	__u32 buckets[GPUSHIP_STATS_BUCKETS]; /* timed calls per duration bucket */
 };
 
+/*
+ * The flight recorder (bpf/cuda.bpf.c `recorder`): the latest calls of `stats` functions (the
+ * calls that otherwise become no row) at full detail, in one ring of slots per CPU. The agent
+ * reads it when an incident starts. A slot is whole when seq_begin == seq_end != 0: the program
+ * writes seq_begin, then the event, then seq_end, so a copy taken while it writes has
+ * seq_begin != seq_end and is skipped.
+ */
+struct cuda_recorder_slot {
+	__u64 seq_begin;
+	struct cuda_event event;
+	__u64 seq_end;
+};
+
 /* cuda_event.result of an entry-only record: no CUresult was seen. */
 enum gpuship_cuda_result {
 	GPUSHIP_RESULT_NOT_CAPTURED = 0x7fffffff,

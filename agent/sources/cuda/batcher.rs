@@ -55,6 +55,23 @@ impl CudaBatcher {
         None
     }
 
+    /// Adds a call the flight recorder kept, written because `incident_id` started.
+    pub fn push_flight_recorded(
+        &mut self,
+        row: &CudaRow<'_>,
+        incident_id: &str,
+    ) -> Option<EventBatch> {
+        if self.oldest.is_none() {
+            self.oldest = Some(Instant::now());
+        }
+        self.builder.append_flight_recorded(row, incident_id);
+        if self.builder.len() >= self.max_events || self.builder.estimated_bytes() >= self.max_bytes
+        {
+            return self.flush();
+        }
+        None
+    }
+
     /// The waiting rows when the oldest has waited `timeout` by `now`.
     pub fn flush_if_due(&mut self, now: Instant) -> Option<EventBatch> {
         match self.oldest {

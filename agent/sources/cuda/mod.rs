@@ -17,6 +17,7 @@ pub mod decode;
 pub mod library;
 pub mod plan;
 pub mod probes;
+pub mod recorder;
 pub mod results;
 pub mod source;
 pub mod stats;

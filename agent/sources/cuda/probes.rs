@@ -11,6 +11,7 @@ use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 use super::attach;
 use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
+use super::recorder::RecorderSize;
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
 use crate::config::CudaSourceConfig;
 pub use crate::sources::source::ProcessFilter;
@@ -27,6 +28,8 @@ pub struct CudaProbes<'obj> {
     pub aggregates: bool,
     /// The function ids in `stats` mode.
     pub stats_function_ids: Vec<u32>,
+    /// The flight recorder's size (off unless functions are in `stats` mode).
+    pub recorder: RecorderSize,
     /// Fork tracker and entry probes.
     entry_links: RefCell<Vec<Link>>,
     /// Return probes, detached first (see [`CudaProbes::detach`]).
@@ -84,6 +87,11 @@ pub fn load<'obj>(
         .call_stats
         .set_max_entries(config.stats_max_entries)
         .context("sizing the call statistics table")?;
+    let recorder = RecorderSize::of(config)?;
+    open.maps
+        .recorder
+        .set_max_entries(recorder.entries())
+        .context("sizing the flight recorder")?;
     let rodata = open
         .maps
         .rodata_data
@@ -94,6 +102,8 @@ pub fn load<'obj>(
     rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
     rodata.call_slot_mask = config.inflight_slots.saturating_sub(1);
     rodata.slow_call_ns = config.slow_call_ns;
+    rodata.recorder_enabled = recorder.enabled();
+    rodata.recorder_shift = recorder.shift;
     let multi = config.uprobe_multi && uprobe_multi_supported();
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
@@ -130,6 +140,7 @@ pub fn load<'obj>(
             .map(|p| p.cookie as u32)
             .collect(),
         functions: plan.functions,
+        recorder,
         entry_links: RefCell::new(links.entry),
         return_links: RefCell::new(links.ret),
     }))

@@ -13,6 +13,7 @@ use libbpf_rs::{MapHandle, OpenObject};
 use super::batcher::CudaBatcher;
 use super::decode::{cuda_event, Decoder};
 use super::probes::{self, CudaProbes, ProcessFilter};
+use super::recorder::{self, is_sticky, DumpPlan};
 use super::stats::StatsDrain;
 use crate::accounting::{Accounting, Ring};
 use crate::decode::{c_chars, DecodeError};
@@ -98,6 +99,8 @@ struct CudaCapture<'obj> {
     stats: Option<StatsDrain>,
     /// Which function ids are in `stats` mode.
     stats_ids: FunctionSet,
+    /// The flight recorder's incidents, when it runs.
+    recorder: Option<DumpPlan>,
     accounting: Arc<Accounting>,
 }
 
@@ -123,6 +126,14 @@ impl<'obj> CudaCapture<'obj> {
             }),
             accounting: Arc::clone(&setup.accounting),
             stats_ids: FunctionSet::new(&probes.stats_function_ids),
+            recorder: probes.recorder.enabled().then(|| {
+                DumpPlan::new(
+                    setup.identity.host.clone(),
+                    gpuship_sinks::limits::nanos_i64(Duration::from_secs(
+                        setup.sources.cuda.flight_recorder_secs,
+                    )),
+                )
+            }),
             probes,
         }
     }
@@ -172,6 +183,61 @@ impl<'obj> CudaCapture<'obj> {
         }
     }
 
+    /// Writes the flight recorder's calls of every process an incident just started for.
+    fn write_flight_recorder(&mut self) {
+        let Some(plan) = self.recorder.as_mut() else {
+            return;
+        };
+        for (pid, incident, xid_ns) in self.outputs.attribution.incident_links() {
+            plan.xid_incident(pid, incident, xid_ns);
+        }
+        let dumps = plan.take();
+        if dumps.is_empty() {
+            return;
+        }
+        let (calls, torn) = recorder::read_calls(&self.probes.skel.maps.recorder);
+        let Self {
+            decoder,
+            batcher,
+            workloads,
+            outputs,
+            accounting,
+            ..
+        } = self;
+        for dump in &dumps {
+            let mut rows = 0u64;
+            for event in calls.iter().filter(|e| e.pid as i32 == dump.pid) {
+                let comm = c_chars(&event.comm);
+                let Ok(mut row) = decoder.cuda_row(event, &comm) else {
+                    continue;
+                };
+                if !(dump.from_ns..=dump.until_ns).contains(&row.time_ns) {
+                    continue;
+                }
+                row.workload = workloads.resolve(row.pid).map(|w| &**w);
+                if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
+                    outputs.batches.emit(batch);
+                }
+                rows += 1;
+            }
+            accounting
+                .ring(Ring::Cuda)
+                .flight_recorded
+                .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                pid = dump.pid,
+                incident_id = %dump.incident,
+                rows,
+                torn_slots = torn,
+                "flight recorder: the process's calls before the incident written"
+            );
+        }
+        // Sent at once: an incident's rows should not wait for the batch timeout.
+        if let Some(batch) = batcher.flush() {
+            outputs.batches.emit(batch);
+        }
+    }
+
     /// The row of one record, counted and batched; a full batch when one is due.
     #[inline]
     fn batch_record(&mut self, raw: &[u8]) -> Result<Option<EventBatch>, DecodeError> {
@@ -185,6 +251,7 @@ impl<'obj> CudaCapture<'obj> {
             workloads,
             view,
             outputs,
+            recorder,
             ..
         } = self;
         let event = cuda_event(raw)?;
@@ -207,7 +274,11 @@ impl<'obj> CudaCapture<'obj> {
         }
         // A failed call of a process an XID incident affected carries the incident.
         if row.result != 0 {
-            let incident = outputs.attribution.incident_for(row.pid, row.time_ns);
+            let mut incident = outputs.attribution.incident_for(row.pid, row.time_ns);
+            // A sticky error starts an incident: the flight recorder writes the seconds before.
+            if let Some(plan) = recorder.as_mut().filter(|_| is_sticky(row.result)) {
+                incident = Some(plan.sticky_failure(row.pid, row.time_ns, incident));
+            }
             return Ok(batcher.push_linked(&row, incident.as_deref()));
         }
         Ok(batcher.push(&row))
@@ -247,6 +318,7 @@ impl RunningRing for CudaCapture<'_> {
             self.last_active = (0, 0);
         }
         self.workloads.expire_if_due(now);
+        self.write_flight_recorder();
         self.poll_stats(now, all);
         self.view.publish(&self.calls, now, all);
         let batch = if all {

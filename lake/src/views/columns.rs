@@ -28,6 +28,7 @@ pub const CUDA_CALL_COLUMNS: &[&str] = &[
     "block_z",
     "shared_mem_bytes",
     "incident_id",
+    "flight_recorder",
 ];
 
 /// The columns [`xids`] reads.
@@ -64,7 +65,7 @@ mod tests {
     use arrow_array::RecordBatch;
 
     use super::*;
-    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::fixtures::{cuda_batch, cuda_row, recorded_batch, xid_batch, xid_record};
     use crate::views::rows::{cuda_calls, xids};
 
     /// The column lists name columns of the tables, and the rows read through them are the
@@ -82,9 +83,12 @@ mod tests {
         failed.bytes = Some(4096);
         failed.device_ptr = Some(0x7f00);
         let calls = cuda_batch(&[failed, cuda_row(1_000, "cuMemAlloc_v2", 2, 7)]);
-        let full = cuda_calls(std::slice::from_ref(&calls));
-        assert_eq!(full.len(), 2);
-        assert_eq!(cuda_calls(&[project(&calls, CUDA_CALL_COLUMNS)]), full);
+        let recorded = recorded_batch(&[cuda_row(500, "cuLaunchKernel", 0, 9)], "node-a/x/1");
+        let full = cuda_calls(&[calls.clone(), recorded.clone()]);
+        assert_eq!(full.len(), 3);
+        assert!(full[0].flight_recorder);
+        let projected = [calls, recorded].map(|b| project(&b, CUDA_CALL_COLUMNS));
+        assert_eq!(cuda_calls(&projected), full);
 
         let mut record = xid_record(5, 79, "0000:3b:00.0", "fatal", "off the bus");
         record.gpu = Some(std::sync::Arc::new(gpuship_sinks::schema::GpuIdentity {

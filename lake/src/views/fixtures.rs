@@ -70,6 +70,15 @@ pub fn cuda_batch(rows: &[CudaRow<'_>]) -> RecordBatch {
     from_sinks(&builder.finish().unwrap())
 }
 
+/// `rows` as one `cuda` batch of calls the flight recorder wrote when `incident_id` started.
+pub fn recorded_batch(rows: &[CudaRow<'_>], incident_id: &str) -> RecordBatch {
+    let mut builder = CudaBatchBuilder::new(identity(), rows.len());
+    for row in rows {
+        builder.append_flight_recorded(row, incident_id);
+    }
+    from_sinks(&builder.finish().unwrap())
+}
+
 /// An XID from the kernel log that hit pid 100 (`train`), root of its own incident.
 pub fn xid_record(time_ns: i64, code: u32, bus: &str, severity: &str, message: &str) -> XidRecord {
     let mut record = XidRecord {

@@ -139,10 +139,15 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
     let mut json = serde_json::to_vec(&document).context("encoding the trace")?;
     json.push(b'\n');
     write_output(&args.output, &json)?;
+    // Said only when there are some, so lines of lakes without them read as they did.
+    let recorded = match counts.flight_recorder {
+        0 => String::new(),
+        n => format!(", {n} of them from the flight recorder"),
+    };
     eprintln!(
-        "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only; {} XIDs; {} driver \
-         operations; {} names; {} counter samples from {} cuda_stats rows) from {files_read} \
-         file(s), {range}, to {}",
+        "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only{recorded}; {} XIDs; \
+         {} driver operations; {} names; {} counter samples from {} cuda_stats rows) from \
+         {files_read} file(s), {range}, to {}",
         counts.total(),
         counts.cuda_complete + counts.cuda_instant,
         counts.cuda_instant,
@@ -170,8 +175,12 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     write_output(&args.output, page.as_bytes())?;
+    let recorded = match data.totals.flight_recorded {
+        0 => String::new(),
+        n => format!(", {n} flight-recorder calls beside them (not counted)"),
+    };
     eprintln!(
-        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), {} of them from cuda_stats, from {} file(s), {range}, {} bytes of HTML to {}",
+        "gpuship report: {} XIDs in {} incident(s), {} CUDA calls ({} failed), {} of them from cuda_stats{recorded}, from {} file(s), {range}, {} bytes of HTML to {}",
         data.totals.xids,
         data.incidents.len(),
         data.totals.cuda_calls,

@@ -33,6 +33,9 @@ pub struct CudaCall {
     pub block: Option<[u32; 3]>,
     pub shared_mem_bytes: Option<u32>,
     pub incident_id: Option<String>,
+    /// Kept by the flight recorder and written when `incident_id` started: a copy of a call
+    /// counted elsewhere (null, in files before schema version 4, reads as false).
+    pub flight_recorder: bool,
 }
 
 impl CudaCall {
@@ -131,6 +134,13 @@ impl<'a> Columns<'a> {
         self.0.column_by_name(name)?.as_boolean_opt()
     }
 
+    /// The flag `name` of row `i`; None when null or absent.
+    fn flag(&self, name: &str, i: usize) -> Option<bool> {
+        self.booleans(name)
+            .filter(|a| a.is_valid(i))
+            .map(|a| a.value(i))
+    }
+
     /// Nanoseconds since the epoch, from `time_ns`, else from `time` (µs).
     pub(super) fn times(&self) -> Vec<Option<i64>> {
         if let Some(ns) = self.primitive::<Int64Type>("time_ns") {
@@ -203,6 +213,7 @@ pub fn cuda_calls(batches: &[RecordBatch]) -> Vec<CudaCall> {
                 block: dims(&c, ["block_x", "block_y", "block_z"], i),
                 shared_mem_bytes: value(c.primitive::<UInt32Type>("shared_mem_bytes"), i),
                 incident_id: text(c.strings("incident_id"), i),
+                flight_recorder: c.flag("flight_recorder", i) == Some(true),
             });
         }
     }
@@ -248,10 +259,7 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                 severity: text(c.strings("severity"), i),
                 action: text(c.strings("action"), i),
                 incident_id: text(c.strings("incident_id"), i),
-                root_candidate: c
-                    .booleans("root_candidate")
-                    .filter(|a| a.is_valid(i))
-                    .map(|a| a.value(i)),
+                root_candidate: c.flag("root_candidate", i),
                 attribution: text(c.strings("attribution"), i),
                 affected_pids,
                 pod: text(c.strings("pod_namespace"), i)
@@ -296,7 +304,7 @@ pub fn driver_ops(batches: &[RecordBatch]) -> Vec<DriverOp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::fixtures::{cuda_batch, cuda_row, recorded_batch, xid_batch, xid_record};
 
     #[test]
     fn rows_come_out_typed_with_their_arguments() {
@@ -342,5 +350,32 @@ mod tests {
         assert_eq!(calls.len(), 1);
         assert_eq!((calls[0].time_ns, calls[0].tid), (1_000, 100));
         assert_eq!(calls[0].stream, None);
+        assert!(!calls[0].flight_recorder, "no column: not flight-recorded");
+    }
+
+    #[test]
+    fn flight_recorded_calls_are_marked_and_ordinary_ones_not() {
+        let incident = "node-a/0000:3b:00.0/5000";
+        let calls = cuda_calls(&[
+            cuda_batch(&[cuda_row(1_000, "cuCtxSynchronize", 700, 50)]),
+            recorded_batch(&[cuda_row(900, "cuLaunchKernel", 0, 40)], incident),
+        ]);
+        let marks: Vec<(&str, bool, Option<&str>)> = calls
+            .iter()
+            .map(|c| {
+                (
+                    c.function.as_str(),
+                    c.flight_recorder,
+                    c.incident_id.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                ("cuLaunchKernel", true, Some(incident)),
+                ("cuCtxSynchronize", false, None)
+            ]
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! chrome://tracing.
 //!
 //! - CUDA calls are complete events (`ph: X`) on their process and thread; entry-only calls
-//!   (no duration, result `NOT_CAPTURED`) are thread-scoped instant events (`ph: i`).
+//!   (no duration, result `NOT_CAPTURED`) are thread-scoped instant events (`ph: i`). Calls the
+//!   flight recorder wrote are on a track of their own per thread ([`calls`]).
 //! - Driver operations are complete events on a track of their own per thread: tid
 //!   `DRIVER_TRACK_BASE + tid`, above any real Linux tid.
 //! - XIDs are global instant events (`s: g`) on pseudo-process 0 ("GPUs"), one thread per GPU.
@@ -15,6 +16,7 @@
 //! double with nanoseconds intact.
 
 mod args;
+pub mod calls;
 pub mod counters;
 mod names;
 
@@ -22,7 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::cuda_stats::CudaStats;
 use super::rows::{CudaCall, DriverOp, Xid};
-use args::{cuda_args, driver_name, hex, xid_args};
+use args::{driver_name, hex, xid_args};
 use names::Names;
 
 /// Thread ids of driver tracks start here (Linux tids stay below 2^22).
@@ -37,6 +39,8 @@ pub struct TraceCounts {
     pub cuda_complete: usize,
     /// Entry-only CUDA calls (`i`).
     pub cuda_instant: usize,
+    /// CUDA calls (of both sorts above) the flight recorder wrote.
+    pub flight_recorder: usize,
     /// XIDs (`i`, global).
     pub xid: usize,
     /// Driver operations (`X`).
@@ -96,30 +100,6 @@ impl Builder {
             dur_ns,
             value,
         });
-    }
-
-    fn calls(&mut self, calls: &[CudaCall]) {
-        for call in calls {
-            let (pid, tid) = (i64::from(call.pid), i64::from(call.tid));
-            self.names.saw(pid, tid, &call.comm, tid, || {
-                format!("{} (tid {tid})", call.comm)
-            });
-            let at_ns = call.time_ns.saturating_sub(self.origin);
-            let mut value = json!({
-                "name": call.function, "cat": "cuda", "ts": micros(at_ns), "pid": pid, "tid": tid,
-                "args": cuda_args(call),
-            });
-            if call.entry_only() {
-                self.counts.cuda_instant += 1;
-                value["ph"] = json!("i");
-                value["s"] = json!("t");
-            } else {
-                self.counts.cuda_complete += 1;
-                value["ph"] = json!("X");
-                value["dur"] = json!(call.duration_ns as f64 / 1_000.0);
-            }
-            self.push(at_ns, call.duration_ns, value);
-        }
     }
 
     fn driver(&mut self, driver: &[DriverOp]) {
@@ -252,6 +232,7 @@ mod tests {
             TraceCounts {
                 cuda_complete: 1,
                 cuda_instant: 1,
+                flight_recorder: 0,
                 xid: 1,
                 driver: 0,
                 metadata: 4,
@@ -361,6 +342,7 @@ mod tests {
             TraceCounts {
                 cuda_complete: 1,
                 cuda_instant: 0,
+                flight_recorder: 0,
                 xid: 0,
                 driver: 0,
                 metadata: 3,

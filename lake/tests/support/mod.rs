@@ -147,6 +147,30 @@ pub fn view(view: &str, lake: &Path) -> (Option<i32>, String, String) {
     (output.status.code(), stderr, written)
 }
 
+/// Runs `gpuship-lake query SQL --format json` over the same hour: (exit status, stderr, the
+/// rows as a JSON array).
+pub fn query(sql: &str, lake: &Path) -> (Option<i32>, String, Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_gpuship-lake"))
+        .args([
+            "query",
+            sql,
+            "--since",
+            "2026-11-22T03:00:00Z",
+            "--until",
+            "2026-11-22T04:00:00Z",
+            "--format",
+            "json",
+        ])
+        .arg("--data")
+        .arg(lake)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("gpuship-lake runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let rows = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    (output.status.code(), stderr, rows)
+}
+
 /// The `<tr class="function" ...>` row of `function`, cells only.
 pub fn function_row(html: &str, function: &str) -> String {
     let start = format!("<tr class=\"function\" data-function=\"{function}\">");

@@ -13,6 +13,10 @@ const WORKLOAD: [(&str, &str); 4] = [
     ("pod_namespace", semconv::K8S_NAMESPACE_NAME),
 ];
 
+/// Attributes of marker columns, sent only when the row is marked (`true`): a `false` on
+/// every ordinary row would add bytes to each record and say nothing.
+pub const ONLY_WHEN_TRUE: &[&str] = &["cuda.flight_recorder"];
+
 /// Column -> attribute name, per kind. Columns not listed here (`time`, `time_ns`, `host`,
 /// `boot_id`) go into the timestamp and the resource instead.
 pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str)] {
@@ -80,6 +84,7 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             WORKLOAD[1],
             WORKLOAD[2],
             WORKLOAD[3],
+            ("flight_recorder", "cuda.flight_recorder"),
         ],
         EventKind::Driver => &[
             ("pid", semconv::PROCESS_PID),

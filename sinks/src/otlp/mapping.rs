@@ -22,45 +22,11 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_semantic_conventions::attribute as semconv;
 
-use super::attributes::attribute_names;
+use super::attributes::{attribute_names, ONLY_WHEN_TRUE};
 use crate::schema::HostIdentity;
 use crate::EventKind;
 
-/// OTLP severity numbers used (from the log data model).
-pub mod severity {
-    /// DEBUG.
-    pub const DEBUG: i32 = 5;
-    /// INFO.
-    pub const INFO: i32 = 9;
-    /// WARN.
-    pub const WARN: i32 = 13;
-    /// ERROR.
-    pub const ERROR: i32 = 17;
-    /// FATAL.
-    pub const FATAL: i32 = 21;
-
-    /// The number for a catalog severity (`info`, `warning`, `error`, `fatal`); ERROR when
-    /// unknown.
-    pub fn from_catalog(severity: Option<&str>) -> i32 {
-        match severity {
-            Some("info") => INFO,
-            Some("warning") => WARN,
-            Some("fatal") => FATAL,
-            _ => ERROR,
-        }
-    }
-
-    /// The text of a severity number.
-    pub fn text(number: i32) -> &'static str {
-        match number {
-            INFO => "INFO",
-            WARN => "WARN",
-            ERROR => "ERROR",
-            FATAL => "FATAL",
-            _ => "DEBUG",
-        }
-    }
-}
+pub mod severity;
 
 /// Event name of each kind.
 pub fn event_name(kind: EventKind) -> &'static str {
@@ -275,7 +241,9 @@ impl<'a> BatchColumns<'a> {
             .attributes
             .iter()
             .filter_map(|&(name, column)| {
-                attribute_value(column, row).map(|value| KeyValue {
+                let value = attribute_value(column, row)?;
+                let unmarked = value == Value::BoolValue(false) && ONLY_WHEN_TRUE.contains(&name);
+                (!unmarked).then(|| KeyValue {
                     key: name.to_string(),
                     value: Some(AnyValue { value: Some(value) }),
                     ..Default::default()

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Int32Builder, StringBuilder, UInt32Builder, UInt64Builder};
+use arrow_array::builder::{
+    BooleanBuilder, Int32Builder, StringBuilder, UInt32Builder, UInt64Builder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
@@ -78,11 +80,15 @@ pub fn schema() -> Arc<Schema> {
     ]);
     // Schema version 3: the container and pod of the process.
     fields.extend(workload_fields());
+    // Schema version 4: a call the flight recorder kept in memory and wrote when an incident
+    // started (the row's `incident_id`); false for calls written as they happened.
+    fields.push(Field::new("flight_recorder", DataType::Boolean, true));
     super::with_metadata(EventKind::Cuda, fields)
 }
 
-/// Fixed bytes per row in the finished arrays, for the batcher's `max_bytes` bound.
-const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4;
+/// Fixed bytes per row in the finished arrays, for the batcher's `max_bytes` bound (the
+/// `flight_recorder` flag, two bits, rounds up to one byte).
+const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4 + 1;
 
 /// Accumulates [`CudaRow`]s into a `cuda` [`RecordBatch`].
 #[derive(Debug)]
@@ -102,6 +108,8 @@ pub struct CudaBatchBuilder {
     dims: [UInt32Builder; 7],
     incident_id: StringBuilder,
     workload: WorkloadColumns,
+    /// True for rows of [`CudaBatchBuilder::append_flight_recorded`], false for the others.
+    flight_recorder: BooleanBuilder,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -125,6 +133,7 @@ impl CudaBatchBuilder {
             dims: std::array::from_fn(|_| UInt32Builder::with_capacity(capacity)),
             incident_id: StringBuilder::with_capacity(capacity, 0),
             workload: WorkloadColumns::new(),
+            flight_recorder: BooleanBuilder::with_capacity(capacity),
             estimated_bytes: 0,
         }
     }
@@ -138,7 +147,21 @@ impl CudaBatchBuilder {
     /// Appends one call that belongs to an XID incident (a failed call of an affected process).
     #[inline]
     pub fn append_linked(&mut self, row: &CudaRow<'_>, incident_id: Option<&str>) {
+        self.append_row(row, incident_id, false);
+    }
+
+    /// Appends one call the flight recorder kept in memory and writes because the incident
+    /// `incident_id` started: a copy of a call that was already counted (in `cuda_stats`, or as
+    /// a row), marked `flight_recorder = true` so that readers do not count it again.
+    #[inline]
+    pub fn append_flight_recorded(&mut self, row: &CudaRow<'_>, incident_id: &str) {
+        self.append_row(row, Some(incident_id), true);
+    }
+
+    #[inline]
+    fn append_row(&mut self, row: &CudaRow<'_>, incident_id: Option<&str>, flight_recorder: bool) {
         self.incident_id.append_option(incident_id);
+        self.flight_recorder.append_value(flight_recorder);
         self.workload.append(row.workload);
         self.common.append(row.time_ns);
         self.pid.append_value(row.pid);
@@ -217,6 +240,7 @@ impl CudaBatchBuilder {
         );
         columns.push(Arc::new(self.incident_id.finish()));
         columns.extend(self.workload.finish());
+        columns.push(Arc::new(self.flight_recorder.finish()));
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }
@@ -287,6 +311,69 @@ mod tests {
             .unwrap()
             .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
         assert_eq!(time.value(0), 1_700_000_000_123_456);
+    }
+
+    /// Ordinary rows are `false` (linked or not); flight-recorded rows `true` with their
+    /// incident; the column is the schema's last, and every other column is the same as for
+    /// an ordinary row.
+    #[test]
+    fn flight_recorded_rows_are_marked_with_their_incident() {
+        let mut builder = CudaBatchBuilder::new(identity(), 4);
+        builder.append(&row("cuLaunchKernel"));
+        builder.append_linked(&row("cuCtxSynchronize"), Some("h/0000:3b:00.0/5"));
+        builder.append_flight_recorded(&row("cuLaunchKernel"), "h/0000:3b:00.0/5");
+        builder.append_flight_recorded(&row("cuMemcpyAsync"), "h/0000:86:00.0/9");
+        let estimated = builder.estimated_bytes();
+        assert_eq!(
+            estimated,
+            4 * (FIXED_ROW_BYTES + 7 + 26) + 14 + 16 + 14 + 13
+        );
+        let batch = builder.finish().unwrap();
+        let schema = batch.schema();
+        let last = schema.fields().last().unwrap();
+        assert_eq!(
+            (last.name().as_str(), last.data_type(), last.is_nullable()),
+            ("flight_recorder", &DataType::Boolean, true)
+        );
+        assert_eq!(batch.num_columns(), schema.fields().len());
+        assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "4");
+        let marks = batch
+            .column_by_name("flight_recorder")
+            .unwrap()
+            .as_boolean();
+        assert_eq!(marks.null_count(), 0);
+        assert_eq!(
+            marks.iter().collect::<Vec<_>>(),
+            [Some(false), Some(false), Some(true), Some(true)]
+        );
+        let incidents = batch
+            .column_by_name("incident_id")
+            .unwrap()
+            .as_string::<i32>();
+        assert_eq!(
+            incidents.iter().collect::<Vec<_>>(),
+            [
+                None,
+                Some("h/0000:3b:00.0/5"),
+                Some("h/0000:3b:00.0/5"),
+                Some("h/0000:86:00.0/9")
+            ]
+        );
+        // The copy is the call: only the two marker columns differ from an ordinary row.
+        let mut plain = CudaBatchBuilder::new(identity(), 1);
+        plain.append(&row("cuLaunchKernel"));
+        let plain = plain.finish().unwrap();
+        for (i, field) in schema.fields().iter().enumerate() {
+            if ["incident_id", "flight_recorder"].contains(&field.name().as_str()) {
+                continue;
+            }
+            assert_eq!(
+                batch.column(i).slice(2, 1).to_data(),
+                plain.column(i).to_data(),
+                "{}",
+                field.name()
+            );
+        }
     }
 
     #[test]

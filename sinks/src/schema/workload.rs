@@ -1,6 +1,7 @@
 //! Columns naming the container and Kubernetes pod a process ran in: `container_id`,
-//! `pod_uid`, `pod_name`, `pod_namespace`. The `cuda` and `driver` tables end with them; the
-//! `xid` table carries them for the attributed process. All null outside containers.
+//! `pod_uid`, `pod_name`, `pod_namespace`. The `driver` table ends with them, the `cuda` table
+//! has them before `flight_recorder` (schema version 4); the `xid` table carries them for the
+//! attributed process. All null outside containers.
 
 use std::sync::Arc;
 

@@ -1,11 +1,15 @@
 //! What the report shows, computed from the lake's rows: per-GPU timelines of XIDs and of the
 //! CUDA failures of the processes they hit, incidents, per-function call statistics. No
 //! formatting here; [`super::html`] and [`super::timeline`] render it. Per-function call
-//! statistics (from `cuda` rows and `cuda_stats` aggregates) are in [`super::functions`].
+//! statistics (from `cuda` rows and `cuda_stats` aggregates) are in [`super::functions`], the
+//! timeline's lanes in [`super::lanes`], the flight recorder's rows in
+//! [`super::flight_recorder`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::flight_recorder::{self, RecordedCalls};
 use super::functions::{self, FunctionStats};
+use super::lanes;
 use crate::views::cuda_stats::CudaStats;
 use crate::views::rows::{CudaCall, Xid};
 use crate::{AccountingTotals, TimeRange, Unreadable};
@@ -26,10 +30,12 @@ pub struct ReportData {
     pub totals: Totals,
     /// One timeline per GPU that reported an XID.
     pub gpus: Vec<GpuTimeline>,
-    /// Processes with failed calls that no XID links to a GPU.
+    /// Processes with failed calls or flight-recorder calls that no XID links to a GPU.
     pub unlinked: Vec<ProcessLane>,
     /// XID incidents, oldest first.
     pub incidents: Vec<Incident>,
+    /// The flight recorder's calls per incident and process, oldest first.
+    pub flight_recorder: Vec<RecordedCalls>,
     /// Per CUDA function, most called first.
     pub functions: Vec<FunctionStats>,
     /// Delivery counters from the lake's accounting documents.
@@ -48,6 +54,8 @@ pub struct Totals {
     pub cuda_failures: u64,
     /// Calls counted from `cuda_stats` aggregates.
     pub cuda_aggregated: u64,
+    /// Rows the flight recorder wrote (copies, not in the counts above).
+    pub flight_recorded: u64,
     /// Driver operation rows.
     pub driver_ops: usize,
     /// Parquet files read.
@@ -71,7 +79,7 @@ pub struct GpuTimeline {
     pub processes: Vec<ProcessLane>,
 }
 
-/// One process's failed CUDA calls.
+/// One process's failed CUDA calls and flight-recorder windows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessLane {
     /// Process id.
@@ -80,6 +88,20 @@ pub struct ProcessLane {
     pub comm: String,
     /// Failed calls, oldest first.
     pub failures: Vec<CudaCall>,
+    /// The flight recorder's calls of this process, one window per incident, oldest first.
+    pub recorded: Vec<RecordedCalls>,
+}
+
+impl ProcessLane {
+    /// A lane with nothing on it yet.
+    pub fn new(pid: i32, comm: &str) -> Self {
+        Self {
+            pid,
+            comm: comm.to_string(),
+            failures: Vec::new(),
+            recorded: Vec::new(),
+        }
+    }
 }
 
 /// A cascade of XIDs on one GPU.
@@ -128,8 +150,8 @@ pub fn aggregate(
 }
 
 /// The report of these rows, its per-function statistics left empty for the caller (the
-/// engine computes them where the rows are). Only failed calls matter here, so `calls` need
-/// hold no other.
+/// engine computes them where the rows are). Only failed calls recorded as they happened and
+/// the flight recorder's calls matter here, so `calls` need hold no other.
 pub fn without_functions(
     location: String,
     range: TimeRange,
@@ -139,8 +161,14 @@ pub fn without_functions(
     hosts: BTreeSet<String>,
     accounting: AccountingTotals,
 ) -> ReportData {
-    let incidents = incidents(xids, calls);
-    let (gpus, unlinked) = timelines(xids, calls);
+    // The flight recorder's copy of a failed call is not another failure.
+    let failures: Vec<&CudaCall> = calls
+        .iter()
+        .filter(|c| c.failed() && !c.flight_recorder)
+        .collect();
+    let incidents = incidents(xids, &failures);
+    let flight_recorder = flight_recorder::summarize(calls, &incidents);
+    let (gpus, unlinked) = lanes::timelines(xids, &failures, &flight_recorder);
     ReportData {
         location,
         range,
@@ -149,12 +177,13 @@ pub fn without_functions(
         gpus,
         unlinked,
         incidents,
+        flight_recorder,
         functions: Vec::new(),
         accounting,
     }
 }
 
-fn gpu_of(xid: &Xid) -> GpuKey {
+pub(super) fn gpu_of(xid: &Xid) -> GpuKey {
     (xid.host.clone(), xid.pci_bus_id.clone())
 }
 
@@ -177,17 +206,17 @@ fn process_label(xid: &Xid, pid: i32) -> String {
     }
 }
 
-fn named_pids(xid: &Xid) -> impl Iterator<Item = i32> + '_ {
+pub(super) fn named_pids(xid: &Xid) -> impl Iterator<Item = i32> + '_ {
     xid.pid.into_iter().chain(xid.affected_pids.iter().copied())
 }
 
-fn incidents(xids: &[Xid], calls: &[CudaCall]) -> Vec<Incident> {
+fn incidents(xids: &[Xid], failures: &[&CudaCall]) -> Vec<Incident> {
     let mut groups: BTreeMap<String, Vec<&Xid>> = BTreeMap::new();
     for xid in xids {
         groups.entry(incident_id(xid)).or_default().push(xid);
     }
     let mut failed: BTreeMap<&str, usize> = BTreeMap::new();
-    for call in calls.iter().filter(|c| c.failed()) {
+    for call in failures {
         if let Some(id) = &call.incident_id {
             *failed.entry(id.as_str()).or_default() += 1;
         }
@@ -229,89 +258,10 @@ fn incidents(xids: &[Xid], calls: &[CudaCall]) -> Vec<Incident> {
     incidents
 }
 
-fn timelines(xids: &[Xid], calls: &[CudaCall]) -> (Vec<GpuTimeline>, Vec<ProcessLane>) {
-    let mut gpus: BTreeMap<GpuKey, GpuTimeline> = BTreeMap::new();
-    let mut by_incident: BTreeMap<String, GpuKey> = BTreeMap::new();
-    let mut by_process: BTreeMap<(String, i32), BTreeSet<GpuKey>> = BTreeMap::new();
-    let mut lanes: BTreeMap<(GpuKey, i32), ProcessLane> = BTreeMap::new();
-    for xid in xids {
-        let key = gpu_of(xid);
-        let gpu = gpus.entry(key.clone()).or_insert_with(|| GpuTimeline {
-            key: key.clone(),
-            uuid: None,
-            model: None,
-            xids: Vec::new(),
-            processes: Vec::new(),
-        });
-        gpu.uuid = gpu.uuid.take().or_else(|| xid.gpu_uuid.clone());
-        gpu.model = gpu.model.take().or_else(|| xid.gpu_model.clone());
-        gpu.xids.push(xid.clone());
-        if let Some(id) = &xid.incident_id {
-            by_incident.insert(id.clone(), key.clone());
-        }
-        for pid in named_pids(xid) {
-            by_process
-                .entry((xid.host.clone(), pid))
-                .or_default()
-                .insert(key.clone());
-            let comm = (xid.pid == Some(pid)).then(|| xid.comm.clone()).flatten();
-            let lane = lanes
-                .entry((key.clone(), pid))
-                .or_insert_with(|| ProcessLane {
-                    pid,
-                    comm: String::new(),
-                    failures: Vec::new(),
-                });
-            if lane.comm.is_empty() {
-                lane.comm = comm.unwrap_or_default();
-            }
-        }
-    }
-    let mut unlinked: BTreeMap<i32, ProcessLane> = BTreeMap::new();
-    for call in calls.iter().filter(|c| c.failed()) {
-        let targets: Vec<GpuKey> =
-            match call.incident_id.as_ref().and_then(|id| by_incident.get(id)) {
-                Some(key) => vec![key.clone()],
-                None => by_process
-                    .get(&(call.host.clone(), call.pid))
-                    .map(|keys| keys.iter().cloned().collect())
-                    .unwrap_or_default(),
-            };
-        let new_lane = || ProcessLane {
-            pid: call.pid,
-            comm: call.comm.clone(),
-            failures: Vec::new(),
-        };
-        if targets.is_empty() {
-            unlinked
-                .entry(call.pid)
-                .or_insert_with(new_lane)
-                .failures
-                .push(call.clone());
-        }
-        for key in targets {
-            let lane = lanes.entry((key, call.pid)).or_insert_with(new_lane);
-            if lane.comm.is_empty() {
-                lane.comm = call.comm.clone();
-            }
-            lane.failures.push(call.clone());
-        }
-    }
-    for ((key, _), lane) in lanes {
-        if let Some(gpu) = gpus.get_mut(&key) {
-            gpu.processes.push(lane);
-        }
-    }
-    (
-        gpus.into_values().collect(),
-        unlinked.into_values().collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::fixtures::{cuda_batch, cuda_row, recorded_batch, xid_batch, xid_record};
     use crate::views::rows::{cuda_calls, xids};
 
     #[test]
@@ -339,13 +289,31 @@ mod tests {
         failing.pid = 100;
         let mut stranger = cuda_row(4_000, "cuMemAlloc_v2", 2, 10);
         stranger.pid = 555;
-        let calls = cuda_calls(&[cuda_batch(&[
+        let mut calls = cuda_calls(&[cuda_batch(&[
             failing,
             stranger,
             cuda_row(3_500, "cuCtxSynchronize", 0, 30),
         ])]);
+        let incident = xids[0].incident_id.clone().unwrap();
+        calls[0].incident_id = Some(incident.clone());
+        // The flight recorder's copies of the failed call and of a launch before it.
+        calls.extend(cuda_calls(&[recorded_batch(
+            &[cuda_row(2_900, "cuLaunchKernel", 0, 10), failing],
+            &incident,
+        )]));
+        let since = chrono::DateTime::from_timestamp_nanos(0);
+        let range = TimeRange::new(since, since + chrono::Duration::seconds(1)).unwrap();
+        let data = without_functions(
+            "/data".into(),
+            range,
+            &calls,
+            &xids,
+            Totals::default(),
+            BTreeSet::new(),
+            AccountingTotals::default(),
+        );
 
-        let incidents = incidents(&xids, &calls);
+        let incidents = &data.incidents;
         assert_eq!(incidents.len(), 2);
         assert_eq!(
             (incidents[0].root.code, incidents[0].codes.clone()),
@@ -355,20 +323,28 @@ mod tests {
             incidents[0].affected,
             [(100, "train (pod ml-team/trainer-0)".to_string())]
         );
+        assert_eq!(incidents[0].failed_calls, 1, "the copy is not a failure");
         assert_eq!(incidents[1].worst_severity, "fatal");
         assert_eq!(incidents[1].root.display_action(), "reboot_node");
 
-        let (gpus, unlinked) = timelines(&xids, &calls);
+        let window = &data.flight_recorder[..];
+        assert_eq!(window.len(), 1);
+        assert_eq!(
+            (window[0].calls, window[0].failed, window[0].pid),
+            (2, 1, 100)
+        );
+        assert_eq!(
+            window[0].started_by.as_deref(),
+            Some("XID 31 (GPU MMU page fault) on 0000:3b:00.0")
+        );
+        let gpus = &data.gpus;
         assert_eq!(gpus.len(), 2);
         assert_eq!(gpus[0].key.1, bus);
         assert_eq!(gpus[0].processes.len(), 1);
-        assert_eq!(
-            gpus[0].processes[0].failures.len(),
-            1,
-            "through the XID's pid"
-        );
+        let lane = &gpus[0].processes[0];
+        assert_eq!((lane.failures.len(), lane.recorded.len()), (1, 1));
         assert!(gpus[1].processes.is_empty());
-        assert_eq!(unlinked.len(), 1);
-        assert_eq!(unlinked[0].pid, 555);
+        assert_eq!(data.unlinked.len(), 1);
+        assert_eq!(data.unlinked[0].pid, 555);
     }
 }

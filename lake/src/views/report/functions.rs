@@ -14,6 +14,10 @@
 //! interpolated within the aggregates' histogram buckets for aggregated calls
 //! ([`Durations`]). Entry-only calls have no duration and are left out of them.
 //!
+//! Rows of the flight recorder (`flight_recorder = true`) count nowhere here: they are copies,
+//! written when an incident started, of calls already counted (in the aggregates, or as rows).
+//! The incident views show them.
+//!
 //! Every `cuda_stats` row must be added before the first `cuda` row: the rows decide which
 //! `cuda` rows the aggregates already count.
 
@@ -66,6 +70,8 @@ pub struct Tally {
     aggregated: foldhash::HashMap<String, foldhash::HashMap<String, foldhash::HashSet<i32>>>,
     /// Hosts that wrote a counted row.
     pub hosts: BTreeSet<String>,
+    /// Flight-recorder rows seen (and not counted as calls).
+    pub flight_recorded: u64,
 }
 
 impl Tally {
@@ -176,6 +182,10 @@ pub fn per_function(calls: &[CudaCall], stats: &[CudaStats], seconds: f64) -> Ve
         tally.add_stats(row);
     }
     for call in calls {
+        if call.flight_recorder {
+            tally.flight_recorded = tally.flight_recorded.saturating_add(1);
+            continue;
+        }
         tally.add_call(
             (&call.host, call.pid),
             &call.function,
@@ -191,7 +201,7 @@ pub fn per_function(calls: &[CudaCall], stats: &[CudaStats], seconds: f64) -> Ve
 mod tests {
     use super::*;
     use crate::views::cuda_stats::cuda_stats;
-    use crate::views::fixtures::{cuda_batch, cuda_row, stats_batch, stats_row};
+    use crate::views::fixtures::{cuda_batch, cuda_row, recorded_batch, stats_batch, stats_row};
     use crate::views::rows::cuda_calls;
 
     fn find<'a>(stats: &'a [FunctionStats], function: &str) -> &'a FunctionStats {
@@ -307,6 +317,43 @@ mod tests {
         assert_eq!((copy.calls, copy.aggregated, copy.errors), (4, 2, 0));
         // 64..80 twice (rank 2 ends that bucket: 80), then 300 and 400.
         assert_eq!((copy.p50_ns, copy.p99_ns), (Some(80), Some(400)));
+    }
+
+    /// The flight recorder's copies count nowhere: not the aggregated launches', not the
+    /// failed call's, not those of a function no other row has.
+    #[test]
+    fn flight_recorder_copies_are_not_calls() {
+        let stats = cuda_stats(&[stats_batch(&[stats_row(
+            10_000_000_000,
+            "cuLaunchKernel",
+            4,
+            &[(896, 1_024, 4)],
+        )])]);
+        let failed = cuda_row(9_500_000_000, "cuCtxSynchronize", 700, 700);
+        let mut calls = cuda_calls(&[cuda_batch(&[failed])]);
+        calls.extend(cuda_calls(&[recorded_batch(
+            &[
+                cuda_row(9_000_000_000, "cuLaunchKernel", 0, 900),
+                cuda_row(9_100_000_000, "cuLaunchKernel", 700, 900),
+                cuda_row(9_200_000_000, "cuModuleLoadData", 0, 5_000),
+                failed,
+            ],
+            "node-a/pid/100/9500000000",
+        )]));
+        let functions = per_function(&calls, &stats, 10.0);
+        let seen: Vec<(&str, u64, u64, u64)> = functions
+            .iter()
+            .map(|f| (f.function.as_str(), f.calls, f.errors, f.aggregated))
+            .collect();
+        assert_eq!(
+            seen,
+            [("cuLaunchKernel", 4, 0, 4), ("cuCtxSynchronize", 1, 1, 0)]
+        );
+        let sync = find(&functions, "cuCtxSynchronize");
+        assert_eq!((sync.mean_ns, sync.p99_ns), (Some(700), Some(700)));
+        // The aggregate's 4 calls alone in [896, 1024): rank 2 halfway, rank 3.96 at 126.72.
+        let launch = find(&functions, "cuLaunchKernel");
+        assert_eq!((launch.p50_ns, launch.p99_ns), (Some(960), Some(1_022)));
     }
 
     #[test]

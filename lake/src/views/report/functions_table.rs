@@ -33,6 +33,13 @@ pub fn render(data: &ReportData) -> Markup {
                          aggregates' histogram buckets (within a quarter of the value)."
                     }
                 }
+                @if data.totals.flight_recorded > 0 {
+                    p class="meta" id="flight-recorder-rule" {
+                        "The " (data.totals.flight_recorded) " call(s) the flight recorder wrote \
+                         are not counted here: they are copies of calls already counted (section \
+                         \"Flight recorder\" above)."
+                    }
+                }
                 table {
                     thead {
                         tr {

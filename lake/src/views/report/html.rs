@@ -13,7 +13,7 @@ use maud::{html, Escaper, Markup, PreEscaped, Render};
 
 use super::data::{Incident, ReportData};
 use super::format::time;
-use super::{accounting_html, functions_table, timeline};
+use super::{accounting_html, flight_recorder, functions_table, timeline};
 use crate::range::rfc3339;
 
 const STYLE: &str = "
@@ -69,7 +69,7 @@ pub fn render(data: &ReportData) -> String {
                 (header(data))
                 section id="timeline" {
                     h2 { "Timeline: XIDs and failed CUDA calls per GPU" }
-                    (PreEscaped(timeline::legend()))
+                    (PreEscaped(timeline::legend(!data.flight_recorder.is_empty())))
                     @match timeline::render(data) {
                         Some(svg) => (PreEscaped(svg)),
                         None => p class="empty" { "No XID and no failed CUDA call in this range." },
@@ -77,6 +77,7 @@ pub fn render(data: &ReportData) -> String {
                     (affected_processes(data))
                 }
                 (incidents(data))
+                (flight_recorder::render(data))
                 (functions_table::render(data))
                 (accounting_html::render(data))
             }
@@ -129,6 +130,11 @@ fn header(data: &ReportData) -> Markup {
                 div class="card" id="count-cuda" { b { (t.cuda_calls) } "CUDA calls" }
                 div class="card" id="count-failures" { b { (t.cuda_failures) } "failed CUDA calls" }
                 div class="card" id="count-aggregated" { b { (t.cuda_aggregated) } "of them from cuda_stats" }
+                @if t.flight_recorded > 0 {
+                    div class="card" id="count-flight-recorder" {
+                        b { (t.flight_recorded) } "flight-recorder calls (copies, not counted)"
+                    }
+                }
                 div class="card" id="count-driver" { b { (t.driver_ops) } "driver operations" }
             }
         }
@@ -323,6 +329,7 @@ mod tests {
             cuda_calls: 3,
             cuda_failures: 2,
             cuda_aggregated: 0,
+            flight_recorded: 0,
             driver_ops: 4,
             files_read: 6,
             unreadable,

@@ -1,18 +1,21 @@
 //! `gpuship report`: one self-contained HTML page about a time range of the lake: per-GPU
 //! timeline of XIDs and failed CUDA calls, incidents with their root cause and recommended
-//! action, CUDA call rates and latencies per function (from `cuda` rows and `cuda_stats`
-//! aggregates, each call once), and the delivery accounting that says how complete all of that
-//! is.
+//! action, the calls the flight recorder wrote before them, CUDA call rates and latencies per
+//! function (from `cuda` rows and `cuda_stats` aggregates, each call once), and the delivery
+//! accounting that says how complete all of that is.
 //!
-//! [`data`] and [`functions`] compute, [`timeline`], [`html`], [`functions_table`] and
-//! [`accounting_html`] render, [`format`] escapes and formats values.
+//! [`data`], [`lanes`] and [`functions`] compute, [`timeline`], [`html`], [`functions_table`]
+//! and [`accounting_html`] render, [`flight_recorder`] does both for its rows, [`format`]
+//! escapes and formats values.
 
 pub mod accounting_html;
 pub mod data;
+pub mod flight_recorder;
 pub mod format;
 pub mod functions;
 pub mod functions_table;
 pub mod html;
+pub mod lanes;
 pub mod sql;
 pub mod timeline;
 
@@ -24,7 +27,8 @@ use crate::{Lake, TimeRange};
 pub use data::ReportData;
 
 /// The report of `range`: its data and its page. Counts and per-function statistics are
-/// computed by the engine; only XIDs and failed CUDA calls come back as rows.
+/// computed by the engine; only XIDs, failed CUDA calls and the flight recorder's calls come
+/// back as rows.
 pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, String)> {
     let started = std::time::Instant::now();
     let phase = |name: &str| {
@@ -46,10 +50,16 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     phase("listed");
     let xids = sql::xids(&mut read)?;
     phase("xids");
-    let failed = sql::failed_calls(&mut read)?;
+    let mut calls = sql::failed_calls(&mut read)?;
     phase("failed calls");
     let cuda = sql::cuda_summary(&mut read, range.seconds())?;
     phase("call statistics");
+    // A third scan of `cuda` only for a range that holds such rows.
+    if cuda.flight_recorded > 0 {
+        calls.extend(sql::flight_recorded_calls(&mut read)?);
+        calls.sort_by_key(|c| (c.time_ns, c.pid, c.tid));
+        phase("flight recorder");
+    }
     let (driver_ops, driver_hosts) =
         sql::count_by_host(&mut read, EventKind::Driver, sql::DRIVER_OP)?;
     phase("driver");
@@ -66,6 +76,7 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
         cuda_calls: saturating_sum(cuda.functions.iter().map(|f| f.calls)),
         cuda_failures: saturating_sum(cuda.functions.iter().map(|f| f.errors)),
         cuda_aggregated: saturating_sum(cuda.functions.iter().map(|f| f.aggregated)),
+        flight_recorded: cuda.flight_recorded,
         driver_ops,
         files_read: read.files_read(),
         unreadable: read.unreadable(),
@@ -73,7 +84,7 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     let mut data = data::without_functions(
         lake.location(),
         range,
-        &failed,
+        &calls,
         &xids,
         totals,
         hosts,

@@ -5,7 +5,8 @@
 //! fleet's day is most of the time, so the report scans each table as few times as it can and
 //! reads only the columns it uses: `cuda_stats` once and `cuda` twice (statistics and hosts,
 //! then the failed calls, which the `result` statistics let the scan skip in files without
-//! failures), `xid` and `driver` once.
+//! failures), `xid` and `driver` once. A third scan of `cuda` reads the flight recorder's rows,
+//! only when the statistics' scan saw some.
 //!
 //! Percentiles of single calls are nearest-rank over a histogram per function whose buckets are
 //! the durations as the page writes them ([`super::format::duration`], three significant digits,
@@ -35,6 +36,11 @@ use crate::views::rows::{self, CudaCall, Xid, NOT_CAPTURED};
 /// cuda_stats::cuda_stats leave the others out).
 const CALL: &str = "pid IS NOT NULL AND function IS NOT NULL";
 
+/// `cuda` rows recorded as they happened. The others are the flight recorder's copies of calls
+/// counted elsewhere (functions.rs), shown only beside their incident; files from before the
+/// column read it as null, which is not true.
+const AS_THEY_HAPPENED: &str = "flight_recorder IS NOT TRUE";
+
 /// The columns of `cuda_stats` the report's counts read (cuda_stats::CUDA_STATS_COLUMNS less
 /// the interval, comm and bytes).
 const STATS_COLUMNS: &[&str] = &[
@@ -63,10 +69,20 @@ fn failed() -> String {
 /// The failed CUDA calls of the range, oldest first (timelines and incidents need each one),
 /// turned into rows batch by batch as the scan makes them.
 pub fn failed_calls(read: &mut LakeRead<'_>) -> Result<Vec<CudaCall>, QueryError> {
+    calls_where(read, &format!("{} AND {AS_THEY_HAPPENED}", failed()))
+}
+
+/// The calls the flight recorder wrote, oldest first. Only asked for when the statistics'
+/// scan saw some ([`CudaSummary::flight_recorded`]): files without such rows are then left
+/// out by their `flight_recorder` statistics.
+pub fn flight_recorded_calls(read: &mut LakeRead<'_>) -> Result<Vec<CudaCall>, QueryError> {
+    calls_where(read, "flight_recorder")
+}
+
+fn calls_where(read: &mut LakeRead<'_>, condition: &str) -> Result<Vec<CudaCall>, QueryError> {
     let sql = format!(
-        "SELECT {} FROM cuda WHERE {CALL} AND {}",
+        "SELECT {} FROM cuda WHERE {CALL} AND {condition}",
         select_list(CUDA_CALL_COLUMNS),
-        failed()
     );
     let mut calls = read.fold(EventKind::Cuda, &sql, Vec::new, |calls, batch| {
         calls.extend(rows::cuda_calls(&[batch]));
@@ -93,6 +109,8 @@ pub struct CudaSummary {
     pub functions: Vec<FunctionStats>,
     /// Hosts with at least one call.
     pub hosts: Vec<String>,
+    /// Rows the flight recorder wrote: seen, and left out of `functions`.
+    pub flight_recorded: u64,
 }
 
 /// Adds the non-empty host names of `column` to `hosts`. A batch comes from one file, and a
@@ -116,7 +134,8 @@ fn utf8(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
     }
 }
 
-/// Adds a batch of `host, function, duration_ns, result, result_name, pid` rows to `tally`.
+/// Adds a batch of `host, function, duration_ns, result, result_name, pid, flight_recorder`
+/// rows to `tally`; the flight recorder's are only counted as such.
 fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
     let (hosts, functions, names) = (
         utf8(batch.column(0))?,
@@ -131,8 +150,13 @@ fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
     let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
     let results = batch.column(3).as_primitive_opt::<UInt32Type>();
     let pids = batch.column(5).as_primitive_opt::<Int32Type>();
+    let recorded = batch.column(6).as_boolean_opt();
     add_hosts(&mut tally.hosts, hosts);
     for row in 0..batch.num_rows() {
+        if recorded.is_some_and(|r| r.is_valid(row) && r.value(row)) {
+            tally.flight_recorded = tally.flight_recorded.saturating_add(1);
+            continue;
+        }
         let (Some(function), Some(pid)) = (
             functions.is_valid(row).then(|| functions.value(row)),
             pids.filter(|p| p.is_valid(row)).map(|p| p.value(row)),
@@ -181,7 +205,8 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
     let tally = read.fold(
         EventKind::Cuda,
         &format!(
-            "SELECT host, function, duration_ns, result, result_name, pid FROM cuda WHERE {CALL}"
+            "SELECT host, function, duration_ns, result, result_name, pid, flight_recorder \
+             FROM cuda WHERE {CALL}"
         ),
         || aggregated.clone(),
         |tally, batch| {
@@ -195,6 +220,7 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
     }
     let hosts = tally.hosts.iter().cloned().collect();
     Ok(CudaSummary {
+        flight_recorded: tally.flight_recorded,
         functions: tally.finish(seconds),
         hosts,
     })

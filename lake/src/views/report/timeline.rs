@@ -1,11 +1,12 @@
 //! The report's timeline: inline SVG, one band per GPU with its XIDs (colored by severity) and
-//! one lane per affected process with its failed CUDA calls, on a shared time axis. Pure
-//! markup, no script: every marker carries a `<title>` (the browser's tooltip) and data
-//! attributes that tests and people's tools can find.
+//! one lane per affected process with its failed CUDA calls and the windows of calls the flight
+//! recorder wrote for it, on a shared time axis. Pure markup, no script: every marker carries a
+//! `<title>` (the browser's tooltip) and data attributes that tests and people's tools can find.
 
 use std::fmt::Write as _;
 
 use super::data::{GpuTimeline, ProcessLane, ReportData};
+use super::flight_recorder::RecordedCalls;
 use super::format::{clock, escape, time};
 
 /// Fill of XID markers by severity. `fatal` is the red a reader looks for first.
@@ -25,6 +26,9 @@ pub const SEVERITIES: [&str; 5] = ["fatal", "error", "warning", "info", "unknown
 /// Fill of failed-CUDA-call markers.
 pub const CUDA_FAILURE_COLOR: &str = "#6a3d9a";
 
+/// Fill of the flight recorder's windows (drawn translucent, under the failures).
+pub const FLIGHT_RECORDER_COLOR: &str = "#17becf";
+
 const WIDTH: f64 = 1300.0;
 const LABEL_WIDTH: f64 = 330.0;
 const RIGHT_PAD: f64 = 48.0;
@@ -34,6 +38,10 @@ const LANE: f64 = 30.0;
 const GAP: f64 = 12.0;
 const XID_RADIUS: f64 = 8.0;
 const FAILURE_SIZE: f64 = 7.0;
+/// Height of a flight-recorder window, and its least width (a window of a few milliseconds
+/// would not show on an hour's axis).
+const WINDOW_HEIGHT: f64 = 12.0;
+const WINDOW_MIN_WIDTH: f64 = 4.0;
 
 /// Maps event times to x coordinates.
 struct Scale {
@@ -71,8 +79,9 @@ impl Scale {
     }
 }
 
-/// The legend: one swatch per severity and the failed-call marker.
-pub fn legend() -> String {
+/// The legend: one swatch per severity, the failed-call marker and, when the page has any, the
+/// flight recorder's window.
+pub fn legend(flight_recorder: bool) -> String {
     let mut out = String::from("<div class=\"legend\">");
     for severity in SEVERITIES {
         let _ = write!(
@@ -85,9 +94,43 @@ pub fn legend() -> String {
     let _ = write!(
         out,
         "<span class=\"legend-item\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\">\
-         <polygon points=\"7,0 14,7 7,14 0,7\" fill=\"{CUDA_FAILURE_COLOR}\"/></svg> failed CUDA call</span></div>"
+         <polygon points=\"7,0 14,7 7,14 0,7\" fill=\"{CUDA_FAILURE_COLOR}\"/></svg> failed CUDA call</span>"
     );
+    if flight_recorder {
+        let _ = write!(
+            out,
+            "<span class=\"legend-item\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\">\
+             <rect y=\"1\" width=\"14\" height=\"12\" fill=\"{FLIGHT_RECORDER_COLOR}\"/></svg> \
+             calls the flight recorder wrote before an incident</span>"
+        );
+    }
+    out.push_str("</div>");
     out
+}
+
+/// One window of the flight recorder's calls: a band from its first call to its last.
+fn recorded_window(out: &mut String, scale: &Scale, w: &RecordedCalls, gpu: &str, y: f64) {
+    let (x1, x2) = (scale.x(w.first_ns), scale.x(w.last_ns));
+    let width = (x2 - x1).max(WINDOW_MIN_WIDTH);
+    let x = x1 - (width - (x2 - x1)) / 2.0;
+    let _ = write!(
+        out,
+        "<rect class=\"flight-recorder\" data-gpu=\"{gpu}\" data-pid=\"{}\" data-incident=\"{}\" \
+         data-calls=\"{}\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{width:.1}\" height=\"{WINDOW_HEIGHT}\" \
+         fill=\"{FLIGHT_RECORDER_COLOR}\" fill-opacity=\"0.6\">\
+         <title>{} call(s) the flight recorder wrote for incident {}, {} to {}, pid {} {}: {}</title></rect>",
+        w.pid,
+        escape(&w.incident_id),
+        w.calls,
+        y - WINDOW_HEIGHT / 2.0,
+        w.calls,
+        escape(&w.incident_id),
+        time(w.first_ns),
+        time(w.last_ns),
+        w.pid,
+        escape(&w.comm),
+        escape(&w.top_functions()),
+    );
 }
 
 fn failure_lane(out: &mut String, scale: &Scale, lane: &ProcessLane, gpu: &str, y: f64) {
@@ -100,6 +143,9 @@ fn failure_lane(out: &mut String, scale: &Scale, lane: &ProcessLane, gpu: &str, 
         escape(&lane.comm),
         WIDTH - RIGHT_PAD
     );
+    for window in &lane.recorded {
+        recorded_window(out, scale, window, gpu, y);
+    }
     for call in &lane.failures {
         let x = scale.x(call.time_ns);
         let s = FAILURE_SIZE;
@@ -181,23 +227,27 @@ fn gpu_band(out: &mut String, scale: &Scale, gpu: &GpuTimeline, mut y: f64) -> f
     y + LANE / 2.0 + GAP
 }
 
-/// The timeline's SVG, or `None` when the range has no XID and no failed call to show.
+/// Times of a lane's markers.
+fn lane_times(lane: &ProcessLane) -> impl Iterator<Item = i64> + '_ {
+    lane.failures
+        .iter()
+        .map(|c| c.time_ns)
+        .chain(lane.recorded.iter().flat_map(|w| [w.first_ns, w.last_ns]))
+}
+
+/// The timeline's SVG, or `None` when the range has no XID, no failed call and no
+/// flight-recorder call to show.
 pub fn render(data: &ReportData) -> Option<String> {
     let times = data
         .gpus
         .iter()
         .flat_map(|g| {
-            g.xids.iter().map(|x| x.time_ns).chain(
-                g.processes
-                    .iter()
-                    .flat_map(|p| p.failures.iter().map(|c| c.time_ns)),
-            )
-        })
-        .chain(
-            data.unlinked
+            g.xids
                 .iter()
-                .flat_map(|p| p.failures.iter().map(|c| c.time_ns)),
-        );
+                .map(|x| x.time_ns)
+                .chain(g.processes.iter().flat_map(lane_times))
+        })
+        .chain(data.unlinked.iter().flat_map(lane_times));
     let scale = Scale::fit(times)?;
     let mut body = String::new();
     let mut y = AXIS_HEIGHT;
@@ -205,9 +255,14 @@ pub fn render(data: &ReportData) -> Option<String> {
         y = gpu_band(&mut body, &scale, gpu, y);
     }
     if !data.unlinked.is_empty() {
+        let what = if data.unlinked.iter().all(|l| l.recorded.is_empty()) {
+            "CUDA failures"
+        } else {
+            "CUDA failures and flight-recorder calls"
+        };
         let _ = write!(
             body,
-            "<text class=\"gpu-label\" x=\"4\" y=\"{:.1}\">CUDA failures no XID links to a GPU</text>",
+            "<text class=\"gpu-label\" x=\"4\" y=\"{:.1}\">{what} no XID links to a GPU</text>",
             y + 17.0
         );
         y += GPU_HEADER - LANE / 2.0;
@@ -261,6 +316,8 @@ mod tests {
             SEVERITIES.iter().map(|s| severity_color(s)).collect();
         assert_eq!(colors.len(), SEVERITIES.len());
         assert!(!colors.contains(CUDA_FAILURE_COLOR));
+        assert!(!colors.contains(FLIGHT_RECORDER_COLOR));
+        assert_ne!(CUDA_FAILURE_COLOR, FLIGHT_RECORDER_COLOR);
         assert_eq!(severity_color("fatal"), "#d62728");
     }
 }

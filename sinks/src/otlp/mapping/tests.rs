@@ -208,6 +208,52 @@ fn cuda_calls_map_severity_from_their_result() {
     assert_eq!(attributes["k8s.namespace.name"], &string("ml-team"));
 }
 
+/// `cuda.flight_recorder` is sent only on the rows the flight recorder wrote; the ordinary
+/// rows (`false`) and rows of files before the column (null) have no such attribute.
+#[test]
+fn the_flight_recorder_attribute_is_sent_only_when_true() {
+    let mut builder = CudaBatchBuilder::new(identity(), 2);
+    let call = CudaRow {
+        time_ns: 5_000,
+        function: "cuLaunchKernel",
+        ..cuda_row()
+    };
+    builder.append(&call);
+    builder.append_flight_recorded(&call, "h/0000:3b:00.0/4000");
+    let batch = builder.finish().unwrap();
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
+    let request = mapping.batch_request(EventKind::Cuda, &batch, 9);
+    let records = &request.resource_logs[0].scope_logs[0].log_records;
+    let ordinary = attributes(&records[0]);
+    assert!(
+        !ordinary.contains_key("cuda.flight_recorder"),
+        "{ordinary:?}"
+    );
+    assert!(!ordinary.contains_key("gpu.xid.incident_id"));
+    let recorded = attributes(&records[1]);
+    assert_eq!(
+        recorded["cuda.flight_recorder"],
+        &Value::BoolValue(true),
+        "{recorded:?}"
+    );
+    assert_eq!(
+        recorded["gpu.xid.incident_id"],
+        &string("h/0000:3b:00.0/4000")
+    );
+    // The same attributes otherwise: the marker and the incident are all that differ.
+    assert_eq!(recorded.len(), ordinary.len() + 2);
+    assert_eq!(records[0].body, records[1].body);
+    assert_eq!(records[1].severity_number, severity::DEBUG);
+    // A batch without the column (an older writer's) sends no marker at all.
+    let without = batch
+        .project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())
+        .unwrap();
+    let request = mapping.batch_request(EventKind::Cuda, &without, 9);
+    let records = &request.resource_logs[0].scope_logs[0].log_records;
+    assert!(!attributes(&records[1]).contains_key("cuda.flight_recorder"));
+    assert_eq!(attributes(&records[1]).len(), ordinary.len() + 1);
+}
+
 #[test]
 fn selected_rows_only() {
     let batch = cuda_rows();
