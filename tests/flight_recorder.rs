@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support;
 use crate::support::agent::{data_dir, Agent};
 use crate::support::cuda_stats::stats_config;
-use crate::support::lake::duckdb;
+use crate::support::lake::{duckdb, rca_query};
 use crate::support::{kmsg, wait_until, Fixtures};
 
 /// `(function, result, incident_id, flight_recorder)` of the process's rows, in call order.
@@ -125,4 +125,16 @@ fn an_xid_naming_a_process_writes_its_launches_and_nothing_is_written_without_on
         .all(|r| r[0] == "cuLaunchKernel" && r[1] == "0" && &r[2] == incident && r[3] == "True"));
     // The process no XID named: its launches stay statistics only.
     assert!(cuda_rows(data.path(), quiet).is_empty());
+    // docs/rca.md's query for the calls before an incident, on this lake.
+    let query = rca_query(
+        "flight_recorder",
+        "gpuship-data",
+        &data.path().display().to_string(),
+    )
+    .replace("node-7/0000:3b:00.0/1795316416000000500", incident);
+    let before = duckdb(&query);
+    assert_eq!(before.len(), 1000, "{query}");
+    assert!(before
+        .iter()
+        .all(|r| r[3] == "cuLaunchKernel" && r[4] == "CUDA_SUCCESS"));
 }
