@@ -32,11 +32,6 @@ const volatile bool filter_by_tgid = false;
 const volatile __u64 wakeup_threshold_bytes = 4 * 1024 * 1024;
 /* A call of a `stats` function at least this long (ns) is also sent as a row; 0: none is. */
 const volatile __u64 slow_call_ns = 0;
-/* Which half of call_stats calls are added to now (the agent flips it every interval). */
-volatile __u32 stats_generation = 0;
-/* The flight recorder: on, and log2 of its slots per CPU (the agent sizes `recorder`). */
-const volatile bool recorder_enabled = false;
-const volatile __u32 recorder_shift = 0;
 
 /* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
 struct cuda_event cuda_event_layout = {};
@@ -56,38 +51,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } cuda_stats SEC(".maps");
-
-/* The flight recorder's slots: CPU c owns [c << recorder_shift, (c + 1) << recorder_shift). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct cuda_recorder_slot);
-} recorder SEC(".maps");
-
-/* Per CPU: slots claimed so far (the next slot is head modulo the ring). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} recorder_head SEC(".maps");
-
-/*
- * Per-interval statistics of `stats` functions (see gpuship_events.h). Entries are allocated
- * when first used (no preallocation): a few hundred live at a time on a busy node, and the
- * agent sets max_entries; a call that finds the table full is counted (GPUSHIP_STAT_STATS_FULL).
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 8192);
-	__type(key, struct cuda_stats_key);
-	__type(value, struct cuda_stats_value);
-} call_stats SEC(".maps");
-
-/* The value a new call_stats entry starts from (comm and counts are filled in place). */
-const struct cuda_stats_value empty_stats = {};
 
 struct call_key {
 	__u32 tid;
@@ -178,6 +141,8 @@ static __always_inline bool is_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
+#include "cuda_stats_mode.h"
+
 /* The first six integer arguments. Read with constant offsets: the verifier rejects a ctx
  * access at a computed offset, so arg_at() indexes this copy instead. */
 struct call_args {
@@ -251,129 +216,6 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->shared_mem_bytes = config.shared_mem_bytes;
 	ev->stream = config.stream;
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
-}
-
-/* floor(log2(v)) for v > 0, without a loop (the BPF instruction set has no clz). */
-static __always_inline __u32 log2_u64(__u64 v)
-{
-	__u32 r = 0, shift;
-
-	shift = (v > 0xffffffffULL) << 5;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xffff) << 4;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xff) << 3;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xf) << 2;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0x3) << 1;
-	v >>= shift;
-	r |= shift;
-	return r | (__u32)(v >> 1);
-}
-
-/* The duration bucket of `ns` (layout in gpuship_events.h). */
-static __always_inline __u32 duration_bucket(__u64 ns)
-{
-	__u32 octave, sub, index;
-
-	if (ns < (1ULL << GPUSHIP_STATS_FIRST_OCTAVE))
-		return 0;
-	octave = log2_u64(ns);
-	sub = (ns >> (octave - GPUSHIP_STATS_SUB_BUCKETS_LOG2)) & ((1 << GPUSHIP_STATS_SUB_BUCKETS_LOG2) - 1);
-	index = ((octave - GPUSHIP_STATS_FIRST_OCTAVE) << GPUSHIP_STATS_SUB_BUCKETS_LOG2) + sub + 1;
-	return index < GPUSHIP_STATS_BUCKETS ? index : GPUSHIP_STATS_BUCKETS - 1;
-}
-
-/* Lowers *slot to `value` (min) or raises it (max) with a few compare-and-swaps; a slot
- * changed by other CPUs between the tries keeps their value, which is as extreme. */
-static __always_inline void store_extreme(__u64 *slot, __u64 value, bool lower)
-{
-	for (int tries = 0; tries < 4; tries++) {
-		__u64 seen = *slot;
-
-		if (lower ? seen != 0 && seen <= value : seen >= value)
-			return;
-		if (__sync_val_compare_and_swap(slot, seen, value) == seen)
-			return;
-	}
-}
-
-/*
- * Adds one call to its (process, function, result) entry of the current generation. `timed`
- * is false for entry-only functions (no duration). Every update is atomic: threads of one
- * process on several CPUs share the entry.
- */
-static __always_inline void add_to_stats(const struct cuda_event *ev, __u32 result, bool timed)
-{
-	struct cuda_stats_key key = {
-		.tgid = ev->pid,
-		.function_id = ev->function_id,
-		.result = result,
-		.generation = stats_generation & 1,
-	};
-	struct cuda_stats_value *value = bpf_map_lookup_elem(&call_stats, &key);
-	__u32 bucket;
-
-	if (!value) {
-		/* Two CPUs may race to create it: one insert wins, the other finds it. */
-		if (bpf_map_update_elem(&call_stats, &key, &empty_stats, BPF_NOEXIST) == 0) {
-			value = bpf_map_lookup_elem(&call_stats, &key);
-			if (value)
-				__builtin_memcpy(value->comm, ev->comm, sizeof(value->comm));
-		} else {
-			value = bpf_map_lookup_elem(&call_stats, &key);
-		}
-		if (!value) {
-			count(GPUSHIP_STAT_STATS_FULL);
-			return;
-		}
-	}
-	__sync_fetch_and_add(&value->calls, 1);
-	if (ev->valid & GPUSHIP_ARG_BYTES)
-		__sync_fetch_and_add(&value->bytes_sum, ev->bytes);
-	if (timed) {
-		__sync_fetch_and_add(&value->duration_sum_ns, ev->duration_ns);
-		store_extreme(&value->duration_min_ns, ev->duration_ns, true);
-		store_extreme(&value->duration_max_ns, ev->duration_ns, false);
-		bucket = duration_bucket(ev->duration_ns) & (GPUSHIP_STATS_BUCKETS - 1);
-		__sync_fetch_and_add(&value->buckets[bucket], 1);
-	}
-	count(GPUSHIP_STAT_AGGREGATED);
-}
-
-/*
- * Keeps a completed call of a `stats` function in this CPU's ring of the flight recorder. The
- * slot is claimed with an atomic add, so a program that preempted another on this CPU writes a
- * different slot; the sequence numbers around the event let the reader skip a slot caught
- * mid-write (gpuship_events.h).
- */
-static __always_inline void record_call(const struct cuda_event *event)
-{
-	__u32 zero = 0, index;
-	__u64 *head, seq;
-	struct cuda_recorder_slot *slot;
-
-	if (!recorder_enabled)
-		return;
-	head = bpf_map_lookup_elem(&recorder_head, &zero);
-	if (!head)
-		return;
-	seq = __sync_fetch_and_add(head, 1) + 1;
-	index = (bpf_get_smp_processor_id() << recorder_shift) |
-		((__u32)seq & ((1U << recorder_shift) - 1));
-	slot = bpf_map_lookup_elem(&recorder, &index);
-	if (!slot)
-		return;
-	*(volatile __u64 *)&slot->seq_begin = seq;
-	asm volatile("" ::: "memory");
-	__builtin_memcpy(&slot->event, event, sizeof(*event));
-	asm volatile("" ::: "memory");
-	*(volatile __u64 *)&slot->seq_end = seq;
 }
 
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.

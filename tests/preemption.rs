@@ -294,8 +294,7 @@ fn shared_state_problems(object: &str, open: &OpenObject) -> Vec<String> {
             map.map_type(),
             MapType::PercpuArray | MapType::PercpuHash | MapType::LruPercpuHash
         );
-        // Counters only: counter slots (`*_stats`) or a ring's count of claimed slots
-        // (`*_head`, advanced atomically; the check below finds any plain increment).
+        // Counters only: `*_stats` slots, or a ring's claimed-slot count (`*_head`).
         if per_cpu && !name.ends_with("_stats") && !name.ends_with("_head") {
             problems.push(format!(
                 "{object}: per-CPU map {name} is not a counter array"

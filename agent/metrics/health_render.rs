@@ -5,13 +5,13 @@
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
 use std::sync::atomic::Ordering;
 
 use super::otlp::ExportCounters;
+use super::render::{family, Labels};
 use crate::health::xids::GpuLabels;
 use crate::health::HealthSnapshot;
 
@@ -51,7 +51,7 @@ impl ExportCounts {
     }
 }
 
-fn gpu_labels(gpu: &GpuLabels) -> Vec<(&'static str, &str)> {
+fn gpu_labels(gpu: &GpuLabels) -> Labels<'_> {
     vec![
         ("gpu_uuid", gpu.uuid.as_str()),
         ("pci_bus_id", gpu.pci_bus_id.as_str()),
@@ -59,48 +59,27 @@ fn gpu_labels(gpu: &GpuLabels) -> Vec<(&'static str, &str)> {
     ]
 }
 
-/// The family's name as the encoder wants it: counters without `_total`, which it adds back.
-fn descriptor_name(name: &str, metric_type: MetricType) -> &str {
-    match metric_type {
-        MetricType::Counter => name.strip_suffix("_total").unwrap_or(name),
-        _ => name,
-    }
-}
-
+/// Counter families are written by the pipeline's encoder (`_total` handling, label-less
+/// families).
 fn counters<'a>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, &'a str)>, u64)>,
+    samples: impl IntoIterator<Item = (Labels<'a>, u64)>,
 ) -> std::fmt::Result {
-    let mut family = encoder.encode_descriptor(
-        descriptor_name(name, MetricType::Counter),
-        help,
-        None,
-        MetricType::Counter,
-    )?;
-    for (labels, value) in samples {
-        if labels.is_empty() {
-            // A family without labels has one sample, written `name value`.
-            return ConstCounter::new(value).encode(family);
-        }
-        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
+    family(encoder, name, help, MetricType::Counter, samples)
 }
 
-fn gauges<'a, N>(
+/// A gauge family with floating-point values (the pipeline's families are integers).
+fn float_gauges<'a>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    samples: impl IntoIterator<Item = (Vec<(&'static str, &'a str)>, N)>,
-) -> std::fmt::Result
-where
-    ConstGauge<N>: EncodeMetric,
-{
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    samples: impl IntoIterator<Item = (Labels<'a>, f64)>,
+) -> std::fmt::Result {
+    let mut gauge = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, value) in samples {
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+        ConstGauge::new(value).encode(gauge.encode_family(&labels)?)?;
     }
     Ok(())
 }
@@ -123,7 +102,7 @@ impl Collector for HealthCollector {
             "XIDs the driver reported, by GPU, code, catalog name and severity.",
             xids,
         )?;
-        gauges(
+        float_gauges(
             &mut encoder,
             HEALTH_FAMILIES[1],
             "When each GPU's latest XID was reported (Unix seconds).",
@@ -133,15 +112,16 @@ impl Collector for HealthCollector {
                 .iter()
                 .map(|(gpu, last)| (gpu_labels(gpu), last.unix_seconds)),
         )?;
-        gauges(
+        family(
             &mut encoder,
             HEALTH_FAMILIES[2],
             "The code of each GPU's latest XID.",
+            MetricType::Gauge,
             health
                 .xids
                 .last
                 .iter()
-                .map(|(gpu, last)| (gpu_labels(gpu), i64::from(last.code))),
+                .map(|(gpu, last)| (gpu_labels(gpu), u64::from(last.code))),
         )?;
         counters(
             &mut encoder,

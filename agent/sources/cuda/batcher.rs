@@ -44,15 +44,8 @@ impl CudaBatcher {
         row: &CudaRow<'_>,
         incident_id: Option<&str>,
     ) -> Option<EventBatch> {
-        if self.oldest.is_none() {
-            self.oldest = Some(Instant::now());
-        }
         self.builder.append_linked(row, incident_id);
-        if self.builder.len() >= self.max_events || self.builder.estimated_bytes() >= self.max_bytes
-        {
-            return self.flush();
-        }
-        None
+        self.appended()
     }
 
     /// Adds a call the flight recorder kept, written because `incident_id` started.
@@ -61,10 +54,17 @@ impl CudaBatcher {
         row: &CudaRow<'_>,
         incident_id: &str,
     ) -> Option<EventBatch> {
+        self.builder.append_flight_recorded(row, incident_id);
+        self.appended()
+    }
+
+    /// After a row was appended: starts the timeout at the first row, and hands the batch on
+    /// when a size bound is reached.
+    #[inline]
+    fn appended(&mut self) -> Option<EventBatch> {
         if self.oldest.is_none() {
             self.oldest = Some(Instant::now());
         }
-        self.builder.append_flight_recorded(row, incident_id);
         if self.builder.len() >= self.max_events || self.builder.estimated_bytes() >= self.max_bytes
         {
             return self.flush();
