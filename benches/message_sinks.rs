@@ -54,6 +54,7 @@ fn batches(events: usize) -> Vec<EventBatch> {
                     grid: [1024, 1, 1],
                     block: [256, 1, 1],
                     shared_mem_bytes: 0,
+                    registers_only: false,
                 }),
                 ..cuda_row()
             });

@@ -56,6 +56,7 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
                         grid: [120, 2, 1],
                         block: [256, 1, 1],
                         shared_mem_bytes: 1024,
+                        registers_only: false,
                     }),
                     workload: None,
                 });

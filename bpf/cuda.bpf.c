@@ -32,6 +32,9 @@ const volatile bool filter_by_tgid = false;
 const volatile __u64 wakeup_threshold_bytes = 4 * 1024 * 1024;
 /* A call of a `stats` function at least this long (ns) is also sent as a row; 0: none is. */
 const volatile __u64 slow_call_ns = 0;
+/* Whether the flight recorder keeps a launch's stack-passed arguments (block z, shared memory,
+ * stream); reading them costs each recorded launch a user-memory read (docs/performance.md). */
+const volatile bool recorder_launch_details = false;
 
 /* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
 struct cuda_event cuda_event_layout = {};
@@ -60,6 +63,11 @@ struct call_key {
 struct call_entry {
 	struct cuda_event event;
 	__u64 out_ptr; /* user address of the device pointer an allocation writes, or 0 */
+	/* A `stats` call's arguments left in user memory until it is known to need them: the
+	 * stack pointer at entry (cuLaunchKernel) or the CUlaunchConfig (cuLaunchKernelEx). */
+	__u64 deferred_args;
+	__u32 deferred_launch; /* GPUSHIP_LAUNCH_* still to decode from deferred_args, or 0 */
+	__u32 _pad;
 };
 
 /*
@@ -84,6 +92,11 @@ const volatile __u32 call_slot_mask = CALL_SLOTS - 1;
 
 struct call_slot {
 	__u64 owner;
+	/* The name of thread comm_tid, read in stats generation comm_generation: `stats` calls
+	 * take it from here, so a thread's name is read once per interval, not once per call. */
+	__u32 comm_tid;
+	__u32 comm_generation;
+	char comm[GPUSHIP_COMM_LEN];
 	struct call_entry entry;
 };
 
@@ -141,6 +154,8 @@ static __always_inline bool is_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
+static __always_inline void complete_deferred(struct call_entry *entry);
+
 #include "cuda_stats_mode.h"
 
 /* The first six integer arguments. Read with constant offsets: the verifier rejects a ctx
@@ -171,25 +186,30 @@ static __always_inline __u32 cookie_field(__u64 cookie, __u32 shift)
 	return (cookie >> shift) & GPUSHIP_COOKIE_NONE;
 }
 
-/* cuLaunchKernel: gx..by are arguments 2..6; bz, sharedMemBytes and hStream are on the stack. */
-static __always_inline void decode_launch_kernel(struct pt_regs *ctx, struct cuda_event *ev)
+/* cuLaunchKernel: gx..by are arguments 2..6, in registers. */
+static __always_inline void decode_launch_registers(struct pt_regs *ctx, struct cuda_event *ev)
 {
-	__u64 stack_args[3] = {};
-
 	ev->grid[0] = (__u32)PT_REGS_PARM2(ctx);
 	ev->grid[1] = (__u32)PT_REGS_PARM3(ctx);
 	ev->grid[2] = (__u32)PT_REGS_PARM4(ctx);
 	ev->block[0] = (__u32)PT_REGS_PARM5(ctx);
 	ev->block[1] = (__u32)PT_REGS_PARM6(ctx);
-#if defined(__TARGET_ARCH_x86)
-	/* At the first instruction [sp] is the return address; the 7th argument is at sp + 8. */
-	if (bpf_probe_read_user(stack_args, sizeof(stack_args), (void *)(PT_REGS_SP(ctx) + 8)) < 0)
+	ev->valid |= GPUSHIP_ARG_GRID;
+}
+
+/* cuLaunchKernel's bz, sharedMemBytes and hStream, the 7th to 9th arguments, on the stack at
+ * `args` (the stack pointer at entry + 8: at the first instruction [sp] is the return
+ * address). The caller's argument area is still there when the call returns. */
+static __always_inline void decode_launch_stack(__u64 args, struct cuda_event *ev)
+{
+	__u64 stack_args[3];
+
+	if (bpf_probe_read_user(stack_args, sizeof(stack_args), (void *)args) < 0)
 		return;
 	ev->block[2] = (__u32)stack_args[0];
 	ev->shared_mem_bytes = (__u32)stack_args[1];
 	ev->stream = stack_args[2];
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
-#endif
 }
 
 /* The leading fields of CUlaunchConfig, the first argument of cuLaunchKernelEx. */
@@ -201,11 +221,11 @@ struct launch_config_head {
 	__u64 stream;
 };
 
-static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct cuda_event *ev)
+static __always_inline void decode_launch_config(__u64 config_ptr, struct cuda_event *ev)
 {
 	struct launch_config_head config;
 
-	if (bpf_probe_read_user(&config, sizeof(config), (void *)PT_REGS_PARM1(ctx)) < 0)
+	if (bpf_probe_read_user(&config, sizeof(config), (void *)config_ptr) < 0)
 		return;
 	ev->grid[0] = config.grid[0];
 	ev->grid[1] = config.grid[1];
@@ -216,6 +236,23 @@ static __always_inline void decode_launch_kernel_ex(struct pt_regs *ctx, struct 
 	ev->shared_mem_bytes = config.shared_mem_bytes;
 	ev->stream = config.stream;
 	ev->valid |= GPUSHIP_ARG_LAUNCH | GPUSHIP_ARG_STREAM;
+}
+
+/* Decodes the launch arguments fill_entry() left in user memory; on the calling thread, at
+ * entry or at return. */
+static __always_inline void complete_deferred(struct call_entry *entry)
+{
+	struct cuda_event *ev = &entry->event;
+
+	switch (entry->deferred_launch) {
+	case GPUSHIP_LAUNCH_KERNEL:
+		decode_launch_stack(entry->deferred_args, ev);
+		break;
+	case GPUSHIP_LAUNCH_KERNEL_EX:
+		decode_launch_config(entry->deferred_args, ev);
+		break;
+	}
+	entry->deferred_launch = 0;
 }
 
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.
@@ -239,9 +276,15 @@ static __always_inline int submit_at_entry(const struct cuda_event *event)
 	return 0;
 }
 
-/* Fills `entry` (zeroed first) with the call's identity, decoded arguments and start time. */
+/*
+ * Fills `entry` (zeroed first) with the call's identity, decoded arguments and start time. A
+ * `stats` call (`lean`) takes only what is in registers: most of its calls become no row, so
+ * what needs a user-memory read (stack-passed launch arguments, a CUlaunchConfig) waits in
+ * `entry` for complete_deferred(), which only calls that become rows (or flight-recorder
+ * slots, with recorder_launch_details) pay for; its thread name comes from name_thread().
+ */
 static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *entry, __u64 pid_tgid,
-				       __u64 cookie)
+				       __u64 cookie, bool lean)
 {
 	struct cuda_event *ev = &entry->event;
 	struct call_args args;
@@ -274,15 +317,42 @@ static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *e
 	}
 	switch (cookie_field(cookie, GPUSHIP_COOKIE_LAUNCH_SHIFT)) {
 	case GPUSHIP_LAUNCH_KERNEL:
-		decode_launch_kernel(ctx, ev);
+		decode_launch_registers(ctx, ev);
+#if defined(__TARGET_ARCH_x86)
+		entry->deferred_args = PT_REGS_SP(ctx) + 8;
+		entry->deferred_launch = GPUSHIP_LAUNCH_KERNEL;
+#endif
 		break;
 	case GPUSHIP_LAUNCH_KERNEL_EX:
-		decode_launch_kernel_ex(ctx, ev);
+		entry->deferred_args = PT_REGS_PARM1(ctx);
+		entry->deferred_launch = GPUSHIP_LAUNCH_KERNEL_EX;
 		break;
 	}
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	if (!lean) {
+		complete_deferred(entry);
+		bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	}
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
+}
+
+/* A `stats` call's thread name: from the thread's slot, read again when another thread had
+ * the slot or a new statistics interval began (a thread that renames itself shows its new
+ * name from the next interval on); read directly on the hash-table path. */
+static __always_inline void name_thread(struct call_slot *slot, struct call_entry *entry, __u32 tid)
+{
+	__u32 generation = stats_generation;
+
+	if (!slot) {
+		bpf_get_current_comm(entry->event.comm, sizeof(entry->event.comm));
+		return;
+	}
+	if (slot->comm_tid != tid || slot->comm_generation != generation) {
+		bpf_get_current_comm(slot->comm, sizeof(slot->comm));
+		slot->comm_tid = tid;
+		slot->comm_generation = generation;
+	}
+	__builtin_memcpy(entry->event.comm, slot->comm, sizeof(slot->comm));
 }
 
 /*
@@ -300,17 +370,20 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct call_entry local, *entry;
 	struct call_slot *slot = NULL;
 	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
+	bool stats = (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1;
 
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	if (!entry_only)
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
-	fill_entry(ctx, entry, pid_tgid, cookie);
-	if (entry_only && (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
+	fill_entry(ctx, entry, pid_tgid, cookie, stats);
+	if (stats)
+		name_thread(slot, entry, (__u32)pid_tgid);
+	if (entry_only && stats) {
 		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
 		entry->event.result = GPUSHIP_RESULT_NOT_CAPTURED;
-		record_call(&entry->event);
+		record_call(entry);
 		return 0;
 	}
 	if (entry_only)
@@ -359,10 +432,12 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		if ((__u32)ret == 0 && (slow_call_ns == 0 || entry->event.duration_ns < slow_call_ns)) {
 			/* No row: the flight recorder keeps it. */
 			entry->event.result = 0;
-			record_call(&entry->event);
+			record_call(entry);
 			release(slot, &key);
 			return 0;
 		}
+		/* A row after all: decode what entry left for later. */
+		complete_deferred(entry);
 	}
 	/* An allocation's pointer exists only once it succeeded. Read before the reservation, so
 	 * that the ring record is busy only for the copy. */

@@ -179,6 +179,10 @@ mod defaults {
             .map(String::from)
             .to_vec()
     }
+    /// The stats-mode functions probed without their return: launches (docs/performance.md).
+    pub fn stats_entry_only() -> Vec<String> {
+        vec!["cuLaunchKernel*".to_string()]
+    }
     pub fn cuda_stats_interval_secs() -> u64 {
         10
     }

@@ -131,6 +131,15 @@ pub struct CudaSourceConfig {
     /// record every call of the traced processes.
     #[serde(default = "defaults::stats_functions")]
     pub stats: Vec<String>,
+    /// Functions (names or globs) of `stats` that are probed at entry only while in `stats`
+    /// mode: no return probe, so no duration and no CUresult (they are counted in `cuda_stats`
+    /// with result NOT_CAPTURED; a failed launch is not seen, the next synchronisation reports
+    /// a sticky error). The default, launches, is the measured decision of docs/performance.md:
+    /// on the H100 the return probe costs a launch about 0.3 µs, which puts a 24,000
+    /// launches/s training loop above 2% slowdown. Ignored with the rest of `stats` by `gpuship
+    /// run --pid` and `gpuship run -- COMMAND`. `[]` keeps launches' returns.
+    #[serde(default = "defaults::stats_entry_only")]
+    pub stats_entry_only: Vec<String>,
     /// Length of a statistics interval, in seconds: one `cuda_stats` row per (process,
     /// function, result) that made calls in it.
     #[serde(default = "defaults::cuda_stats_interval_secs")]
@@ -156,6 +165,14 @@ pub struct CudaSourceConfig {
     /// slots hold).
     #[serde(default = "defaults::flight_recorder_secs")]
     pub flight_recorder_secs: u64,
+    /// Whether the flight recorder keeps a launch's stack-passed arguments (cuLaunchKernel's
+    /// block z, shared memory and stream; cuLaunchKernelEx's whole CUlaunchConfig). Off by
+    /// default: reading them is a user-memory read per recorded launch, about 160 ns on the
+    /// benchmark VM, which alone is more than the rest of a `stats` call costs; recorded
+    /// launches then have grid x/y/z and block x/y only (cuLaunchKernelEx: none). Rows of
+    /// failed and slow calls always have them.
+    #[serde(default)]
+    pub flight_recorder_launch_details: bool,
     /// How often the CUDA ring is drained when no wakeup comes, in milliseconds.
     #[serde(default = "defaults::drain_interval_ms")]
     pub drain_interval_ms: u64,

@@ -168,14 +168,16 @@ fn stats_mode_keys_are_checked() {
         ),
         (10, 10_000_000, 8_192)
     );
+    assert_eq!(config.sources.cuda.stats_entry_only, ["cuLaunchKernel*"]);
     let err = parse(
-        "[sources.cuda]\nstats = [\"cu[Launch\"]\nstats_interval_secs = 0\nslow_call_ns = 86400000000001\nstats_max_entries = 0\nentry_only = [\"[\"]\n",
+        "[sources.cuda]\nstats = [\"cu[Launch\"]\nstats_interval_secs = 0\nslow_call_ns = 86400000000001\nstats_max_entries = 0\nentry_only = [\"[\"]\nstats_entry_only = [\"cu]\\u001b[\"]\n",
     )
     .unwrap_err()
     .to_string();
     for needle in [
         "sources.cuda.stats: bad glob \"cu[Launch\"",
         "sources.cuda.entry_only: bad glob \"[\"",
+        "sources.cuda.stats_entry_only: bad glob",
         "sources.cuda.stats_interval_secs: 0 is outside 1..=3600",
         "sources.cuda.slow_call_ns: 86400000000001 is outside 0..=86400000000000",
         "sources.cuda.stats_max_entries: 0 is outside 1..=1048576",
@@ -227,6 +229,9 @@ fn flight_recorder_slots_are_off_or_a_power_of_two_and_its_window_is_bounded() {
     let config = parse("").unwrap();
     assert_eq!(config.sources.cuda.flight_recorder_slots_per_cpu, 4096);
     assert_eq!(config.sources.cuda.flight_recorder_secs, 10);
+    assert!(!config.sources.cuda.flight_recorder_launch_details);
+    let detailed = parse("[sources.cuda]\nflight_recorder_launch_details = true\n").unwrap();
+    assert!(detailed.sources.cuda.flight_recorder_launch_details);
     let off = parse("[sources.cuda]\nflight_recorder_slots_per_cpu = 0\n").unwrap();
     assert_eq!(off.sources.cuda.flight_recorder_slots_per_cpu, 0);
     for (text, expected) in [

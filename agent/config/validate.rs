@@ -314,6 +314,7 @@ impl Config {
             ("functions", &cuda.functions),
             ("exclude_functions", &cuda.exclude_functions),
             ("entry_only", &cuda.entry_only),
+            ("stats_entry_only", &cuda.stats_entry_only),
             ("stats", &cuda.stats),
         ];
         for (key, patterns) in lists {

@@ -242,8 +242,11 @@ proptest! {
         prop_assert_eq!(row.bytes, valid(gpuship_arg_valid::GPUSHIP_ARG_BYTES).then_some(event.bytes));
         prop_assert_eq!(row.device_ptr, valid(gpuship_arg_valid::GPUSHIP_ARG_DEVICE_PTR).then_some(event.device_ptr));
         prop_assert_eq!(row.stream, valid(gpuship_arg_valid::GPUSHIP_ARG_STREAM).then_some(event.stream));
-        let launch = LaunchDims { grid: event.grid, block: event.block, shared_mem_bytes: event.shared_mem_bytes };
-        prop_assert_eq!(row.launch, valid(gpuship_arg_valid::GPUSHIP_ARG_LAUNCH).then_some(launch));
+        // Every launch field with LAUNCH; the register ones with GRID alone (block z and the
+        // shared memory are then nulls in the batch).
+        let full = valid(gpuship_arg_valid::GPUSHIP_ARG_LAUNCH);
+        let launch = LaunchDims { grid: event.grid, block: event.block, shared_mem_bytes: event.shared_mem_bytes, registers_only: !full };
+        prop_assert_eq!(row.launch, (full || valid(gpuship_arg_valid::GPUSHIP_ARG_GRID)).then_some(launch));
     }
 
     #[test]

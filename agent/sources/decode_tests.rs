@@ -111,11 +111,33 @@ fn launch_dims_are_decoded_when_flagged() {
         Some(LaunchDims {
             grid: [120, 2, 1],
             block: [256, 1, 1],
-            shared_mem_bytes: 1024
+            shared_mem_bytes: 1024,
+            registers_only: false,
         })
     );
     assert_eq!(row.stream, Some(0x5000));
     assert_eq!(row.bytes, None);
+}
+
+#[test]
+fn register_only_launches_have_grid_and_block_xy() {
+    let mut event = alloc_event();
+    event.function_id = 1;
+    event.valid = gpuship_arg_valid::GPUSHIP_ARG_GRID.0;
+    event.grid = [120, 2, 1];
+    event.block = [256, 4, 0];
+    let decoder = decoder();
+    let row = decoder.cuda_row(&event, "x").unwrap();
+    assert_eq!(
+        row.launch,
+        Some(LaunchDims {
+            grid: [120, 2, 1],
+            block: [256, 4, 0],
+            shared_mem_bytes: 0,
+            registers_only: true,
+        })
+    );
+    assert_eq!(row.stream, None);
 }
 
 #[test]

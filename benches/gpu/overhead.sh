@@ -13,7 +13,9 @@
 # (default /tmp/gpuship-overhead).
 #
 # SECTIONS=loop runs only the launch loop. LOOP=mlp runs the MLP training loop instead of the
-# tiny-kernel one (LAUNCHES is then the number of steps). MODES="untraced entry" picks modes. WORKLOAD_CPUS / AGENT_CPUS (taskset lists) pin the
+# tiny-kernel one (LAUNCHES is then the number of steps). MODES="untraced entry" picks modes
+# (default: the agent's defaults, launches in stats mode since issue 19; rows: every launch a
+# row; entry: launches entry-only). WORKLOAD_CPUS / AGENT_CPUS (taskset lists) pin the
 # loop and the agent to separate CPUs.
 set -uo pipefail
 LAUNCHES=${1:-200000}
@@ -70,6 +72,7 @@ for lib in fake real; do
 	path=$LIBCUDA; [ $lib = fake ] && path=$FIXTURES/libcuda.so.1
 	config "$OUT/$lib-default.toml" "$path" ''
 	config "$OUT/$lib-entry.toml" "$path" 'entry_only = ["cuLaunchKernel*"]'
+	config "$OUT/$lib-rows.toml" "$path" 'stats = []'
 	config "$OUT/$lib-nolaunch.toml" "$path" "$EXCLUDE"
 	# No probes at all; the kernel log keeps one source running (an agent needs one).
 	config "$OUT/$lib-idle.toml" "$path" 'enabled = false'

@@ -3,7 +3,8 @@
 # what gpuship adds: the latency of N timed cuLaunchKernel calls of the stand-in libcuda
 # (`cuda_workload latency N`) untraced, with kernel trace events (tracefs `p:`/`r:` uprobe
 # events, enabled in a private trace instance whose buffer is off, so each hit is the trap and
-# an early return), and under gpuship (default probes, and launches entry-only; blackhole sink).
+# an early return), and under gpuship (the defaults: launches in stats mode, entry-only; the same
+# with their return probe; every launch a row; blackhole sink).
 # Needs no bpftrace, so it runs on the GPU machine. Every mode once per round, rotated; medians.
 #
 #   FIXTURES=target/gpu/fixtures GPUSHIP=target/gpu/gpuship bash benches/gpu/uprobe_floor.sh [N] [ROUNDS]
@@ -72,9 +73,10 @@ floor_off() {
     for e in entry ret; do echo "-:gpuship_floor/$e" >> "$TRACEFS/uprobe_events" 2>/dev/null || true; done
 }
 
-gpuship_on() { # default | entry_only
-    local entry_only='[]'
-    [ "$1" = entry_only ] && entry_only='["cuLaunchKernel*"]'
+gpuship_on() { # default (launches in stats mode, entry-only) | stats_return (with their return) | rows
+    local stats_entry_only='["cuLaunchKernel*"]' stats='["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]'
+    [ "$1" = stats_return ] && stats_entry_only='[]'
+    [ "$1" = rows ] && stats='[]'
     cat > "$WORK/floor.toml" <<TOML
 [agent]
 stats_interval_secs = 0
@@ -89,7 +91,8 @@ ioctl = false
 [sources.cuda]
 libraries = ["$LIB"]
 functions = ["default"]
-entry_only = $entry_only
+stats = $stats
+stats_entry_only = $stats_entry_only
 [[sinks]]
 type = "blackhole"
 TOML
@@ -101,7 +104,7 @@ TOML
 
 gpuship_off() { kill -INT "$AGENT"; wait "$AGENT" || true; AGENT=; }
 
-MODES=(untraced floor_entry floor_entry_return gpuship_entry_only gpuship_default)
+MODES=(untraced floor_entry floor_entry_return gpuship_default gpuship_stats_return gpuship_rows)
 declare -A P50 P99
 for ((round = 0; round < ROUNDS; round++)); do
     for ((i = 0; i < ${#MODES[@]}; i++)); do
@@ -110,8 +113,9 @@ for ((round = 0; round < ROUNDS; round++)); do
             untraced) result=$(latency) ;;
             floor_entry) floor_on entry; result=$(latency); floor_off ;;
             floor_entry_return) floor_on entry_return; result=$(latency); floor_off ;;
-            gpuship_entry_only) gpuship_on entry_only; result=$(latency); gpuship_off ;;
+            gpuship_stats_return) gpuship_on stats_return; result=$(latency); gpuship_off ;;
             gpuship_default) gpuship_on default; result=$(latency); gpuship_off ;;
+            gpuship_rows) gpuship_on rows; result=$(latency); gpuship_off ;;
         esac
         P50[$mode]+="${result% *} "
         P99[$mode]+="${result#* } "

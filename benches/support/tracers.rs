@@ -42,7 +42,8 @@ pub fn start_gpuship_with(
         "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
-         stats = {}\nstats_interval_secs = 1\n{extra}\n[[sinks]]\ntype = \"blackhole\"\n",
+         stats = {}\nstats_entry_only = []\nstats_interval_secs = 1\n{extra}\n[[sinks]]\n\
+         type = \"blackhole\"\n",
         dir.join("state").display(),
         fixtures.join("libcuda.so.1").display(),
         launches(entry_only),

@@ -140,19 +140,24 @@ static __always_inline void add_to_stats(const struct cuda_event *ev, __u32 resu
 }
 
 /*
- * Keeps a completed call of a `stats` function in this CPU's ring of the flight recorder. The
+ * Keeps a completed call of a `stats` function in this CPU's ring of the flight recorder, with
+ * its register arguments (and its stack-passed launch arguments with recorder_launch_details).
+ * The
  * slot is claimed with an atomic add, so a program that preempted another on this CPU writes a
  * different slot; the sequence numbers around the event let the reader skip a slot caught
  * mid-write (gpuship_events.h).
  */
-static __always_inline void record_call(const struct cuda_event *event)
+static __always_inline void record_call(struct call_entry *entry)
 {
+	const struct cuda_event *event = &entry->event;
 	__u32 zero = 0, index;
 	__u64 *head, seq;
 	struct cuda_recorder_slot *slot;
 
 	if (!recorder_enabled)
 		return;
+	if (recorder_launch_details && entry->deferred_launch)
+		complete_deferred(entry);
 	head = bpf_map_lookup_elem(&recorder_head, &zero);
 	if (!head)
 		return;

@@ -84,6 +84,7 @@ enum gpuship_arg_valid {
 	GPUSHIP_ARG_DEVICE_PTR = 1 << 1,
 	GPUSHIP_ARG_STREAM = 1 << 2,
 	GPUSHIP_ARG_LAUNCH = 1 << 3, /* grid, block and shared_mem_bytes */
+	GPUSHIP_ARG_GRID = 1 << 4,   /* grid and block[0..2] only (the register arguments) */
 };
 
 /* One NVIDIA kernel-driver operation: an ioctl on an NVIDIA device file (syscall tracepoints),

@@ -126,7 +126,19 @@ pub fn assert_durations_consistent(row: &StatsRow) {
     assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].0), "{row:?}");
 }
 
+/// The stand-in library with launches, allocations and context syncs in `stats` mode, every
+/// one with its return probe (`stats_entry_only = []`: durations and CUresults of launches
+/// too), plus `extra` lines in `[sources.cuda]`.
 pub fn stats_config(fixtures: &Fixtures, data: &std::path::Path, extra: &str) -> String {
+    stats_config_fleet_default(fixtures, data, &format!("stats_entry_only = []\n{extra}"))
+}
+
+/// [`stats_config`] with `stats_entry_only` left at its default (launches entry-only).
+pub fn stats_config_fleet_default(
+    fixtures: &Fixtures,
+    data: &std::path::Path,
+    extra: &str,
+) -> String {
     fixtures.cuda_config(data, r#"["default"]"#).replace(
         "stats = []\n",
         &format!("stats = [\"cuLaunchKernel*\", \"cuMemAlloc_v2\", \"cuCtxSynchronize\"]\n{extra}"),

@@ -74,12 +74,25 @@ impl Decoder {
             device_ptr: valid(gpuship_arg_valid::GPUSHIP_ARG_DEVICE_PTR)
                 .then_some(event.device_ptr),
             stream: valid(gpuship_arg_valid::GPUSHIP_ARG_STREAM).then_some(event.stream),
-            launch: valid(gpuship_arg_valid::GPUSHIP_ARG_LAUNCH).then_some(LaunchDims {
-                grid: event.grid,
-                block: event.block,
-                shared_mem_bytes: event.shared_mem_bytes,
-            }),
+            launch: launch_dims(event),
             workload: None,
         })
     }
+}
+
+/// A launch's dimensions: all of them when the stack-passed arguments were read
+/// (`GPUSHIP_ARG_LAUNCH`), grid and block x/y when only the registers were
+/// (`GPUSHIP_ARG_GRID`: a flight-recorder launch), none for other functions.
+fn launch_dims(event: &cuda_event) -> Option<LaunchDims> {
+    let valid = |flag: gpuship_arg_valid| event.valid & flag.0 != 0;
+    let full = valid(gpuship_arg_valid::GPUSHIP_ARG_LAUNCH);
+    if !full && !valid(gpuship_arg_valid::GPUSHIP_ARG_GRID) {
+        return None;
+    }
+    Some(LaunchDims {
+        grid: event.grid,
+        block: event.block,
+        shared_mem_bytes: event.shared_mem_bytes,
+        registers_only: !full,
+    })
 }

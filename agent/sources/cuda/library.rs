@@ -108,12 +108,18 @@ pub struct ExportedFunction {
 }
 
 /// Every defined, exported function of the shared object at `path`, sorted by name.
+///
+/// The file is read in the ranges the parser asks for (headers, segments, the dynamic symbol
+/// and string tables), not whole: libcuda of driver 580 is about 100 MB, and reading it into
+/// memory made that the agent's peak RSS. Not mapped either: a file truncated while mapped
+/// would kill the agent with SIGBUS; a read of a truncated file is an error.
 pub fn exported_functions(path: &Path) -> Result<Vec<ExportedFunction>, LibraryError> {
-    let data = std::fs::read(path).map_err(|source| LibraryError::Read {
+    let opened = std::fs::File::open(path).map_err(|source| LibraryError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let file = object::File::parse(&*data).map_err(|source| LibraryError::Elf {
+    let data = object::ReadCache::new(opened);
+    let file = object::File::parse(&data).map_err(|source| LibraryError::Elf {
         path: path.to_path_buf(),
         source,
     })?;

@@ -43,15 +43,17 @@ pub struct ProbePlan {
 /// Plans probes for `libraries` (each with its exported functions) given the configured
 /// `functions` (names, globs, `"default"`) and `exclude` globs (applied to what `"default"` and
 /// globs select; a function named exactly is always probed); `entry_only` and `stats` globs
-/// set those modes on what is probed.
+/// set those modes on what is probed, and `stats_entry_only` makes functions entry-only when
+/// they are in `stats` mode.
 pub fn plan_probes(
     libraries: &[(PathBuf, Vec<ExportedFunction>)],
     functions: &[String],
     exclude: &[String],
     entry_only: &[String],
     stats: &[String],
+    stats_entry_only: &[String],
 ) -> ProbePlan {
-    let selection = Selection::new(functions, exclude, entry_only, stats);
+    let selection = Selection::new(functions, exclude, entry_only, stats, stats_entry_only);
     let mut found = Found::new(&selection);
     let mut plan = ProbePlan::default();
     let mut ids = HashMap::new();
@@ -76,10 +78,10 @@ pub fn plan_probes(
             }
             let spec = entry.map_or(ArgSpec::GENERIC, |(_, spec)| spec);
             let id = plan.functions.intern(&mut ids, name);
-            let at_entry = selection.at_entry_only(name);
+            let in_stats = selection.in_stats(name);
+            let at_entry = selection.at_entry_only(name, in_stats);
             let entry_only_bit =
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
-            let in_stats = selection.in_stats(name);
             let stats_bit =
                 u64::from(in_stats) << gpuship_cookie_layout::GPUSHIP_COOKIE_STATS_SHIFT.0;
             plan.probes.push(PlannedProbe {
@@ -105,6 +107,7 @@ struct Selection<'a> {
     excluded: Vec<glob::Pattern>,
     entry_only: Vec<glob::Pattern>,
     stats: Vec<glob::Pattern>,
+    stats_entry_only: Vec<glob::Pattern>,
 }
 
 fn compile<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Vec<glob::Pattern> {
@@ -120,6 +123,7 @@ impl<'a> Selection<'a> {
         exclude: &[String],
         entry_only: &[String],
         stats: &[String],
+        stats_entry_only: &[String],
     ) -> Self {
         let named = || functions.iter().filter(|f| *f != "default");
         Self {
@@ -129,6 +133,7 @@ impl<'a> Selection<'a> {
             excluded: compile(exclude),
             entry_only: compile(entry_only),
             stats: compile(stats),
+            stats_entry_only: compile(stats_entry_only),
         }
     }
 
@@ -144,8 +149,10 @@ impl<'a> Selection<'a> {
         self.exact.iter().position(|e| *e == name)
     }
 
-    fn at_entry_only(&self, name: &str) -> bool {
+    /// Entry-only: in `entry_only`, or in `stats_entry_only` while in `stats` mode.
+    fn at_entry_only(&self, name: &str, in_stats: bool) -> bool {
         self.entry_only.iter().any(|p| p.matches(name))
+            || in_stats && self.stats_entry_only.iter().any(|p| p.matches(name))
     }
 
     fn in_stats(&self, name: &str) -> bool {
@@ -236,7 +243,7 @@ mod tests {
             "cuMemAlloc_v2",
             "helper",
         ]);
-        let plan = plan_probes(&lib, &["default".into()], &[], &[], &[]);
+        let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
         assert_eq!(
             symbols(&plan),
             vec![
@@ -267,6 +274,7 @@ mod tests {
             &["cuGetProcAddress*".into()],
             &[],
             &[],
+            &[],
         );
         assert_eq!(symbols(&plan), vec!["cuDeviceGetCount", "cuMemAlloc_v2"]);
         assert_eq!(plan.probes[0].cookie, ArgSpec::GENERIC.cookie(0));
@@ -289,6 +297,7 @@ mod tests {
             &["cuLaunchKernel*".into()],
             &[],
             &[],
+            &[],
         );
         assert_eq!(symbols(&plan), vec!["cuMemAlloc_v2"]);
         assert!(!plan.missing.iter().any(|m| m.starts_with("cuLaunch")));
@@ -296,6 +305,7 @@ mod tests {
             &lib,
             &["default".into(), "cuLaunchKernel".into()],
             &["cuLaunchKernel*".into()],
+            &[],
             &[],
             &[],
         );
@@ -311,6 +321,7 @@ mod tests {
             &[],
             &["cuLaunchKernel*".into()],
             &[],
+            &[],
         );
         let bit = 1u64 << 52;
         let flags: Vec<(bool, bool)> = plan
@@ -319,6 +330,37 @@ mod tests {
             .map(|p| (p.entry_only, p.cookie & bit != 0))
             .collect();
         assert_eq!(flags, [(true, true), (true, true), (false, false)]);
+    }
+
+    /// `stats_entry_only` drops the return probe of the functions it names only while they are
+    /// in `stats` mode: with `stats` empty (gpuship run -- COMMAND) launches keep their return.
+    #[test]
+    fn stats_entry_only_applies_to_stats_functions_only() {
+        let lib = library(&["cuLaunchKernel", "cuMemAlloc_v2", "cuMemcpyAsync"]);
+        let entry_only = |stats: &[String]| -> Vec<(String, bool)> {
+            plan_probes(
+                &lib,
+                &["default".into()],
+                &[],
+                &[],
+                stats,
+                &["cuLaunchKernel*".into(), "cuMemAlloc_v2".into()],
+            )
+            .probes
+            .into_iter()
+            .map(|p| (p.symbol, p.entry_only))
+            .collect()
+        };
+        let stats = ["cuLaunchKernel*".to_string(), "cuMemcpyAsync".to_string()];
+        assert_eq!(
+            entry_only(&stats),
+            [
+                ("cuLaunchKernel".to_string(), true),
+                ("cuMemAlloc_v2".to_string(), false),
+                ("cuMemcpyAsync".to_string(), false)
+            ]
+        );
+        assert!(entry_only(&[]).iter().all(|(_, at_entry)| !at_entry));
     }
 
     #[test]
@@ -330,6 +372,7 @@ mod tests {
             &[],
             &["cuLaunchKernelEx".into()],
             &["cuLaunchKernel*".into()],
+            &[],
         );
         let stats_bit = 1u64 << 53;
         let entry_bit = 1u64 << 52;
@@ -354,7 +397,7 @@ mod tests {
             "cuLaunchKernelEx is aggregated at entry (no duration, no result)"
         );
         // The function id and the argument layout are unchanged by the mode.
-        let rows = plan_probes(&lib, &["default".into()], &[], &[], &[]);
+        let rows = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
         for (aggregated, row) in plan.probes.iter().zip(&rows.probes) {
             assert_eq!(
                 aggregated.cookie & !(stats_bit | entry_bit),
@@ -369,7 +412,7 @@ mod tests {
     fn same_symbol_in_two_libraries_shares_an_id() {
         let mut libs = library(&["cuInit"]);
         libs.push((PathBuf::from("/other/libcuda.so.1"), libs[0].1.clone()));
-        let plan = plan_probes(&libs, &["default".into()], &[], &[], &[]);
+        let plan = plan_probes(&libs, &["default".into()], &[], &[], &[], &[]);
         assert_eq!(plan.probes.len(), 2);
         assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
         assert_eq!(plan.functions.len(), 1);

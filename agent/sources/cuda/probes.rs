@@ -104,6 +104,7 @@ pub fn load<'obj>(
     rodata.slow_call_ns = config.slow_call_ns;
     rodata.recorder_enabled = recorder.enabled();
     rodata.recorder_shift = recorder.shift;
+    rodata.recorder_launch_details = config.flight_recorder_launch_details;
     let multi = config.uprobe_multi && uprobe_multi_supported();
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
@@ -169,6 +170,7 @@ fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, Probe
         &config.exclude_functions,
         &config.entry_only,
         &config.stats,
+        &config.stats_entry_only,
     );
     if !plan.missing.is_empty() {
         tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");

@@ -56,6 +56,7 @@ pub fn cuda_row(
             grid: [1, 2, 3],
             block: [4, 5, 6],
             shared_mem_bytes: 0,
+            registers_only: false,
         }),
         workload: None,
     }

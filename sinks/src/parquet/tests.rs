@@ -191,6 +191,7 @@ fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
                     grid: [120 + (i % 7) as u32, 2, 1],
                     block: [256, 1, 1],
                     shared_mem_bytes: 1024 * (i % 3) as u32,
+                    registers_only: false,
                 }),
                 workload: (i % 2 == 1).then_some(&pod),
             },

@@ -21,6 +21,10 @@ pub struct LaunchDims {
     pub block: [u32; 3],
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
+    /// Only the arguments passed in registers were read (a flight-recorder launch without
+    /// `flight_recorder_launch_details`): block z and the shared memory are unknown and
+    /// written as nulls.
+    pub registers_only: bool,
 }
 
 /// One call, borrowed from the decoder so that appending copies each string once.
@@ -185,8 +189,13 @@ impl CudaBatchBuilder {
                     dims.block[2],
                     dims.shared_mem_bytes,
                 ];
-                for (builder, value) in self.dims.iter_mut().zip(values) {
-                    builder.append_value(value);
+                for (index, (builder, value)) in self.dims.iter_mut().zip(values).enumerate() {
+                    // blockDimZ and sharedMemBytes are the 6th and 7th values.
+                    if dims.registers_only && index >= 5 {
+                        builder.append_null();
+                    } else {
+                        builder.append_value(value);
+                    }
                 }
             }
             None => {
@@ -270,6 +279,7 @@ mod tests {
                 grid: [1, 2, 3],
                 block: [4, 5, 6],
                 shared_mem_bytes: 7,
+                registers_only: false,
             }),
             ..cuda_row()
         }
@@ -311,6 +321,53 @@ mod tests {
             .unwrap()
             .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
         assert_eq!(time.value(0), 1_700_000_000_123_456);
+    }
+
+    /// A launch of which only the register arguments were read has its grid and block x/y;
+    /// block z and the shared memory are nulls, never zeros that would read as real values.
+    #[test]
+    fn register_only_launches_write_nulls_for_the_stack_arguments() {
+        let mut builder = CudaBatchBuilder::new(identity(), 2);
+        let mut recorded = row("cuLaunchKernel");
+        recorded.launch = Some(LaunchDims {
+            grid: [u32::MAX, 2, 3],
+            block: [1024, 1, 99],
+            shared_mem_bytes: 99,
+            registers_only: true,
+        });
+        builder.append(&recorded);
+        let batch = builder.finish().unwrap();
+        let column = |name: &str| {
+            let values = batch
+                .column_by_name(name)
+                .unwrap()
+                .as_primitive::<UInt32Type>();
+            (!values.is_null(0)).then(|| values.value(0))
+        };
+        let dims: Vec<Option<u32>> = [
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "shared_mem_bytes",
+        ]
+        .into_iter()
+        .map(column)
+        .collect();
+        assert_eq!(
+            dims,
+            vec![
+                Some(u32::MAX),
+                Some(2),
+                Some(3),
+                Some(1024),
+                Some(1),
+                None,
+                None
+            ]
+        );
     }
 
     /// Ordinary rows are `false` (linked or not); flight-recorded rows `true` with their

@@ -144,6 +144,7 @@ fn cuda_rows() -> arrow_array::RecordBatch {
             grid: [64, 2, 1],
             block: [256, 1, 1],
             shared_mem_bytes: 1024,
+            registers_only: false,
         }),
         ..cuda_row()
     };
