@@ -68,6 +68,8 @@ pub struct RingCounters {
     /// Aggregated calls the flight recorder wrote as rows when an incident started (copies:
     /// they are also in their `cuda_stats` row).
     pub flight_recorded: AtomicU64,
+    /// NVIDIA ioctls with an unnamed request (driver ring only).
+    pub unnamed_requests: AtomicU64,
     /// Records taken off the ring by the consumer.
     pub received: AtomicU64,
     /// Records rejected by the decoder.
@@ -168,6 +170,7 @@ impl RingCounters {
             aggregated_pending: aggregated.saturating_sub(aggregated_received),
             stats_full: self.stats_full.load(Ordering::Relaxed),
             flight_recorded: self.flight_recorded.load(Ordering::Relaxed),
+            unnamed_requests: self.unnamed_requests.load(Ordering::Relaxed),
         }
     }
 }

@@ -59,6 +59,9 @@ pub struct RingSnapshot {
     /// Aggregated calls the flight recorder wrote as rows around incidents (copies of calls
     /// inside `cuda_stats` rows, so in no identity).
     pub flight_recorded: u64,
+    /// NVIDIA ioctls whose request has no name in gpuship's tables (driver ring only): a newer
+    /// driver's escapes or UVM commands (each new code is logged once).
+    pub unnamed_requests: u64,
 }
 
 /// Kernel-log counters.

@@ -77,7 +77,7 @@ fn sample(metric_type: MetricType, value: u64, encoder: MetricEncoder) -> std::f
 }
 
 type RingField = fn(&RingSnapshot) -> u64;
-const RING_FAMILIES: [(&str, &str, MetricType, RingField); 11] = [
+const RING_FAMILIES: [(&str, &str, MetricType, RingField); 12] = [
     (
         "gpuship_kernel_emitted_events_total",
         "Events the BPF probes produced (submitted + lost).",
@@ -143,6 +143,12 @@ const RING_FAMILIES: [(&str, &str, MetricType, RingField); 11] = [
         "Aggregated calls the flight recorder wrote as rows when an incident started.",
         MetricType::Counter,
         |r| r.flight_recorded,
+    ),
+    (
+        "gpuship_probe_unnamed_requests_total",
+        "NVIDIA ioctls whose request has no name in gpuship's tables (a newer driver's; logged once per code).",
+        MetricType::Counter,
+        |r| r.unnamed_requests,
     ),
 ];
 

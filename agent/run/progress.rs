@@ -141,6 +141,7 @@ pub fn log_final(outcome: &RunOutcome) {
             aggregated_received = ring.aggregated_received,
             stats_full = ring.stats_full,
             flight_recorded = ring.flight_recorded,
+            unnamed_requests = ring.unnamed_requests,
             "final ring accounting"
         );
     }

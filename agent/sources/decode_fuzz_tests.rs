@@ -315,7 +315,7 @@ proptest! {
             prop_assert_eq!(row.time_ns, expected_time(boot_ns, offset));
             prop_assert_eq!((row.pid as u32, row.tid as u32, row.fd.map(|f| f as u32)), (pid, tid, Some(fd)));
             prop_assert_eq!((row.major, row.minor, row.request, row.result), (Some(major), Some(minor), Some(request), Some(ret)));
-            prop_assert_eq!((row.request_nr, row.request_size), (Some(decoded.nr), Some(decoded.size)));
+            prop_assert_eq!((row.request_nr, row.request_size), (Some(decoded.nr), decoded.size));
             prop_assert_eq!((row.duration_ns, row.hook.as_str(), row.device), (duration_ns, "ioctl", None));
             prop_assert_eq!(row.comm, text_of(&comm));
             return Ok(());

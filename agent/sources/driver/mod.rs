@@ -10,8 +10,10 @@
 pub mod batcher;
 pub mod decode;
 pub mod devices;
+pub mod request_names;
 pub mod requests;
 pub mod source;
+pub mod unnamed;
 
 pub use source::DriverSource;
 

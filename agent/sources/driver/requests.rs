@@ -1,17 +1,20 @@
 //! ioctl request numbers, decoded: the `_IOC` fields (direction, type, number, size) and, for
-//! NVIDIA's control and UVM devices, the name of the escape or command.
+//! NVIDIA's devices, the name of the escape or UVM command (tables in `request_names`). UVM
+//! commands are plain numbers, so they have no `_IOC` fields.
+
+use super::request_names;
 
 /// A decoded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
-    /// `none`, `write`, `read`, `read_write`.
-    pub dir: &'static str,
-    /// Type byte (`F` = 0x46 for the NVIDIA control device).
-    pub kind: u32,
-    /// Number.
+    /// `none`, `write`, `read`, `read_write`; None for a UVM command (not `_IOC`-encoded).
+    pub dir: Option<&'static str>,
+    /// Type byte (`F` = 0x46 for NVIDIA's control and GPU devices); None for a UVM command.
+    pub kind: Option<u32>,
+    /// Number: `_IOC_NR`, or a UVM command's whole value.
     pub nr: u32,
-    /// Argument size in bytes.
-    pub size: u32,
+    /// Argument size in bytes; None for a UVM command.
+    pub size: Option<u32>,
     /// The NVIDIA escape or UVM command, when known.
     pub name: Option<&'static str>,
 }
@@ -19,42 +22,53 @@ pub struct Request {
 /// NVIDIA's ioctl type byte.
 const NV_IOCTL_MAGIC: u32 = b'F' as u32;
 
-/// Escapes of the NVIDIA control device (nv_escape.h, nv-ioctl-numbers.h).
-const NV_ESCAPES: &[(u32, &str)] = &[
-    (0x27, "NV_ESC_RM_ALLOC_MEMORY"),
-    (0x28, "NV_ESC_RM_ALLOC_OBJECT"),
-    (0x29, "NV_ESC_RM_FREE"),
-    (0x2a, "NV_ESC_RM_CONTROL"),
-    (0x2b, "NV_ESC_RM_ALLOC"),
-    (0x34, "NV_ESC_RM_DUP_OBJECT"),
-    (0x35, "NV_ESC_RM_SHARE"),
-    (0x4e, "NV_ESC_RM_MAP_MEMORY"),
-    (0x4f, "NV_ESC_RM_UNMAP_MEMORY"),
-    (0x52, "NV_ESC_RM_GET_EVENT_DATA"),
-    (0x57, "NV_ESC_RM_MAP_MEMORY_DMA"),
-    (0x58, "NV_ESC_RM_UNMAP_MEMORY_DMA"),
-    (200, "NV_ESC_CARD_INFO"),
-    (201, "NV_ESC_REGISTER_FD"),
-    (206, "NV_ESC_ALLOC_OS_EVENT"),
-    (207, "NV_ESC_FREE_OS_EVENT"),
-    (209, "NV_ESC_STATUS_CODE"),
-    (210, "NV_ESC_CHECK_VERSION_STR"),
-    (211, "NV_ESC_IOCTL_XFER_CMD"),
-    (212, "NV_ESC_ATTACH_GPUS_TO_FD"),
-    (213, "NV_ESC_QUERY_DEVICE_INTR"),
-    (214, "NV_ESC_SYS_PARAMS"),
-    (217, "NV_ESC_EXPORT_TO_DMABUF_FD"),
-    (218, "NV_ESC_WAIT_OPEN_COMPLETE"),
-];
+/// What kind of device file a request went to, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceClass {
+    /// `nvidiactl` or `nvidiaN`: RM escapes, named by number whatever the type byte (the driver
+    /// dispatches on `_IOC_NR` alone).
+    Rm,
+    /// `nvidia-uvm`, `nvidia-uvm-tools`: plain command numbers.
+    Uvm,
+    /// Anything else (or a device not named): an escape only with NVIDIA's type byte.
+    Other,
+}
 
-/// UVM commands are plain numbers, not `_IOC` encodings.
-const UVM_COMMANDS: &[(u32, &str)] = &[
-    (0x3000_0001, "UVM_INITIALIZE"),
-    (0x3000_0002, "UVM_DEINITIALIZE"),
-];
+impl DeviceClass {
+    /// The class of the device file named `device` (e.g. `nvidiactl`, `nvidia3`).
+    pub fn of(device: Option<&str>) -> Self {
+        match device {
+            Some(name) if name.starts_with("nvidia-uvm") => Self::Uvm,
+            Some("nvidiactl") => Self::Rm,
+            Some(name)
+                if name
+                    .strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+            {
+                Self::Rm
+            }
+            _ => Self::Other,
+        }
+    }
+
+    /// Whether requests to this device are NVIDIA's and should all have a name.
+    pub fn is_nvidia(self) -> bool {
+        self != Self::Other
+    }
+}
 
 /// Decodes `request` issued on `device` (the device file's name, e.g. `nvidiactl`).
 pub fn decode(request: u32, device: Option<&str>) -> Request {
+    let class = DeviceClass::of(device);
+    if class == DeviceClass::Uvm {
+        return Request {
+            dir: None,
+            kind: None,
+            nr: request,
+            size: None,
+            name: request_names::uvm_command_name(request),
+        };
+    }
     let dir = match request >> 30 {
         0 => "none",
         1 => "write",
@@ -64,24 +78,16 @@ pub fn decode(request: u32, device: Option<&str>) -> Request {
     let kind = (request >> 8) & 0xff;
     let nr = request & 0xff;
     let size = (request >> 16) & 0x3fff;
-    let name = if device.is_some_and(|d| d.starts_with("nvidia-uvm")) {
-        UVM_COMMANDS
-            .iter()
-            .find(|(code, _)| *code == request)
-            .map(|(_, name)| *name)
-    } else if kind == NV_IOCTL_MAGIC {
-        NV_ESCAPES
-            .iter()
-            .find(|(code, _)| *code == nr)
-            .map(|(_, name)| *name)
+    let name = if class == DeviceClass::Rm || kind == NV_IOCTL_MAGIC {
+        request_names::escape_name(nr)
     } else {
         None
     };
     Request {
-        dir,
-        kind,
+        dir: Some(dir),
+        kind: Some(kind),
         nr,
-        size,
+        size: Some(size),
         name,
     }
 }
@@ -97,10 +103,10 @@ mod tests {
         assert_eq!(
             control,
             Request {
-                dir: "read_write",
-                kind: 0x46,
+                dir: Some("read_write"),
+                kind: Some(0x46),
                 nr: 0x2a,
-                size: 32,
+                size: Some(32),
                 name: Some("NV_ESC_RM_CONTROL")
             }
         );
@@ -112,10 +118,54 @@ mod tests {
             decode(0xc004_46c9, Some("nvidiactl")).name,
             Some("NV_ESC_REGISTER_FD")
         );
+        // A UVM command is its whole value: no _IOC fields (0x30000001 would read as 12,288
+        // bytes).
         assert_eq!(
-            decode(0x3000_0001, Some("nvidia-uvm")).name,
-            Some("UVM_INITIALIZE")
+            decode(0x3000_0001, Some("nvidia-uvm")),
+            Request {
+                dir: None,
+                kind: None,
+                nr: 0x3000_0001,
+                size: None,
+                name: Some("UVM_INITIALIZE")
+            }
         );
+        assert_eq!(
+            decode(0x49, Some("nvidia-uvm-tools")).name,
+            Some("UVM_CREATE_EXTERNAL_RANGE")
+        );
+        // Seen on driver 580: NUMA info on a GPU device, 560 bytes.
+        let numa = decode(0xc230_46d7, Some("nvidia0"));
+        assert_eq!(
+            (numa.size, numa.name),
+            (Some(560), Some("NV_ESC_NUMA_INFO"))
+        );
+        // The driver ignores the type byte on its devices, so a request with another one is
+        // still named there, and only there.
+        assert_eq!(
+            decode(0xc020_002a, Some("nvidia7")).name,
+            Some("NV_ESC_RM_CONTROL")
+        );
+        assert_eq!(decode(0xc020_002a, Some("nvidia-modeset")).name, None);
+    }
+
+    #[test]
+    fn device_classes_follow_the_file_name() {
+        for (name, class) in [
+            (Some("nvidiactl"), DeviceClass::Rm),
+            (Some("nvidia0"), DeviceClass::Rm),
+            (Some("nvidia15"), DeviceClass::Rm),
+            (Some("nvidia-uvm"), DeviceClass::Uvm),
+            (Some("nvidia-uvm-tools"), DeviceClass::Uvm),
+            (Some("nvidia"), DeviceClass::Other),
+            (Some("nvidia-modeset"), DeviceClass::Other),
+            (Some("nvidia-caps/nvidia-cap1"), DeviceClass::Other),
+            (Some("nvidia0/../../etc"), DeviceClass::Other),
+            (Some("pts/0"), DeviceClass::Other),
+            (None, DeviceClass::Other),
+        ] {
+            assert_eq!(DeviceClass::of(name), class, "{name:?}");
+        }
     }
 
     #[test]
@@ -124,7 +174,7 @@ mod tests {
         let tcgets = decode(0x5401, Some("pts/0"));
         assert_eq!(
             (tcgets.dir, tcgets.kind, tcgets.nr, tcgets.size),
-            ("none", 0x54, 1, 0)
+            (Some("none"), Some(0x54), 1, Some(0))
         );
         assert_eq!(tcgets.name, None);
         // The same number on the UVM device is not an escape.

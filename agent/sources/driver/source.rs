@@ -9,6 +9,8 @@ use libbpf_rs::{MapHandle, OpenObject};
 use super::batcher::DriverBatcher;
 use super::decode::driver_row;
 use super::devices::DeviceNames;
+use super::requests::DeviceClass;
+use super::unnamed::UnnamedRequests;
 use super::{DriverHooks, HookStatus};
 use crate::accounting::Ring;
 use crate::decode::DecodeError;
@@ -70,6 +72,9 @@ struct DriverCapture<'obj> {
     workloads: WorkloadResolver,
     batcher: DriverBatcher,
     outputs: Outputs,
+    /// NVIDIA requests without a name, per code.
+    unnamed: UnnamedRequests,
+    accounting: std::sync::Arc<crate::accounting::Accounting>,
 }
 
 impl<'obj> DriverCapture<'obj> {
@@ -81,6 +86,8 @@ impl<'obj> DriverCapture<'obj> {
             workloads: WorkloadResolver::new(&setup.enrich.proc_dir, &setup.enrich.pod_log_dir),
             batcher: DriverBatcher::new(setup.identity.clone(), &setup.batch),
             outputs: setup.outputs.clone(),
+            unnamed: UnnamedRequests::default(),
+            accounting: std::sync::Arc::clone(&setup.accounting),
         }
     }
 }
@@ -99,6 +106,16 @@ impl RunningRing for DriverCapture<'_> {
         let slots = &self.hooks.slot_functions;
         match driver_row(raw, &self.clocks, slots, &mut self.devices) {
             Ok(mut row) => {
+                if let (None, Some(request)) = (row.request_name, row.request) {
+                    let class = DeviceClass::of(row.device.as_deref());
+                    if class.is_nvidia() {
+                        self.unnamed.record(class, request);
+                        self.accounting
+                            .ring(Ring::Driver)
+                            .unnamed_requests
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 row.workload = self.workloads.resolve(row.pid).cloned();
                 if let Some(batch) = self.batcher.push(row) {
                     self.outputs.batches.emit(batch);
@@ -116,6 +133,9 @@ impl RunningRing for DriverCapture<'_> {
         self.workloads.expire_if_due(now);
         if let Some(batch) = self.batcher.flush_if_due(now, all) {
             self.outputs.batches.emit(batch);
+        }
+        if all && !self.unnamed.is_empty() {
+            tracing::info!(requests = %self.unnamed.summary(), "unnamed NVIDIA ioctl requests by code");
         }
     }
 
