@@ -1,0 +1,204 @@
+use super::*;
+
+fn library(names: &[&str]) -> Vec<(PathBuf, Vec<ExportedFunction>)> {
+    let exported = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| ExportedFunction {
+            name: n.to_string(),
+            file_offset: 0x1000 + i as u64 * 16,
+        })
+        .collect();
+    vec![(PathBuf::from("/lib/libcuda.so.1"), exported)]
+}
+
+fn symbols(plan: &ProbePlan) -> Vec<&str> {
+    plan.probes.iter().map(|p| p.symbol.as_str()).collect()
+}
+
+#[test]
+fn default_selects_known_functions_and_variants_only() {
+    let lib = library(&[
+        "cuCtxGetDevice_v2",
+        "cuCtxSynchronize",
+        "cuCtxSynchronize_v2",
+        "cuLaunchKernel",
+        "cuLaunchKernel_ptsz",
+        "cuMemAlloc",
+        "cuMemAlloc_v2",
+        "helper",
+    ]);
+    let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
+    assert_eq!(
+        symbols(&plan),
+        vec![
+            "cuCtxSynchronize",
+            "cuCtxSynchronize_v2",
+            "cuLaunchKernel",
+            "cuLaunchKernel_ptsz",
+            "cuMemAlloc_v2"
+        ]
+    );
+    assert_eq!(plan.functions.name(4), Some("cuMemAlloc_v2"));
+    assert!(plan.missing.contains(&"cuLaunchKernelEx".to_string()));
+    assert!(!plan.missing.contains(&"cuLaunchKernel".to_string()));
+    assert_eq!(plan.probes[0].file_offset, 0x1010);
+}
+
+#[test]
+fn globs_add_generic_probes_minus_exclusions_and_exact_names_report_missing() {
+    let lib = library(&[
+        "cuDeviceGetCount",
+        "cuGetProcAddress_v2",
+        "cuMemAlloc_v2",
+        "nvSomething",
+    ]);
+    let plan = plan_probes(
+        &lib,
+        &["cu*".into(), "cuNotThere".into()],
+        &["cuGetProcAddress*".into()],
+        &[],
+        &[],
+        &[],
+    );
+    assert_eq!(symbols(&plan), vec!["cuDeviceGetCount", "cuMemAlloc_v2"]);
+    assert_eq!(plan.probes[0].cookie, ArgSpec::GENERIC.cookie(0));
+    // Known functions keep their decoded arguments when a glob selects them.
+    assert_ne!(plan.probes[1].cookie, ArgSpec::GENERIC.cookie(1));
+    assert_eq!(plan.missing, vec!["cuNotThere".to_string()]);
+}
+
+#[test]
+fn exclusions_also_remove_default_functions_but_not_exact_names() {
+    let lib = library(&[
+        "cuLaunchKernel",
+        "cuLaunchKernel_ptsz",
+        "cuLaunchKernelEx",
+        "cuMemAlloc_v2",
+    ]);
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &["cuLaunchKernel*".into()],
+        &[],
+        &[],
+        &[],
+    );
+    assert_eq!(symbols(&plan), vec!["cuMemAlloc_v2"]);
+    assert!(!plan.missing.iter().any(|m| m.starts_with("cuLaunch")));
+    let named = plan_probes(
+        &lib,
+        &["default".into(), "cuLaunchKernel".into()],
+        &["cuLaunchKernel*".into()],
+        &[],
+        &[],
+        &[],
+    );
+    assert_eq!(symbols(&named), vec!["cuLaunchKernel", "cuMemAlloc_v2"]);
+}
+
+#[test]
+fn entry_only_functions_carry_the_bit_and_no_return_probe() {
+    let lib = library(&["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemAlloc_v2"]);
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &[],
+        &["cuLaunchKernel*".into()],
+        &[],
+        &[],
+    );
+    let bit = 1u64 << 52;
+    let flags: Vec<(bool, bool)> = plan
+        .probes
+        .iter()
+        .map(|p| (p.entry_only, p.cookie & bit != 0))
+        .collect();
+    assert_eq!(flags, [(true, true), (true, true), (false, false)]);
+}
+
+/// `stats_entry_only` drops the return probe of the functions it names only while they are
+/// in `stats` mode: with `stats` empty (gpuship run -- COMMAND) launches keep their return.
+#[test]
+fn stats_entry_only_applies_to_stats_functions_only() {
+    let lib = library(&["cuLaunchKernel", "cuMemAlloc_v2", "cuMemcpyAsync"]);
+    let entry_only = |stats: &[String]| -> Vec<(String, bool)> {
+        plan_probes(
+            &lib,
+            &["default".into()],
+            &[],
+            &[],
+            stats,
+            &["cuLaunchKernel*".into(), "cuMemAlloc_v2".into()],
+        )
+        .probes
+        .into_iter()
+        .map(|p| (p.symbol, p.entry_only))
+        .collect()
+    };
+    let stats = ["cuLaunchKernel*".to_string(), "cuMemcpyAsync".to_string()];
+    assert_eq!(
+        entry_only(&stats),
+        [
+            ("cuLaunchKernel".to_string(), true),
+            ("cuMemAlloc_v2".to_string(), false),
+            ("cuMemcpyAsync".to_string(), false)
+        ]
+    );
+    assert!(entry_only(&[]).iter().all(|(_, at_entry)| !at_entry));
+}
+
+#[test]
+fn stats_functions_carry_the_stats_bit_and_keep_their_return_probe() {
+    let lib = library(&["cuLaunchKernel", "cuLaunchKernelEx", "cuMemAlloc_v2"]);
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &[],
+        &["cuLaunchKernelEx".into()],
+        &["cuLaunchKernel*".into()],
+        &[],
+    );
+    let stats_bit = 1u64 << 53;
+    let entry_bit = 1u64 << 52;
+    let flags: Vec<(bool, bool, bool)> = plan
+        .probes
+        .iter()
+        .map(|p| {
+            (
+                p.stats,
+                p.cookie & stats_bit != 0,
+                p.cookie & entry_bit != 0,
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            (true, true, false),
+            (true, true, true),
+            (false, false, false)
+        ],
+        "cuLaunchKernelEx is aggregated at entry (no duration, no result)"
+    );
+    // The function id and the argument layout are unchanged by the mode.
+    let rows = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
+    for (aggregated, row) in plan.probes.iter().zip(&rows.probes) {
+        assert_eq!(
+            aggregated.cookie & !(stats_bit | entry_bit),
+            row.cookie,
+            "{}",
+            row.symbol
+        );
+    }
+}
+
+#[test]
+fn same_symbol_in_two_libraries_shares_an_id() {
+    let mut libs = library(&["cuInit"]);
+    libs.push((PathBuf::from("/other/libcuda.so.1"), libs[0].1.clone()));
+    let plan = plan_probes(&libs, &["default".into()], &[], &[], &[], &[]);
+    assert_eq!(plan.probes.len(), 2);
+    assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
+    assert_eq!(plan.functions.len(), 1);
+}
