@@ -30,6 +30,7 @@ mod kubernetes;
 mod lake_binary;
 mod layout;
 mod makefile;
+mod memory_calls;
 mod metrics;
 mod metrics_limits;
 mod object_store;

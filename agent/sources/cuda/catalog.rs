@@ -108,6 +108,26 @@ pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
     ("cuMemAllocAsync", spec(Some(1), None, Some(0), Some(2))),
     ("cuMemFree_v2", spec(None, Some(0), None, None)),
     ("cuMemFreeAsync", spec(None, Some(0), None, Some(1))),
+    // Pitched, pool and pinned-host allocations. A pitched allocation's size is width x height
+    // (two arguments), so it has no `bytes`; host pointers go where device pointers do.
+    ("cuMemAllocPitch_v2", spec(None, None, Some(0), None)),
+    (
+        "cuMemAllocFromPoolAsync",
+        spec(Some(1), None, Some(0), Some(3)),
+    ),
+    ("cuMemPoolTrimTo", spec(Some(1), None, None, None)),
+    ("cuMemHostAlloc", spec(Some(1), None, Some(0), None)),
+    ("cuMemAllocHost_v2", spec(Some(1), None, Some(0), None)),
+    ("cuMemFreeHost", spec(None, Some(0), None, None)),
+    // The virtual-memory API (PyTorch's expandable segments, NCCL, vLLM): a physical
+    // allocation's handle goes where a device pointer does.
+    ("cuMemCreate", spec(Some(1), None, Some(0), None)),
+    ("cuMemRelease", spec(None, Some(0), None, None)),
+    ("cuMemAddressReserve", spec(Some(1), None, Some(0), None)),
+    ("cuMemAddressFree", spec(Some(1), Some(0), None, None)),
+    ("cuMemMap", spec(Some(1), Some(0), None, None)),
+    ("cuMemUnmap", spec(Some(1), Some(0), None, None)),
+    ("cuMemSetAccess", spec(Some(1), Some(0), None, None)),
     ("cuMemcpy", spec(Some(2), Some(0), None, None)),
     ("cuMemcpyHtoD_v2", spec(Some(2), Some(0), None, None)),
     ("cuMemcpyDtoH_v2", spec(Some(2), Some(1), None, None)),
