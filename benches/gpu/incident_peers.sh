@@ -21,6 +21,7 @@ OUT=${WORK:-/tmp/gpuship-peers}
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
 PEERS=${PEERS:-target/gpu/peers}
 HERE=$(dirname "$0")
+. "$HERE/agent.sh"
 TRIGGER=${TRIGGER:-shared/gpu/xid_trigger.py}
 KAFKA_PORT=${KAFKA_PORT:-19092}
 GRPC_PORT=${GRPC_PORT:-14317}
@@ -70,9 +71,7 @@ type = "otlp"
 endpoint = "http://127.0.0.1:$GRPC_PORT"
 protocol = "grpc"
 TOML
-"$GPUSHIP" run --config "$OUT/agent.toml" >"$OUT/agent.log" 2>&1 &
-AGENT=$!
-for _ in $(seq 1 300); do grep -q "capture started" "$OUT/agent.log" && break; sleep 0.1; done
+agent_start "$OUT/agent.toml" "$OUT/agent.log"
 python3 "$HERE/launch_loop.py" "$STEPS" mlp &
 BYSTANDER=$!
 wait "$BYSTANDER"
@@ -85,7 +84,7 @@ grep "RssAnon\|RssFile\|RssShmem" "/proc/$AGENT/status" | tr -s ' \t' ' '
 echo "-- largest mappings by RSS (kB):"
 awk '/^[0-9a-f]+-[0-9a-f]+ /{name=$6} /^Rss:/{rss[name]+=$2} END{for (n in rss) print rss[n], (n == "" ? "[anon]" : n)}' \
 	"/proc/$AGENT/smaps" | sort -rn | head -8
-kill -INT "$AGENT"; wait "$AGENT"
+agent_stop
 grep -E "XID |flight recorder|kafka sink finished|otlp.*finished|final ring accounting ring=\"cuda\"" \
 	"$OUT/agent.log" | cut -c1-420
 for topic in xid cuda; do

@@ -11,26 +11,17 @@ set -uo pipefail
 WORK=${WORK:-/tmp/gpuship-ioctl}
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
 HERE=$(dirname "$0")
+. "$HERE/agent.sh"
 rm -rf "$WORK"
 mkdir -p "$WORK"
-cat >"$WORK/agent.toml" <<TOML
-[agent]
-state_dir = "$WORK/state"
-[metrics]
-enabled = false
-[[sinks]]
-type = "parquet"
-path = "$WORK/lake"
-TOML
+parquet_config "$WORK/agent.toml" "$WORK"
 echo "== machine"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-"$GPUSHIP" run --config "$WORK/agent.toml" >"$WORK/agent.log" 2>&1 &
-AGENT=$!
-for _ in $(seq 1 300); do grep -q "capture started" "$WORK/agent.log" && break; sleep 0.1; done
+agent_start "$WORK/agent.toml" "$WORK/agent.log"
 python3 "$HERE/launch_loop.py" 200 mlp
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$HERE/launch_loop.py" 200 mlp
 sleep 2
-kill -INT "$AGENT"; wait "$AGENT"
+agent_stop
 grep -E "no name in gpuship|unnamed NVIDIA ioctl|final ring accounting ring=\"driver\"" "$WORK/agent.log" | cut -c1-400
 python3 - "$WORK" <<'PY'
 import collections, glob, sys

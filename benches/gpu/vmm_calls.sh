@@ -10,20 +10,11 @@
 set -uo pipefail
 WORK=${WORK:-/tmp/gpuship-vmm}
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
+. "$(dirname "$0")/agent.sh"
 rm -rf "$WORK"
 mkdir -p "$WORK"
-cat >"$WORK/agent.toml" <<TOML
-[agent]
-state_dir = "$WORK/state"
-[metrics]
-enabled = false
-[[sinks]]
-type = "parquet"
-path = "$WORK/lake"
-TOML
-"$GPUSHIP" run --config "$WORK/agent.toml" >"$WORK/agent.log" 2>&1 &
-AGENT=$!
-for _ in $(seq 1 300); do grep -q "capture started" "$WORK/agent.log" && break; sleep 0.1; done
+parquet_config "$WORK/agent.toml" "$WORK"
+agent_start "$WORK/agent.toml" "$WORK/agent.log"
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 - <<'PY'
 import os, torch
 tensors = [torch.empty(n * 1024 * 1024, dtype=torch.uint8, device="cuda") for n in (3, 50, 200, 700)]
@@ -31,7 +22,7 @@ torch.cuda.synchronize()
 print(f"pid={os.getpid()} memory_reserved={torch.cuda.memory_reserved()} memory_allocated={torch.cuda.memory_allocated()}")
 PY
 sleep 2
-kill -INT "$AGENT"; wait "$AGENT"
+agent_stop
 python3 - "$WORK" <<'PY'
 import collections, glob, sys
 import pyarrow as pa

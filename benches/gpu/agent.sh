@@ -1,0 +1,32 @@
+# Sourced by the GPU scripts: start and stop the carried agent around a workload.
+#   agent_start CONFIG LOG   starts "$GPUSHIP run --config CONFIG" (output to LOG), waits until
+#                            capture started; its pid is in $AGENT
+#   agent_stop               SIGINT, then waits for the drain
+#   parquet_config FILE DIR  a config with the agent's defaults and a Parquet lake in DIR/lake
+#                            (state in DIR/state, metrics off); more sections can be appended
+
+agent_start() {
+	"$GPUSHIP" run --config "$1" >"$2" 2>&1 &
+	AGENT=$!
+	for _ in $(seq 1 300); do grep -q "capture started" "$2" && return; sleep 0.1; done
+	echo "the agent did not start:" >&2
+	cat "$2" >&2
+}
+
+agent_stop() {
+	kill -INT "$AGENT"
+	wait "$AGENT"
+	AGENT=
+}
+
+parquet_config() {
+	cat >"$1" <<TOML
+[agent]
+state_dir = "$2/state"
+[metrics]
+enabled = false
+[[sinks]]
+type = "parquet"
+path = "$2/lake"
+TOML
+}
