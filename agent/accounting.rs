@@ -70,6 +70,10 @@ pub struct RingCounters {
     pub flight_recorded: AtomicU64,
     /// NVIDIA ioctls with an unnamed request (driver ring only).
     pub unnamed_requests: AtomicU64,
+    /// Launch rows whose kernel handle was never announced, named `unknown` (CUDA only).
+    pub unknown_kernel_launches: AtomicU64,
+    /// Kernel names not kept because the name table was full (CUDA only).
+    pub kernel_names_dropped: AtomicU64,
     /// Records taken off the ring by the consumer.
     pub received: AtomicU64,
     /// Records rejected by the decoder.
@@ -171,6 +175,8 @@ impl RingCounters {
             stats_full: self.stats_full.load(Ordering::Relaxed),
             flight_recorded: self.flight_recorded.load(Ordering::Relaxed),
             unnamed_requests: self.unnamed_requests.load(Ordering::Relaxed),
+            unknown_kernel_launches: self.unknown_kernel_launches.load(Ordering::Relaxed),
+            kernel_names_dropped: self.kernel_names_dropped.load(Ordering::Relaxed),
         }
     }
 }

@@ -40,6 +40,16 @@ pub enum DecodeError {
     UnknownFunction(u32),
     #[error("driver event for unknown hook {0}")]
     UnknownHook(u32),
+    /// A length field says more bytes than its buffer holds.
+    #[error("{field} = {len} overruns its {capacity}-byte buffer")]
+    FieldOverrun {
+        /// The length field.
+        field: &'static str,
+        /// Its value.
+        len: usize,
+        /// The most it may say.
+        capacity: usize,
+    },
 }
 
 /// Copies a record into `T` after checking its length. The copy is unaligned-safe.

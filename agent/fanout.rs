@@ -146,6 +146,7 @@ mod tests {
                 stream: None,
                 launch: None,
                 workload: None,
+                objects: Default::default(),
             });
         }
         EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
@@ -273,6 +274,7 @@ mod tests {
             stream: None,
             launch: None,
             workload: None,
+            objects: Default::default(),
         };
         builder.append(&row);
         builder.append_flight_recorded(&row, "node/pid-1/5");

@@ -219,6 +219,7 @@ mod tests {
             stream: None,
             launch: None,
             workload: None,
+            objects: Default::default(),
         }
     }
 

@@ -115,6 +115,7 @@ fn write_host(root: &Path, host_index: usize, end_ns: i64, sizes: &Sizes) -> u64
                 stream: Some(rng.below(4)),
                 launch: None,
                 workload: None,
+                objects: Default::default(),
             });
         }
         files.write(EventKind::Cuda, &cuda.finish().expect("a cuda batch"));

@@ -59,6 +59,7 @@ fn batches() -> Vec<arrow_array::RecordBatch> {
                         registers_only: false,
                     }),
                     workload: None,
+                    objects: Default::default(),
                 });
             }
             builder.finish().expect("batch")

@@ -38,6 +38,7 @@ const volatile bool recorder_launch_details = false;
 
 /* Makes the event struct visible to libbpf-cargo so Rust gets it as types::cuda_event. */
 struct cuda_event cuda_event_layout = {};
+struct cuda_named_event cuda_named_event_layout = {};
 struct cuda_stats_key cuda_stats_key_layout = {};
 struct cuda_stats_value cuda_stats_value_layout = {};
 struct cuda_recorder_slot cuda_recorder_slot_layout = {};
@@ -68,6 +69,7 @@ struct call_entry {
 	__u64 deferred_args;
 	__u32 deferred_launch; /* GPUSHIP_LAUNCH_* still to decode from deferred_args, or 0 */
 	__u32 _pad;
+	__u64 name_ptr; /* user address of the name the call takes (read at return), or 0 */
 };
 
 /*
@@ -109,7 +111,7 @@ struct {
 
 static __always_inline __u64 slot_owner(__u64 pid_tgid, __u64 cookie)
 {
-	return ((pid_tgid & 0xffffffff) << 32) | (__u32)cookie;
+	return ((pid_tgid & 0xffffffff) << 32) | (cookie & GPUSHIP_COOKIE_FUNCTION_MASK);
 }
 
 /* The calling thread's slot if it holds it for this function now, or if it could claim it. */
@@ -208,7 +210,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
+	struct call_key key = { .tid = (__u32)pid_tgid,
+				.function_id = cookie & GPUSHIP_COOKIE_FUNCTION_MASK };
 	struct call_entry local, *entry;
 	struct call_slot *slot = NULL;
 	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
@@ -237,6 +240,37 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * The ring record of a call that takes a name: the call, then the name from the caller's
+ * memory (a kernel name, up to GPUSHIP_KERNEL_NAME_LEN bytes). The name is read into the
+ * reserved record, too large for this program's stack; these calls are rare (one per kernel
+ * a process looks up), so the record stays busy for one short read. NULL when the ring is full.
+ */
+static __always_inline struct cuda_event *reserve_named(struct call_entry *entry)
+{
+	struct cuda_named_event *named = bpf_ringbuf_reserve(&cuda_ring, sizeof(*named), 0);
+	long read;
+
+	if (!named)
+		return NULL;
+	__builtin_memcpy(&named->call, &entry->event, sizeof(named->call));
+	named->call.record_kind = GPUSHIP_RECORD_CUDA_NAMED;
+	named->name_ptr = entry->name_ptr;
+	named->name_flags = 0;
+	read = bpf_probe_read_user_str(named->name, sizeof(named->name), (void *)entry->name_ptr);
+	if (read <= 0) {
+		named->name[0] = 0;
+		named->name_len = 0;
+		named->name_flags = GPUSHIP_NAME_UNREADABLE;
+	} else {
+		named->name_len = read - 1;
+		/* A name of exactly sizeof(name) - 1 bytes reads the same: the agent checks. */
+		if (read >= (long)sizeof(named->name))
+			named->name_flags = GPUSHIP_NAME_TRUNCATED;
+	}
+	return &named->call;
+}
+
 /* Frees where a completed call was kept: its slot, or its hash-table entry. */
 static __always_inline void release(struct call_slot *slot, struct call_key *key)
 {
@@ -251,12 +285,13 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct call_key key = { .tid = (__u32)pid_tgid, .function_id = (__u32)cookie };
+	struct call_key key = { .tid = (__u32)pid_tgid,
+				.function_id = cookie & GPUSHIP_COOKIE_FUNCTION_MASK };
 	struct call_entry *entry;
 	struct call_slot *slot;
 	struct cuda_event *ev;
-	__u64 device_ptr = 0;
-	bool have_device_ptr = false;
+	__u64 out_value = 0;
+	bool have_out_value = false;
 	__u64 avail;
 
 	if (!is_traced(pid_tgid >> 32))
@@ -281,22 +316,29 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		/* A row after all: decode what entry left for later. */
 		complete_deferred(entry);
 	}
-	/* An allocation's pointer exists only once it succeeded. Read before the reservation, so
-	 * that the ring record is busy only for the copy. */
+	/* An allocation's pointer (or a getter's handle) exists only once it succeeded. Read
+	 * before the reservation, so that the ring record is busy only for the copy. */
 	if (entry->out_ptr && (__u32)ret == 0 &&
-	    bpf_probe_read_user(&device_ptr, sizeof(device_ptr), (void *)entry->out_ptr) == 0)
-		have_device_ptr = true;
-	ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
+	    bpf_probe_read_user(&out_value, sizeof(out_value), (void *)entry->out_ptr) == 0)
+		have_out_value = true;
+	if (entry->name_ptr)
+		ev = reserve_named(entry);
+	else
+		ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
 	if (!ev) {
 		count(GPUSHIP_STAT_RESERVE_FAILED);
 		release(slot, &key);
 		return 0;
 	}
-	__builtin_memcpy(ev, &entry->event, sizeof(*ev));
+	if (!entry->name_ptr)
+		__builtin_memcpy(ev, &entry->event, sizeof(*ev));
 	ev->duration_ns = now - ev->start_boot_ns;
 	ev->result = (__u32)ret;
-	if (have_device_ptr) {
-		ev->device_ptr = device_ptr;
+	if (have_out_value && ((cookie >> GPUSHIP_COOKIE_OUT_IS_HANDLE_SHIFT) & 1)) {
+		ev->handle = out_value;
+		ev->valid |= GPUSHIP_ARG_HANDLE;
+	} else if (have_out_value) {
+		ev->device_ptr = out_value;
 		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
 	}
 	release(slot, &key);

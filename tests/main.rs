@@ -26,6 +26,7 @@ mod health_metrics;
 mod hostile_output;
 mod jsonl;
 mod kafka;
+mod kernel_names;
 mod kubernetes;
 mod lake_binary;
 mod layout;

@@ -39,6 +39,7 @@ fn call(time_ns: i64, function: &'static str, result: u32) -> CudaRow<'static> {
         stream: None,
         launch: None,
         workload: None,
+        objects: Default::default(),
     }
 }
 

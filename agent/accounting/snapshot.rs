@@ -62,6 +62,11 @@ pub struct RingSnapshot {
     /// NVIDIA ioctls whose request has no name in gpuship's tables (driver ring only): a newer
     /// driver's escapes or UVM commands (each new code is logged once).
     pub unnamed_requests: u64,
+    /// Launch rows whose kernel handle was made before the agent started (or its name was not
+    /// kept): named `unknown` (CUDA ring only).
+    pub unknown_kernel_launches: u64,
+    /// Kernel names not kept because the agent's name table was full (CUDA ring only).
+    pub kernel_names_dropped: u64,
 }
 
 /// Kernel-log counters.

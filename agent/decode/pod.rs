@@ -8,7 +8,9 @@
 //! is the layout in `bpf/include/gpuship_events.h`; a change there that is not made here
 //! fails the build.
 
-use crate::bpf::cuda::types::{cuda_event, cuda_recorder_slot, cuda_stats_key, cuda_stats_value};
+use crate::bpf::cuda::types::{
+    cuda_event, cuda_named_event, cuda_recorder_slot, cuda_stats_key, cuda_stats_value,
+};
 use crate::bpf::driver::types::driver_event;
 use crate::bpf::xid::types::xid_event;
 
@@ -55,6 +57,16 @@ plain_record!(cuda_event {
     shared_mem_bytes: u32,
     _pad: u32,
     comm: [i8; 16],
+    handle: u64,
+    parent_handle: u64,
+});
+
+plain_record!(cuda_named_event {
+    call: cuda_event,
+    name_ptr: u64,
+    name_len: u32,
+    name_flags: u32,
+    name: [i8; 1024],
 });
 
 plain_record!(cuda_stats_key {

@@ -255,6 +255,7 @@ mod tests {
             stream: None,
             launch: None,
             workload: None,
+            objects: Default::default(),
         }
     }
 

@@ -77,7 +77,7 @@ fn sample(metric_type: MetricType, value: u64, encoder: MetricEncoder) -> std::f
 }
 
 type RingField = fn(&RingSnapshot) -> u64;
-const RING_FAMILIES: [(&str, &str, MetricType, RingField); 12] = [
+const RING_FAMILIES: [(&str, &str, MetricType, RingField); 14] = [
     (
         "gpuship_kernel_emitted_events_total",
         "Events the BPF probes produced (submitted + lost).",
@@ -149,6 +149,18 @@ const RING_FAMILIES: [(&str, &str, MetricType, RingField); 12] = [
         "NVIDIA ioctls whose request has no name in gpuship's tables (a newer driver's; logged once per code).",
         MetricType::Counter,
         |r| r.unnamed_requests,
+    ),
+    (
+        "gpuship_cuda_unknown_kernel_launches_total",
+        "Launch rows whose kernel handle was made before the agent started, named unknown.",
+        MetricType::Counter,
+        |r| r.unknown_kernel_launches,
+    ),
+    (
+        "gpuship_cuda_kernel_names_dropped_total",
+        "Kernel names not kept because the agent's name table was full.",
+        MetricType::Counter,
+        |r| r.kernel_names_dropped,
     ),
 ];
 

@@ -142,6 +142,8 @@ pub fn log_final(outcome: &RunOutcome) {
             stats_full = ring.stats_full,
             flight_recorded = ring.flight_recorded,
             unnamed_requests = ring.unnamed_requests,
+            unknown_kernel_launches = ring.unknown_kernel_launches,
+            kernel_names_dropped = ring.kernel_names_dropped,
             "final ring accounting"
         );
     }

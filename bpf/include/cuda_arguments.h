@@ -35,6 +35,11 @@ static __always_inline __u32 cookie_field(__u64 cookie, __u32 shift)
 	return (cookie >> shift) & GPUSHIP_COOKIE_NONE;
 }
 
+static __always_inline __u32 cookie_function(__u64 cookie)
+{
+	return cookie & GPUSHIP_COOKIE_FUNCTION_MASK;
+}
+
 /* cuLaunchKernel: gx..by are arguments 2..6, in registers. */
 static __always_inline void decode_launch_registers(struct pt_regs *ctx, struct cuda_event *ev)
 {
@@ -121,7 +126,7 @@ static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *e
 	read_args(ctx, &args);
 	__builtin_memset(entry, 0, sizeof(*entry));
 	ev->record_kind = GPUSHIP_RECORD_CUDA;
-	ev->function_id = (__u32)cookie;
+	ev->function_id = cookie_function(cookie);
 	ev->pid = pid_tgid >> 32;
 	ev->tid = (__u32)pid_tgid;
 
@@ -143,6 +148,19 @@ static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *e
 		ev->stream = arg_at(&args, index);
 		ev->valid |= GPUSHIP_ARG_STREAM;
 	}
+	index = cookie_field(cookie, GPUSHIP_COOKIE_HANDLE_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE) {
+		ev->handle = arg_at(&args, index);
+		ev->valid |= GPUSHIP_ARG_HANDLE;
+	}
+	index = cookie_field(cookie, GPUSHIP_COOKIE_PARENT_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE) {
+		ev->parent_handle = arg_at(&args, index);
+		ev->valid |= GPUSHIP_ARG_PARENT_HANDLE;
+	}
+	index = cookie_field(cookie, GPUSHIP_COOKIE_NAME_SHIFT);
+	if (index != GPUSHIP_COOKIE_NONE)
+		entry->name_ptr = arg_at(&args, index);
 	switch (cookie_field(cookie, GPUSHIP_COOKIE_LAUNCH_SHIFT)) {
 	case GPUSHIP_LAUNCH_KERNEL:
 		decode_launch_registers(ctx, ev);

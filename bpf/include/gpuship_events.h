@@ -11,18 +11,22 @@
 #ifndef GPUSHIP_EVENTS_H
 #define GPUSHIP_EVENTS_H
 
-#define GPUSHIP_ABI_VERSION 1
+#define GPUSHIP_ABI_VERSION 2
 
 #define GPUSHIP_COMM_LEN 16
 /* PCI names are "dddd:bb:dd.f" (12 chars); room for longer names some drivers print. */
 #define GPUSHIP_XID_DEV_LEN 32
 /* The driver's XID messages are well under 512 bytes; longer ones are cut, never overread. */
 #define GPUSHIP_XID_MSG_LEN 512
+/* Kernel names as cuLibraryGetKernel / cuModuleGetFunction take them: most mangled C++ names
+ * fit; a longer one is cut here and completed by the agent from the process's memory. */
+#define GPUSHIP_KERNEL_NAME_LEN 1024
 
 /* First field of every record: lets the agent reject a record from the wrong ring or version. */
 enum gpuship_record_kind {
 	GPUSHIP_RECORD_XID = 0x58494401,  /* "XID" + ABI version 1 */
-	GPUSHIP_RECORD_CUDA = 0x43554401, /* "CUD" + ABI version 1 */
+	GPUSHIP_RECORD_CUDA = 0x43554402, /* "CUD" + ABI version 2 */
+	GPUSHIP_RECORD_CUDA_NAMED = 0x434e4d02, /* "CNM" + ABI version 2: a cuda_named_event */
 	GPUSHIP_RECORD_DRIVER = 0x44525601, /* "DRV" + ABI version 1 */
 };
 
@@ -76,6 +80,26 @@ struct cuda_event {
 	__u32 shared_mem_bytes;
 	__u32 _pad;
 	char comm[GPUSHIP_COMM_LEN];
+	/* ABI version 2: the CUDA object the call makes or uses (a launch's CUfunction or
+	 * CUkernel; the CUkernel, CUfunction, CUlibrary or CUmodule a getter or a load makes; the
+	 * one an unload drops), and the object it came from (the library, module or kernel). */
+	__u64 handle;
+	__u64 parent_handle;
+};
+
+/* A call that takes a name (cuLibraryGetKernel, cuModuleGetFunction): its cuda_event, then the
+ * name read from the caller's memory at return. */
+struct cuda_named_event {
+	struct cuda_event call;     /* call.record_kind = GPUSHIP_RECORD_CUDA_NAMED */
+	__u64 name_ptr;             /* the name's user address, for completing a cut name */
+	__u32 name_len;             /* bytes of name[] used, without the NUL; 0 when unreadable */
+	__u32 name_flags;           /* GPUSHIP_NAME_* bits */
+	char name[GPUSHIP_KERNEL_NAME_LEN];
+};
+
+enum gpuship_name_flag {
+	GPUSHIP_NAME_TRUNCATED = 1 << 0, /* the name did not fit name[] */
+	GPUSHIP_NAME_UNREADABLE = 1 << 1, /* the read from the caller's memory failed */
 };
 
 /* cuda_event.valid */
@@ -85,6 +109,8 @@ enum gpuship_arg_valid {
 	GPUSHIP_ARG_STREAM = 1 << 2,
 	GPUSHIP_ARG_LAUNCH = 1 << 3, /* grid, block and shared_mem_bytes */
 	GPUSHIP_ARG_GRID = 1 << 4,   /* grid and block[0..2] only (the register arguments) */
+	GPUSHIP_ARG_HANDLE = 1 << 5,
+	GPUSHIP_ARG_PARENT_HANDLE = 1 << 6,
 };
 
 /* One NVIDIA kernel-driver operation: an ioctl on an NVIDIA device file (syscall tracepoints),
@@ -113,17 +139,25 @@ enum gpuship_driver_hook {
 
 /*
  * Attach cookie of a CUDA probe: which function it is and where its arguments are.
- * bits  0..31  function id
+ * bits  0..23  function id
+ * bits 24..27  argument index holding a name to read (a kernel's), 0xF = none
  * bits 32..35  argument index (0-based) holding a byte count, 0xF = none
  * bits 36..39  argument index holding a device pointer, 0xF = none
  * bits 40..43  argument index holding a pointer to the device pointer to read at return
  *              (allocations), 0xF = none
  * bits 44..47  argument index holding the stream, 0xF = none
  * bits 48..51  launch layout: GPUSHIP_LAUNCH_*
+ * bit  52      entry only; bit 53: stats (below)
+ * bits 54..57  argument index holding the handle the call uses, 0xF = none
+ * bits 58..61  argument index holding the parent handle, 0xF = none
+ * bit  62      the value read at return through the out pointer is the call's handle (a
+ *              getter's or a load's), not a device pointer
  * Argument indexes refer to the first six integer arguments (the registers on x86_64).
  */
 enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_NONE = 0xF,
+	GPUSHIP_COOKIE_FUNCTION_MASK = 0xFFFFFF,
+	GPUSHIP_COOKIE_NAME_SHIFT = 24,
 	GPUSHIP_COOKIE_BYTES_SHIFT = 32,
 	GPUSHIP_COOKIE_DEVICE_PTR_SHIFT = 36,
 	GPUSHIP_COOKIE_OUT_PTR_SHIFT = 40,
@@ -134,6 +168,9 @@ enum gpuship_cookie_layout {
 	/* One bit: add the call to the per-interval statistics instead of the ring; a call that
 	 * failed or took at least slow_call_ns still goes to the ring as well. */
 	GPUSHIP_COOKIE_STATS_SHIFT = 53,
+	GPUSHIP_COOKIE_HANDLE_SHIFT = 54,
+	GPUSHIP_COOKIE_PARENT_SHIFT = 58,
+	GPUSHIP_COOKIE_OUT_IS_HANDLE_SHIFT = 62,
 };
 
 /*
@@ -207,6 +244,7 @@ enum gpuship_launch_layout {
 	enum gpuship_launch_layout gpuship_abi_launch_layout = 0;   \
 	enum gpuship_driver_hook gpuship_abi_driver_hook = 0;       \
 	enum gpuship_cuda_result gpuship_abi_cuda_result = 0;       \
-	enum gpuship_stats_layout gpuship_abi_stats_layout = 0
+	enum gpuship_stats_layout gpuship_abi_stats_layout = 0;     \
+	enum gpuship_name_flag gpuship_abi_name_flag = 0
 
 #endif /* GPUSHIP_EVENTS_H */

@@ -83,6 +83,7 @@ fn seed_batch(kind: EventKind) -> gpuship_sinks::arrow_array::RecordBatch {
                     stream: None,
                     launch: None,
                     workload: None,
+                    objects: Default::default(),
                 });
             }
             builder.finish().expect("a cuda batch")

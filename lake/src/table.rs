@@ -113,6 +113,7 @@ pub(crate) mod tests {
                 stream: None,
                 launch: None,
                 workload: None,
+                objects: Default::default(),
             });
         }
         let batch = from_sinks(&builder.finish().unwrap());

@@ -43,6 +43,7 @@ pub fn cuda_row() -> CudaRow<'static> {
         stream: None,
         launch: None,
         workload: None,
+        objects: Default::default(),
     }
 }
 

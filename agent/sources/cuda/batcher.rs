@@ -121,6 +121,7 @@ mod tests {
             stream: None,
             launch: None,
             workload: None,
+            objects: Default::default(),
         }
     }
 

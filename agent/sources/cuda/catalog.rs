@@ -16,6 +16,17 @@ pub struct ArgSpec {
     pub stream: Option<u8>,
     /// Kernel-launch argument layout.
     pub launch: Launch,
+    /// Argument holding the CUDA object the call uses (a launch's CUfunction or CUkernel, the
+    /// library or module an unload drops).
+    pub handle: Option<u8>,
+    /// Argument holding the object a getter takes its result from (a library, module or
+    /// kernel).
+    pub parent: Option<u8>,
+    /// Argument holding a kernel's name (read at return).
+    pub name: Option<u8>,
+    /// The value `out_device_ptr` points at is the handle the call makes (a getter's or a
+    /// load's), not a device pointer.
+    pub out_is_handle: bool,
 }
 
 /// How a launch passes its geometry.
@@ -38,10 +49,15 @@ impl ArgSpec {
         out_device_ptr: None,
         stream: None,
         launch: Launch::None,
+        handle: None,
+        parent: None,
+        name: None,
+        out_is_handle: false,
     };
 
     /// The attach cookie for this spec and function id (layout in gpuship_events.h).
     pub fn cookie(&self, function_id: u32) -> u64 {
+        debug_assert!(function_id <= gpuship_cookie_layout::GPUSHIP_COOKIE_FUNCTION_MASK.0);
         let none = gpuship_cookie_layout::GPUSHIP_COOKIE_NONE.0 as u64;
         let field = |arg: Option<u8>, shift: gpuship_cookie_layout| {
             (arg.map_or(none, |a| a as u64 & none)) << shift.0
@@ -69,6 +85,17 @@ impl ArgSpec {
                 gpuship_cookie_layout::GPUSHIP_COOKIE_STREAM_SHIFT,
             )
             | launch << gpuship_cookie_layout::GPUSHIP_COOKIE_LAUNCH_SHIFT.0
+            | field(self.name, gpuship_cookie_layout::GPUSHIP_COOKIE_NAME_SHIFT)
+            | field(
+                self.handle,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_HANDLE_SHIFT,
+            )
+            | field(
+                self.parent,
+                gpuship_cookie_layout::GPUSHIP_COOKIE_PARENT_SHIFT,
+            )
+            | u64::from(self.out_is_handle)
+                << gpuship_cookie_layout::GPUSHIP_COOKIE_OUT_IS_HANDLE_SHIFT.0
     }
 }
 
@@ -83,17 +110,36 @@ const fn spec(
         device_ptr,
         out_device_ptr: out,
         stream,
-        launch: Launch::None,
+        ..ArgSpec::GENERIC
     }
 }
 
-const fn launch(launch: Launch) -> ArgSpec {
+/// A launch of the kernel handle in argument `function`.
+const fn launch(launch: Launch, function: u8) -> ArgSpec {
     ArgSpec {
-        bytes: None,
-        device_ptr: None,
-        out_device_ptr: None,
-        stream: None,
         launch,
+        handle: Some(function),
+        ..ArgSpec::GENERIC
+    }
+}
+
+/// A call that makes a handle and writes it through argument `out`, from the object in
+/// argument `parent` (a getter) and the name in argument `name`.
+const fn maker(out: u8, parent: Option<u8>, name: Option<u8>) -> ArgSpec {
+    ArgSpec {
+        out_device_ptr: Some(out),
+        out_is_handle: true,
+        parent,
+        name,
+        ..ArgSpec::GENERIC
+    }
+}
+
+/// A call that drops the handle in argument `handle` (an unload).
+const fn dropper(handle: u8) -> ArgSpec {
+    ArgSpec {
+        handle: Some(handle),
+        ..ArgSpec::GENERIC
     }
 }
 
@@ -145,14 +191,25 @@ pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
         "cuMemcpyDtoDAsync_v2",
         spec(Some(2), Some(0), None, Some(3)),
     ),
-    ("cuLaunchKernel", launch(Launch::Kernel)),
-    ("cuLaunchKernelEx", launch(Launch::KernelEx)),
+    ("cuLaunchKernel", launch(Launch::Kernel, 0)),
+    ("cuLaunchKernelEx", launch(Launch::KernelEx, 1)),
     ("cuGraphLaunch", spec(None, None, None, Some(1))),
     ("cuCtxSynchronize", ArgSpec::GENERIC),
     ("cuStreamSynchronize", spec(None, None, None, Some(0))),
     ("cuEventSynchronize", ArgSpec::GENERIC),
-    ("cuModuleLoadData", ArgSpec::GENERIC),
-    ("cuLibraryLoadData", ArgSpec::GENERIC),
+    // Module and library loads, with the handle each makes; the kernel handles made from them,
+    // with their names (launch rows are named from these); unloads, which retire those names.
+    ("cuModuleLoad", maker(0, None, None)),
+    ("cuModuleLoadData", maker(0, None, None)),
+    ("cuModuleLoadDataEx", maker(0, None, None)),
+    ("cuModuleLoadFatBinary", maker(0, None, None)),
+    ("cuLibraryLoadData", maker(0, None, None)),
+    ("cuLibraryLoadFromFile", maker(0, None, None)),
+    ("cuModuleGetFunction", maker(0, Some(1), Some(2))),
+    ("cuLibraryGetKernel", maker(0, Some(1), Some(2))),
+    ("cuKernelGetFunction", maker(0, Some(1), None)),
+    ("cuModuleUnload", dropper(0)),
+    ("cuLibraryUnload", dropper(0)),
 ];
 
 /// Per-thread default-stream variants share their base function's arguments.
@@ -180,6 +237,37 @@ pub fn default_entry(symbol: &str) -> Option<(&'static str, ArgSpec)> {
         spec == ArgSpec::GENERIC
             && (name == stem || name.rsplit_once("_v").is_some_and(|(s, _)| s == stem))
     })
+}
+
+/// What a function does to the table of kernel names (`kernels::KernelNames`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelRole {
+    /// Nothing.
+    #[default]
+    None,
+    /// Launches the kernel handle it takes: its row is named from the table.
+    Launch,
+    /// Makes a kernel handle from a name (`cuLibraryGetKernel`, `cuModuleGetFunction`).
+    Names,
+    /// Makes a `CUfunction` of a `CUkernel` (`cuKernelGetFunction`).
+    FunctionOfKernel,
+    /// Unloads a library or module and the kernels made from it.
+    Unloads,
+}
+
+/// The role of an exported symbol (its per-thread-stream variants included).
+pub fn kernel_role(symbol: &str) -> KernelRole {
+    let base = STREAM_SUFFIXES
+        .iter()
+        .find_map(|suffix| symbol.strip_suffix(suffix))
+        .unwrap_or(symbol);
+    match base {
+        "cuLaunchKernel" | "cuLaunchKernelEx" => KernelRole::Launch,
+        "cuLibraryGetKernel" | "cuModuleGetFunction" => KernelRole::Names,
+        "cuKernelGetFunction" => KernelRole::FunctionOfKernel,
+        "cuLibraryUnload" | "cuModuleUnload" => KernelRole::Unloads,
+        _ => KernelRole::None,
+    }
 }
 
 #[cfg(test)]
@@ -220,10 +308,24 @@ mod tests {
     }
 
     #[test]
+    fn kernel_roles_follow_the_base_symbol() {
+        assert_eq!(kernel_role("cuLaunchKernel_ptsz"), KernelRole::Launch);
+        assert_eq!(kernel_role("cuLaunchKernelEx_ptsz"), KernelRole::Launch);
+        assert_eq!(kernel_role("cuLaunchCooperativeKernel"), KernelRole::None);
+        assert_eq!(kernel_role("cuModuleGetFunction"), KernelRole::Names);
+        assert_eq!(
+            kernel_role("cuKernelGetFunction"),
+            KernelRole::FunctionOfKernel
+        );
+        assert_eq!(kernel_role("cuLibraryUnload"), KernelRole::Unloads);
+        assert_eq!(kernel_role("cuLibraryLoadData"), KernelRole::None);
+    }
+
+    #[test]
     fn cookie_packs_function_id_and_argument_positions() {
         let (_, alloc) = default_entry("cuMemAllocAsync").unwrap();
         let cookie = alloc.cookie(7);
-        assert_eq!(cookie & 0xffff_ffff, 7);
+        assert_eq!(cookie & 0xff_ffff, 7);
         assert_eq!((cookie >> 32) & 0xf, 1); // bytes
         assert_eq!((cookie >> 36) & 0xf, 0xf); // no device pointer argument
         assert_eq!((cookie >> 40) & 0xf, 0); // out pointer
@@ -231,6 +333,20 @@ mod tests {
         assert_eq!((cookie >> 48) & 0xf, 0);
         let (_, ex) = default_entry("cuLaunchKernelEx").unwrap();
         assert_eq!((ex.cookie(1) >> 48) & 0xf, 2);
-        assert_eq!(ArgSpec::GENERIC.cookie(3), 3 | 0xffff << 32);
+        assert_eq!(
+            ArgSpec::GENERIC.cookie(3),
+            3 | 0xf << 24 | 0xffff << 32 | 0xff << 54
+        );
+        let (_, launch) = default_entry("cuLaunchKernel").unwrap();
+        assert_eq!((launch.cookie(1) >> 54) & 0xf, 0); // the CUfunction
+        assert_eq!((ex.cookie(1) >> 54) & 0xf, 1);
+        let (_, getter) = default_entry("cuLibraryGetKernel").unwrap();
+        let cookie = getter.cookie(0xff_ffff);
+        assert_eq!(cookie & 0xff_ffff, 0xff_ffff);
+        assert_eq!((cookie >> 24) & 0xf, 2); // the name
+        assert_eq!((cookie >> 40) & 0xf, 0); // the CUkernel written at return
+        assert_eq!((cookie >> 54) & 0xf, 0xf);
+        assert_eq!((cookie >> 58) & 0xf, 1); // the library
+        assert_eq!(cookie >> 62, 1); // the out value is a handle
     }
 }

@@ -1,12 +1,13 @@
 //! CUDA ring records to rows: the checked record, then the row with its function's name and
 //! the arguments the probe captured.
 
-use gpuship_sinks::schema::{CudaRow, LaunchDims};
+use gpuship_sinks::schema::{CallObjects, CudaRow, LaunchDims};
 
 use super::plan::FunctionTable;
 use super::results::result_name;
 use crate::bpf::cuda::types::{
-    cuda_event, gpuship_arg_valid, gpuship_cuda_result, gpuship_record_kind,
+    cuda_event, cuda_named_event, gpuship_arg_valid, gpuship_cuda_result, gpuship_name_flag,
+    gpuship_record_kind,
 };
 use crate::decode::{read_record, DecodeError};
 use crate::enrich::Clocks;
@@ -14,12 +15,14 @@ use crate::enrich::Clocks;
 /// `cuda_event.result` of an entry-only record.
 pub(crate) const NOT_CAPTURED: u32 = gpuship_cuda_result::GPUSHIP_RESULT_NOT_CAPTURED.0;
 
-/// A checked CUDA record.
+/// A checked CUDA record: the call of a plain record or of a named one (see [`record_name`]).
 #[inline]
 pub fn cuda_event(raw: &[u8]) -> Result<cuda_event, DecodeError> {
     let event: cuda_event = read_record(raw, "cuda")?;
     let expected = gpuship_record_kind::GPUSHIP_RECORD_CUDA.0;
-    if event.record_kind != expected {
+    if event.record_kind != expected
+        && event.record_kind != gpuship_record_kind::GPUSHIP_RECORD_CUDA_NAMED.0
+    {
         return Err(DecodeError::WrongKind {
             found: event.record_kind,
             expected,
@@ -27,6 +30,45 @@ pub fn cuda_event(raw: &[u8]) -> Result<cuda_event, DecodeError> {
         });
     }
     Ok(event)
+}
+
+/// The name a named record carries (a kernel's, from `cuLibraryGetKernel` or
+/// `cuModuleGetFunction`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordName {
+    /// The bytes the probe read, without the NUL.
+    pub bytes: Vec<u8>,
+    /// Where the name is in the process's memory.
+    pub address: u64,
+    /// The probe's copy may be cut short (it filled the record's buffer).
+    pub maybe_truncated: bool,
+    /// The probe could not read the name.
+    pub unreadable: bool,
+}
+
+/// The name of a named record, None for a plain one; an error when a named record is short
+/// or its length field overruns its buffer.
+pub fn record_name(raw: &[u8], event: &cuda_event) -> Result<Option<RecordName>, DecodeError> {
+    if event.record_kind != gpuship_record_kind::GPUSHIP_RECORD_CUDA_NAMED.0 {
+        return Ok(None);
+    }
+    let named: cuda_named_event = read_record(raw, "cuda named")?;
+    let name: &[u8] = bytemuck::cast_slice(&named.name);
+    let len = named.name_len as usize;
+    if len >= name.len() {
+        return Err(DecodeError::FieldOverrun {
+            field: "name_len",
+            len,
+            capacity: name.len() - 1,
+        });
+    }
+    let flag = |flag: gpuship_name_flag| named.name_flags & flag.0 != 0;
+    Ok(Some(RecordName {
+        bytes: name[..len].to_vec(),
+        address: named.name_ptr,
+        maybe_truncated: flag(gpuship_name_flag::GPUSHIP_NAME_TRUNCATED),
+        unreadable: flag(gpuship_name_flag::GPUSHIP_NAME_UNREADABLE),
+    }))
 }
 
 /// Turns checked records into rows.
@@ -76,6 +118,13 @@ impl Decoder {
             stream: valid(gpuship_arg_valid::GPUSHIP_ARG_STREAM).then_some(event.stream),
             launch: launch_dims(event),
             workload: None,
+            objects: CallObjects {
+                handle: valid(gpuship_arg_valid::GPUSHIP_ARG_HANDLE).then_some(event.handle),
+                parent_handle: valid(gpuship_arg_valid::GPUSHIP_ARG_PARENT_HANDLE)
+                    .then_some(event.parent_handle),
+                kernel_name: None,
+                kernel_name_demangled: None,
+            },
         })
     }
 }

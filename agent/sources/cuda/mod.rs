@@ -9,11 +9,13 @@
 //!   `cuda_stats` rows.
 //! - [`source`]: the source as the consumer runs it.
 //! - [`results`]: CUresult names.
+//! - [`kernels`]: which kernel each handle is, for naming launch rows.
 
 pub mod attach;
 pub mod batcher;
 pub mod catalog;
 pub mod decode;
+pub mod kernels;
 pub mod library;
 pub mod plan;
 pub mod probes;

@@ -11,7 +11,9 @@ use gpuship_sinks::EventBatch;
 use libbpf_rs::{MapHandle, OpenObject};
 
 use super::batcher::CudaBatcher;
-use super::decode::{cuda_event, Decoder};
+use super::catalog::{kernel_role, KernelRole};
+use super::decode::{cuda_event, record_name, Decoder};
+use super::kernels::{rows as kernel_rows, KernelNames};
 use super::probes::{self, CudaProbes, ProcessFilter};
 use super::recorder::{self, is_sticky, DumpPlan};
 use super::stats::StatsDrain;
@@ -27,6 +29,9 @@ const NAME: &str = "cuda";
 
 /// How stale a process's latest-call time may get before it is refreshed.
 const ACTIVITY_RESOLUTION_NS: i64 = 100_000_000;
+
+/// How often the kernel names of exited processes are forgotten.
+const KERNEL_NAMES_EXPIRY: Duration = Duration::from_secs(30);
 
 /// The CUDA uprobes source (see [`crate::sources::REGISTRY`]).
 pub struct CudaSource;
@@ -101,6 +106,12 @@ struct CudaCapture<'obj> {
     stats_ids: FunctionSet,
     /// The flight recorder's incidents, when it runs.
     recorder: Option<DumpPlan>,
+    /// Which kernel each handle is, and what each function id does to that table.
+    kernels: KernelNames,
+    kernel_roles: Vec<KernelRole>,
+    /// Where processes' memory is read (cut kernel names) and their exits are seen.
+    proc_dir: std::path::PathBuf,
+    kernels_expired_at: Instant,
     accounting: Arc<Accounting>,
 }
 
@@ -134,6 +145,17 @@ impl<'obj> CudaCapture<'obj> {
                     )),
                 )
             }),
+            kernels: KernelNames::new(),
+            kernel_roles: (0..probes.functions.len() as u32)
+                .map(|id| {
+                    probes
+                        .functions
+                        .name(id)
+                        .map_or(KernelRole::None, kernel_role)
+                })
+                .collect(),
+            proc_dir: setup.enrich.proc_dir.clone(),
+            kernels_expired_at: Instant::now(),
             probes,
         }
     }
@@ -202,8 +224,11 @@ impl<'obj> CudaCapture<'obj> {
             workloads,
             outputs,
             accounting,
+            kernels,
+            kernel_roles,
             ..
         } = self;
+        let mut unknown_launches = 0;
         for dump in &dumps {
             let mut rows = 0u64;
             for event in calls.iter().filter(|e| e.pid as i32 == dump.pid) {
@@ -215,6 +240,8 @@ impl<'obj> CudaCapture<'obj> {
                     continue;
                 }
                 row.workload = workloads.resolve(row.pid).map(|w| &**w);
+                let role = role_of(kernel_roles, event.function_id);
+                unknown_launches += u64::from(kernel_rows::name_row(kernels, role, &mut row));
                 if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
                     outputs.batches.emit(batch);
                 }
@@ -232,6 +259,10 @@ impl<'obj> CudaCapture<'obj> {
                 "flight recorder: the process's calls before the incident written"
             );
         }
+        accounting
+            .ring(Ring::Cuda)
+            .unknown_kernel_launches
+            .fetch_add(unknown_launches, std::sync::atomic::Ordering::Relaxed);
         // Sent at once: an incident's rows should not wait for the batch timeout.
         if let Some(batch) = batcher.flush() {
             outputs.batches.emit(batch);
@@ -252,12 +283,32 @@ impl<'obj> CudaCapture<'obj> {
             view,
             outputs,
             recorder,
+            kernels,
+            kernel_roles,
+            proc_dir,
+            accounting,
             ..
         } = self;
         let event = cuda_event(raw)?;
+        let name = record_name(raw, &event)?;
         let comm = c_chars(&event.comm);
         let mut row = decoder.cuda_row(&event, &comm)?;
         row.workload = workloads.resolve(row.pid).map(|w| &**w);
+        // Kernel handles: what this call teaches the name table, then the row's names.
+        let role = role_of(kernel_roles, event.function_id);
+        let kernel = name
+            .as_ref()
+            .map(|name| kernel_rows::record_kernel_name(name, row.pid, proc_dir));
+        kernel_rows::learn(kernels, role, &row, kernel.as_ref());
+        if let Some(kernel) = &kernel {
+            row.objects.kernel_name = Some(&kernel.mangled);
+            row.objects.kernel_name_demangled = Some(&kernel.demangled);
+        } else if kernel_rows::name_row(kernels, role, &mut row) {
+            accounting
+                .ring(Ring::Cuda)
+                .unknown_kernel_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         // A successful call of a `stats` function is a row only when slow; its aggregate
         // counts it in the summary and the live view.
         let counted_by_aggregate = row.result == 0 && stats_ids.contains(event.function_id);
@@ -283,6 +334,12 @@ impl<'obj> CudaCapture<'obj> {
         }
         Ok(batcher.push(&row))
     }
+}
+
+/// What function `id` does to the kernel-name table.
+#[inline]
+fn role_of(roles: &[KernelRole], id: u32) -> KernelRole {
+    roles.get(id as usize).copied().unwrap_or_default()
 }
 
 impl RunningRing for CudaCapture<'_> {
@@ -318,6 +375,14 @@ impl RunningRing for CudaCapture<'_> {
             self.last_active = (0, 0);
         }
         self.workloads.expire_if_due(now);
+        if all || now.duration_since(self.kernels_expired_at) >= KERNEL_NAMES_EXPIRY {
+            self.kernels.forget_exited(&self.proc_dir);
+            self.kernels_expired_at = now;
+            self.accounting
+                .ring(Ring::Cuda)
+                .kernel_names_dropped
+                .store(self.kernels.dropped(), std::sync::atomic::Ordering::Relaxed);
+        }
         self.write_flight_recorder();
         self.poll_stats(now, all);
         self.view.publish(&self.calls, now, all);

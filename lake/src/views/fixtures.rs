@@ -59,6 +59,7 @@ pub fn cuda_row(
             registers_only: false,
         }),
         workload: None,
+        objects: Default::default(),
     }
 }
 

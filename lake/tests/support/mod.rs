@@ -120,6 +120,7 @@ pub fn call(time_ns: i64, duration_ns: u64, result: (u32, &'static str)) -> Cuda
         stream: Some(0x5000),
         launch: None,
         workload: None,
+        objects: Default::default(),
     }
 }
 

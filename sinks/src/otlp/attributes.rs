@@ -85,6 +85,10 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             WORKLOAD[2],
             WORKLOAD[3],
             ("flight_recorder", "cuda.flight_recorder"),
+            ("handle", "cuda.handle"),
+            ("parent_handle", "cuda.parent_handle"),
+            ("kernel_name", "cuda.kernel.name"),
+            ("kernel_name_demangled", "cuda.kernel.demangled_name"),
         ],
         EventKind::Driver => &[
             ("pid", semconv::PROCESS_PID),

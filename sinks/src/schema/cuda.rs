@@ -27,6 +27,21 @@ pub struct LaunchDims {
     pub registers_only: bool,
 }
 
+/// The CUDA objects a call made or used, and the kernel a launch ran (schema version 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallObjects<'a> {
+    /// The object the call makes or uses: a launch's CUfunction or CUkernel, the CUkernel,
+    /// CUfunction, CUlibrary or CUmodule a getter or a load made, the one an unload dropped.
+    pub handle: Option<u64>,
+    /// The object `handle` was made from: the library, module or kernel of a getter.
+    pub parent_handle: Option<u64>,
+    /// The kernel's mangled name (launches and the calls that name kernels); `unknown` for a
+    /// launch of a handle made before the agent started.
+    pub kernel_name: Option<&'a str>,
+    /// The kernel's demangled name (the mangled one when it is not a mangled C++ name).
+    pub kernel_name_demangled: Option<&'a str>,
+}
+
 /// One call, borrowed from the decoder so that appending copies each string once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CudaRow<'a> {
@@ -56,6 +71,8 @@ pub struct CudaRow<'a> {
     pub launch: Option<LaunchDims>,
     /// The container and pod of the process, when it runs in one.
     pub workload: Option<&'a Workload>,
+    /// Handles and kernel names.
+    pub objects: CallObjects<'a>,
 }
 
 /// The Arrow schema of the `cuda` table.
@@ -87,12 +104,19 @@ pub fn schema() -> Arc<Schema> {
     // Schema version 4: a call the flight recorder kept in memory and wrote when an incident
     // started (the row's `incident_id`); false for calls written as they happened.
     fields.push(Field::new("flight_recorder", DataType::Boolean, true));
+    // Schema version 5: the handles a call made or used, and the kernel a launch ran.
+    fields.extend([
+        Field::new("handle", DataType::UInt64, true),
+        Field::new("parent_handle", DataType::UInt64, true),
+        Field::new("kernel_name", DataType::Utf8, true),
+        Field::new("kernel_name_demangled", DataType::Utf8, true),
+    ]);
     super::with_metadata(EventKind::Cuda, fields)
 }
 
 /// Fixed bytes per row in the finished arrays, for the batcher's `max_bytes` bound (the
 /// `flight_recorder` flag, two bits, rounds up to one byte).
-const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4 + 1;
+const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4 + 1 + 8 * 2 + 4 * 2;
 
 /// Accumulates [`CudaRow`]s into a `cuda` [`RecordBatch`].
 #[derive(Debug)]
@@ -114,6 +138,10 @@ pub struct CudaBatchBuilder {
     workload: WorkloadColumns,
     /// True for rows of [`CudaBatchBuilder::append_flight_recorded`], false for the others.
     flight_recorder: BooleanBuilder,
+    handle: UInt64Builder,
+    parent_handle: UInt64Builder,
+    kernel_name: StringBuilder,
+    kernel_name_demangled: StringBuilder,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -138,6 +166,10 @@ impl CudaBatchBuilder {
             incident_id: StringBuilder::with_capacity(capacity, 0),
             workload: WorkloadColumns::new(),
             flight_recorder: BooleanBuilder::with_capacity(capacity),
+            handle: UInt64Builder::with_capacity(capacity),
+            parent_handle: UInt64Builder::with_capacity(capacity),
+            kernel_name: StringBuilder::with_capacity(capacity, 0),
+            kernel_name_demangled: StringBuilder::with_capacity(capacity, 0),
             estimated_bytes: 0,
         }
     }
@@ -204,8 +236,16 @@ impl CudaBatchBuilder {
                 }
             }
         }
+        let objects = &row.objects;
+        self.handle.append_option(objects.handle);
+        self.parent_handle.append_option(objects.parent_handle);
+        self.kernel_name.append_option(objects.kernel_name);
+        self.kernel_name_demangled
+            .append_option(objects.kernel_name_demangled);
+        let names = objects.kernel_name.map_or(0, str::len)
+            + objects.kernel_name_demangled.map_or(0, str::len);
         self.estimated_bytes +=
-            FIXED_ROW_BYTES + row.comm.len() + row.function.len() + row.result_name.len();
+            FIXED_ROW_BYTES + row.comm.len() + row.function.len() + row.result_name.len() + names;
     }
 
     /// Rows appended since the last [`finish`](Self::finish).
@@ -250,6 +290,12 @@ impl CudaBatchBuilder {
         columns.push(Arc::new(self.incident_id.finish()));
         columns.extend(self.workload.finish());
         columns.push(Arc::new(self.flight_recorder.finish()));
+        columns.extend([
+            Arc::new(self.handle.finish()) as ArrayRef,
+            Arc::new(self.parent_handle.finish()),
+            Arc::new(self.kernel_name.finish()),
+            Arc::new(self.kernel_name_demangled.finish()),
+        ]);
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }

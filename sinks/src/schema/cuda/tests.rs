@@ -128,13 +128,28 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
     );
     let batch = builder.finish().unwrap();
     let schema = batch.schema();
-    let last = schema.fields().last().unwrap();
+    let marker = schema.field_with_name("flight_recorder").unwrap();
     assert_eq!(
-        (last.name().as_str(), last.data_type(), last.is_nullable()),
-        ("flight_recorder", &DataType::Boolean, true)
+        (marker.data_type(), marker.is_nullable()),
+        (&DataType::Boolean, true)
+    );
+    // Schema version 5's columns come after it.
+    let last: Vec<&str> = schema.fields()[schema.fields().len() - 5..]
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    assert_eq!(
+        last,
+        [
+            "flight_recorder",
+            "handle",
+            "parent_handle",
+            "kernel_name",
+            "kernel_name_demangled"
+        ]
     );
     assert_eq!(batch.num_columns(), schema.fields().len());
-    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "4");
+    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "5");
     let marks = batch
         .column_by_name("flight_recorder")
         .unwrap()
