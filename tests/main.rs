@@ -52,4 +52,5 @@ mod wire_docs;
 mod xid_durability;
 mod xid_intelligence;
 mod xid_kmsg;
+mod xid_suspects;
 mod xid_tracepoint;

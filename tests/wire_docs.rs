@@ -13,7 +13,7 @@ use arrow_array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
     TimestampMicrosecondArray, UInt32Array, UInt64Array,
 };
-use arrow_schema::{DataType, Schema, TimeUnit};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use gpuship::xid::catalog;
 use gpuship_sinks::otlp::attributes::attribute_names;
 use gpuship_sinks::otlp::mapping::severity;
@@ -81,39 +81,50 @@ fn tables(text: &str, header: &[&str]) -> Vec<(String, Vec<Vec<String>>)> {
 }
 
 /// One row of `schema` with every column set (lists hold one item).
+/// A one-row array of `field`'s type with a value in it.
+fn filler(field: &Field) -> ArrayRef {
+    match field.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => Arc::new(
+            TimestampMicrosecondArray::from(vec![1_795_319_000_000_000])
+                .with_timezone_opt(tz.clone()),
+        ),
+        DataType::Int64 => Arc::new(Int64Array::from(vec![1_795_319_000_000_000_000])),
+        DataType::Int32 => Arc::new(Int32Array::from(vec![7])),
+        // `result` 1: a failed call, so the attributes of failures appear too.
+        DataType::UInt32 => Arc::new(UInt32Array::from(vec![1])),
+        DataType::UInt64 => Arc::new(UInt64Array::from(vec![4096])),
+        DataType::Boolean => Arc::new(BooleanArray::from(vec![true])),
+        DataType::Utf8 => Arc::new(StringArray::from(vec![format!("{}-value", field.name())])),
+        DataType::List(item) if item.data_type() == &DataType::Int32 => {
+            let mut list = ListBuilder::new(Int32Builder::new()).with_field(item.clone());
+            list.values().append_value(7);
+            list.append(true);
+            Arc::new(list.finish())
+        }
+        // A list of structs (an XID's suspects): one item with every field filled.
+        DataType::List(item) if matches!(item.data_type(), DataType::Struct(_)) => {
+            let DataType::Struct(fields) = item.data_type() else {
+                unreachable!()
+            };
+            let children: Vec<ArrayRef> = fields.iter().map(|f| filler(f)).collect();
+            let items = arrow_array::StructArray::new(fields.clone(), children, None);
+            Arc::new(arrow_array::ListArray::new(
+                item.clone(),
+                arrow_buffer::OffsetBuffer::from_lengths([1]),
+                Arc::new(items),
+                None,
+            ))
+        }
+        // The histogram is not sent as an attribute; a null stands in.
+        DataType::List(_) if field.is_nullable() => {
+            arrow_array::new_null_array(field.data_type(), 1)
+        }
+        other => panic!("{}: no filler for {other}", field.name()),
+    }
+}
+
 fn full_row(schema: Arc<Schema>) -> RecordBatch {
-    let columns: Vec<ArrayRef> = schema
-        .fields()
-        .iter()
-        .map(|field| -> ArrayRef {
-            match field.data_type() {
-                DataType::Timestamp(TimeUnit::Microsecond, tz) => Arc::new(
-                    TimestampMicrosecondArray::from(vec![1_795_319_000_000_000])
-                        .with_timezone_opt(tz.clone()),
-                ),
-                DataType::Int64 => Arc::new(Int64Array::from(vec![1_795_319_000_000_000_000])),
-                DataType::Int32 => Arc::new(Int32Array::from(vec![7])),
-                // `result` 1: a failed call, so the attributes of failures appear too.
-                DataType::UInt32 => Arc::new(UInt32Array::from(vec![1])),
-                DataType::UInt64 => Arc::new(UInt64Array::from(vec![4096])),
-                DataType::Boolean => Arc::new(BooleanArray::from(vec![true])),
-                DataType::Utf8 => {
-                    Arc::new(StringArray::from(vec![format!("{}-value", field.name())]))
-                }
-                DataType::List(item) if item.data_type() == &DataType::Int32 => {
-                    let mut list = ListBuilder::new(Int32Builder::new()).with_field(item.clone());
-                    list.values().append_value(7);
-                    list.append(true);
-                    Arc::new(list.finish())
-                }
-                // The histogram is not sent as an attribute; a null stands in.
-                DataType::List(_) if field.is_nullable() => {
-                    arrow_array::new_null_array(field.data_type(), 1)
-                }
-                other => panic!("{}: no filler for {other}", field.name()),
-            }
-        })
-        .collect();
+    let columns: Vec<ArrayRef> = schema.fields().iter().map(|f| filler(f)).collect();
     RecordBatch::try_new(schema, columns).expect("batch")
 }
 
@@ -136,6 +147,7 @@ fn otlp_type(value: &Value) -> &'static str {
         Value::BoolValue(_) => "Bool",
         Value::ArrayValue(items) => match items.values.first().and_then(|v| v.value.as_ref()) {
             Some(Value::IntValue(_)) => "Array<Int>",
+            Some(Value::KvlistValue(_)) => "Array<Map>",
             _ => "Array",
         },
         _ => "other",

@@ -115,6 +115,9 @@ mod defaults {
     pub fn attribution_window_secs() -> u64 {
         10
     }
+    pub fn xid_suspects() -> usize {
+        8
+    }
     pub fn dev_dir() -> PathBuf {
         PathBuf::from("/dev")
     }

@@ -83,6 +83,10 @@ pub struct XidSourceConfig {
     /// an XID are linked to its incident.
     #[serde(default = "defaults::attribution_window_secs")]
     pub attribution_window_secs: u64,
+    /// How many of the attributed process's last kernel launches an XID that points at a
+    /// running kernel (31, 13, 43, ...) lists as suspects; 0 lists none.
+    #[serde(default = "defaults::xid_suspects")]
+    pub suspects: usize,
 }
 
 /// Field names of the XID tracepoint record (the driver's names by default).

@@ -258,3 +258,28 @@ fn flight_recorder_slots_are_off_or_a_power_of_two_and_its_window_is_bounded() {
         assert!(err.contains(expected), "{text}: {err}");
     }
 }
+
+#[test]
+fn xid_suspects_default_to_eight_and_are_bounded() {
+    assert_eq!(parse("").unwrap().sources.xid.suspects, 8);
+    assert_eq!(
+        parse("[sources.xid]\nsuspects = 0\n")
+            .unwrap()
+            .sources
+            .xid
+            .suspects,
+        0
+    );
+    let err = parse("[sources.xid]\nsuspects = 33\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 2: sources.xid.suspects: 33 is outside 0..=32"),
+        "{err}"
+    );
+    // Beyond usize: a parse error with its line, never a wrap.
+    let err = parse("[sources.xid]\nsuspects = -1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 2"), "{err}");
+}

@@ -10,6 +10,7 @@ use gpuship_sinks::limits::out_of_range;
 
 use super::parse::Lines;
 use super::Config;
+use crate::sources::cuda::history::MAX_SUSPECTS;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +257,12 @@ impl Config {
             "attribution_window_secs",
             xid.attribution_window_secs,
             0..=3_600,
+        );
+        report.range(
+            "sources.xid",
+            "suspects",
+            xid.suspects as u64,
+            0..=MAX_SUSPECTS as u64,
         );
         self.driver_problems(report);
         self.cuda_problems(report);

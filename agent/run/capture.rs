@@ -173,6 +173,7 @@ fn xid_stage(
             incident_window: Duration::from_secs(xid.incident_window_secs),
             attribution_window: Duration::from_secs(xid.attribution_window_secs),
             driver_version: driver_version(&config.enrich.nvidia_proc_dir),
+            suspects: xid.suspects,
         },
         Attributor::new(
             &config.enrich.proc_dir,

@@ -12,7 +12,9 @@ use crate::accounting::Accounting;
 use crate::fanout::FanOut;
 use crate::live::{LivePublisher, LiveTap};
 use crate::sources::cuda::plan::FunctionTable;
-use crate::sources::output::{BatchEmitter, CallAttribution, CallView, CallViews, XidSink};
+use crate::sources::output::{
+    BatchEmitter, CallAttribution, CallView, CallViews, LaunchHistory, XidSink,
+};
 use crate::summary::CallTally;
 use crate::xid::XidStage;
 
@@ -52,6 +54,10 @@ impl CallAttribution for XidStage {
 
     fn incident_links(&self) -> Vec<(i32, Arc<str>, i64)> {
         self.links.all()
+    }
+
+    fn launch_history(&self, history: Arc<dyn LaunchHistory>) {
+        self.set_launch_history(history);
     }
 }
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpuship_sinks::schema::XidRecord;
+use gpuship_sinks::schema::{KernelSuspect, XidRecord};
 use gpuship_sinks::EventBatch;
 
 use super::functions::FunctionTable;
@@ -44,6 +44,17 @@ pub trait CallAttribution: Send + Sync {
     fn incident_links(&self) -> Vec<(i32, Arc<str>, i64)> {
         Vec::new()
     }
+
+    /// Where an XID's suspects come from: the CUDA source's launch history, registered once
+    /// it runs.
+    fn launch_history(&self, _history: Arc<dyn LaunchHistory>) {}
+}
+
+/// The last kernel launches of each process, for an XID's suspects.
+pub trait LaunchHistory: Send + Sync {
+    /// Up to `max` kernels `pid` launched at or before `before_ns` (Unix ns), most recent
+    /// first.
+    fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect>;
 }
 
 /// Running per-call totals for a view of the calls as they happen (the live view).

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gpuship_sinks::schema::{HostIdentity, XidRecord, XidSource};
@@ -16,10 +16,12 @@ use super::catalog::{self, CATALOG_VERSION};
 use super::details;
 use super::incidents::{IncidentLinks, Incidents};
 use super::reconcile::Reconciler;
+use super::suspects;
 use crate::accounting::Accounting;
 use crate::batcher::xid_batch;
 use crate::fanout::FanOut;
 use crate::live::LiveTap;
+use crate::sources::output::LaunchHistory;
 use crate::summary::RunSummary;
 
 /// Settings of the stage.
@@ -33,6 +35,8 @@ pub struct XidStageSettings {
     pub attribution_window: Duration,
     /// The NVIDIA driver version, when known.
     pub driver_version: Option<String>,
+    /// Most suspect kernels an XID lists (`[sources.xid] suspects`).
+    pub suspects: usize,
 }
 
 struct Inner {
@@ -59,6 +63,8 @@ pub struct XidStage {
     /// Kernel-log sequence numbers reported and not yet handed to the sinks (waiting for a
     /// twin, or being emitted): the kmsg cursor must not pass them.
     kmsg_unsettled: Mutex<BTreeMap<u64, usize>>,
+    /// The CUDA source's launch history, once it runs: where suspects come from.
+    launches: OnceLock<Arc<dyn LaunchHistory>>,
 }
 
 impl XidStage {
@@ -87,6 +93,14 @@ impl XidStage {
             finished: AtomicBool::new(false),
             live: None,
             kmsg_unsettled: Mutex::new(BTreeMap::new()),
+            launches: OnceLock::new(),
+        }
+    }
+
+    /// Where suspects come from from now on (the CUDA source registers its history once).
+    pub fn set_launch_history(&self, history: Arc<dyn LaunchHistory>) {
+        if self.launches.set(history).is_err() {
+            tracing::debug!("a launch history was already registered; keeping the first");
         }
     }
 
@@ -196,6 +210,11 @@ impl XidStage {
             annotations.details = decoded;
             annotations.driver_version = self.settings.driver_version.clone();
             self.attributor.attribute(record, &self.activity);
+            record.annotations.suspects = suspects::find(
+                record,
+                self.launches.get().map(|h| &**h),
+                self.settings.suspects,
+            );
             let incident = inner.incidents.assign(record);
             let window = gpuship_sinks::limits::nanos_i64(self.settings.attribution_window);
             let (from, until) = (
@@ -241,6 +260,12 @@ impl XidStage {
                 attribution = a.attribution.as_deref().unwrap_or(""),
                 incident_id = a.incident_id.as_deref().unwrap_or(""),
                 root_candidate = a.root_candidate.unwrap_or(false),
+                suspect_kernel = %crate::escape::Escaped(
+                    a.suspects
+                        .as_ref()
+                        .and_then(|s| s.first())
+                        .map_or("", |s| s.kernel_name_demangled.as_str())
+                ),
                 message = %crate::escape::Escaped(&record.message),
                 "XID"
             );

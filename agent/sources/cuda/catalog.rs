@@ -239,7 +239,8 @@ pub fn default_entry(symbol: &str) -> Option<(&'static str, ArgSpec)> {
     })
 }
 
-/// What a function does to the table of kernel names (`kernels::KernelNames`).
+/// What a function does to the table of kernel names (`kernels::KernelNames`) and to the
+/// launch history an XID's suspects come from (`history`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelRole {
     /// Nothing.
@@ -253,6 +254,10 @@ pub enum KernelRole {
     FunctionOfKernel,
     /// Unloads a library or module and the kernels made from it.
     Unloads,
+    /// Waits for all work of the calling thread's context (`cuCtxSynchronize*`).
+    SyncsContext,
+    /// Waits for all work of the stream it takes (`cuStreamSynchronize*`).
+    SyncsStream,
 }
 
 /// The role of an exported symbol (its per-thread-stream variants included).
@@ -266,6 +271,8 @@ pub fn kernel_role(symbol: &str) -> KernelRole {
         "cuLibraryGetKernel" | "cuModuleGetFunction" => KernelRole::Names,
         "cuKernelGetFunction" => KernelRole::FunctionOfKernel,
         "cuLibraryUnload" | "cuModuleUnload" => KernelRole::Unloads,
+        "cuCtxSynchronize" | "cuCtxSynchronize_v2" => KernelRole::SyncsContext,
+        "cuStreamSynchronize" => KernelRole::SyncsStream,
         _ => KernelRole::None,
     }
 }
@@ -319,6 +326,12 @@ mod tests {
         );
         assert_eq!(kernel_role("cuLibraryUnload"), KernelRole::Unloads);
         assert_eq!(kernel_role("cuLibraryLoadData"), KernelRole::None);
+        assert_eq!(kernel_role("cuCtxSynchronize_v2"), KernelRole::SyncsContext);
+        assert_eq!(
+            kernel_role("cuStreamSynchronize_ptsz"),
+            KernelRole::SyncsStream
+        );
+        assert_eq!(kernel_role("cuEventSynchronize"), KernelRole::None);
     }
 
     #[test]

@@ -84,6 +84,11 @@ impl Decoder {
         Self { clocks, functions }
     }
 
+    /// The name of function `id`.
+    pub fn function_name(&self, id: u32) -> Option<&str> {
+        self.functions.name(id)
+    }
+
     /// The row for a CUDA event; `comm` is `c_chars(&event.comm)`.
     #[inline]
     pub fn cuda_row<'a>(

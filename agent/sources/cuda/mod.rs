@@ -10,11 +10,13 @@
 //! - [`source`]: the source as the consumer runs it.
 //! - [`results`]: CUresult names.
 //! - [`kernels`]: which kernel each handle is, for naming launch rows.
+//! - [`history`]: each process's last launches and synchronisations, for an XID's suspects.
 
 pub mod attach;
 pub mod batcher;
 pub mod catalog;
 pub mod decode;
+pub mod history;
 pub mod kernels;
 pub mod library;
 pub mod plan;

@@ -13,7 +13,8 @@ use libbpf_rs::{MapHandle, OpenObject};
 use super::batcher::CudaBatcher;
 use super::catalog::{kernel_role, KernelRole};
 use super::decode::{cuda_event, record_name, Decoder};
-use super::kernels::{rows as kernel_rows, KernelNames};
+use super::history::CudaLaunchHistory;
+use super::kernels::rows::{self as kernel_rows, Resolved};
 use super::probes::{self, CudaProbes, ProcessFilter};
 use super::recorder::{self, is_sticky, DumpPlan};
 use super::stats::StatsDrain;
@@ -106,9 +107,9 @@ struct CudaCapture<'obj> {
     stats_ids: FunctionSet,
     /// The flight recorder's incidents, when it runs.
     recorder: Option<DumpPlan>,
-    /// Which kernel each handle is, and what each function id does to that table.
-    kernels: KernelNames,
-    kernel_roles: Vec<KernelRole>,
+    /// Which kernel each handle is, each process's last launches and synchronisations (shared
+    /// with the XID stage for suspects), and what each function id does to them.
+    history: Arc<CudaLaunchHistory>,
     /// Where processes' memory is read (cut kernel names) and their exits are seen.
     proc_dir: std::path::PathBuf,
     kernels_expired_at: Instant,
@@ -145,15 +146,7 @@ impl<'obj> CudaCapture<'obj> {
                     )),
                 )
             }),
-            kernels: KernelNames::new(),
-            kernel_roles: (0..probes.functions.len() as u32)
-                .map(|id| {
-                    probes
-                        .functions
-                        .name(id)
-                        .map_or(KernelRole::None, kernel_role)
-                })
-                .collect(),
+            history: launch_history(&probes, setup),
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
             probes,
@@ -224,8 +217,7 @@ impl<'obj> CudaCapture<'obj> {
             workloads,
             outputs,
             accounting,
-            kernels,
-            kernel_roles,
+            history,
             ..
         } = self;
         let mut unknown_launches = 0;
@@ -240,8 +232,10 @@ impl<'obj> CudaCapture<'obj> {
                     continue;
                 }
                 row.workload = workloads.resolve(row.pid).map(|w| &**w);
-                let role = role_of(kernel_roles, event.function_id);
-                unknown_launches += u64::from(kernel_rows::name_row(kernels, role, &mut row));
+                let role = history.role(event.function_id);
+                let resolved = kernel_rows::resolve_at(&history.lock().kernels, role, &row);
+                unknown_launches += u64::from(resolved == Resolved::Unknown);
+                kernel_rows::apply(&mut row, &resolved);
                 if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
                     outputs.batches.emit(batch);
                 }
@@ -283,8 +277,7 @@ impl<'obj> CudaCapture<'obj> {
             view,
             outputs,
             recorder,
-            kernels,
-            kernel_roles,
+            history,
             proc_dir,
             accounting,
             ..
@@ -294,23 +287,40 @@ impl<'obj> CudaCapture<'obj> {
         let comm = c_chars(&event.comm);
         let mut row = decoder.cuda_row(&event, &comm)?;
         row.workload = workloads.resolve(row.pid).map(|w| &**w);
-        // Kernel handles: what this call teaches the name table, then the row's names.
-        let role = role_of(kernel_roles, event.function_id);
-        let kernel = name
+        // Kernel handles: what this call teaches the name table, then the row's names; launches
+        // and synchronisations go to the history an XID's suspects come from.
+        let role = history.role(event.function_id);
+        let carried = name
             .as_ref()
             .map(|name| kernel_rows::record_kernel_name(name, row.pid, proc_dir));
-        kernel_rows::learn(kernels, role, &row, kernel.as_ref());
-        if let Some(kernel) = &kernel {
-            row.objects.kernel_name = Some(&kernel.mangled);
-            row.objects.kernel_name_demangled = Some(&kernel.demangled);
-        } else if kernel_rows::name_row(kernels, role, &mut row) {
+        let resolved = if role == KernelRole::None {
+            Resolved::Nothing
+        } else {
+            let mut state = history.lock();
+            kernel_rows::learn(&mut state.kernels, role, &row, carried.as_ref());
+            let resolved = match &carried {
+                Some(name) => Resolved::Named(name.clone()),
+                None => kernel_rows::resolve(&mut state.kernels, role, &row),
+            };
+            match (role, &resolved) {
+                (KernelRole::Launch, Resolved::Named(name)) => {
+                    state.launched(&row, event.function_id, Some(name.clone()));
+                }
+                (KernelRole::Launch, _) => state.launched(&row, event.function_id, None),
+                (KernelRole::SyncsContext | KernelRole::SyncsStream, _) => {
+                    state.synchronized(role, &row);
+                }
+                _ => {}
+            }
+            resolved
+        };
+        if resolved == Resolved::Unknown {
             accounting
                 .ring(Ring::Cuda)
                 .unknown_kernel_launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // A successful call of a `stats` function is a row only when slow; its aggregate
-        // counts it in the summary and the live view.
+        kernel_rows::apply(&mut row, &resolved);
         let counted_by_aggregate = row.result == 0 && stats_ids.contains(event.function_id);
         if !counted_by_aggregate {
             calls.record(event.function_id, &row);
@@ -336,10 +346,25 @@ impl<'obj> CudaCapture<'obj> {
     }
 }
 
-/// What function `id` does to the kernel-name table.
-#[inline]
-fn role_of(roles: &[KernelRole], id: u32) -> KernelRole {
-    roles.get(id as usize).copied().unwrap_or_default()
+/// The launch history of these probes, registered with XID attribution for suspects.
+fn launch_history(probes: &CudaProbes<'_>, setup: &SourceSetup) -> Arc<CudaLaunchHistory> {
+    let functions = &probes.functions;
+    let roles = (0..functions.len() as u32)
+        .map(|id| functions.name(id).map_or(KernelRole::None, kernel_role))
+        .collect();
+    let recorder = probes
+        .recorder
+        .enabled()
+        .then(|| MapHandle::try_from(&probes.skel.maps.recorder))
+        .transpose()
+        .unwrap_or_else(|err| {
+            tracing::warn!(%err, "the flight recorder cannot be read for XID suspects");
+            None
+        });
+    let decoder = Decoder::new(setup.clocks, functions.clone());
+    let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles));
+    setup.outputs.attribution.launch_history(history.clone());
+    history
 }
 
 impl RunningRing for CudaCapture<'_> {
@@ -376,12 +401,13 @@ impl RunningRing for CudaCapture<'_> {
         }
         self.workloads.expire_if_due(now);
         if all || now.duration_since(self.kernels_expired_at) >= KERNEL_NAMES_EXPIRY {
-            self.kernels.forget_exited(&self.proc_dir);
+            let mut state = self.history.lock();
+            state.forget_exited(&self.proc_dir);
             self.kernels_expired_at = now;
-            self.accounting
-                .ring(Ring::Cuda)
-                .kernel_names_dropped
-                .store(self.kernels.dropped(), std::sync::atomic::Ordering::Relaxed);
+            self.accounting.ring(Ring::Cuda).kernel_names_dropped.store(
+                state.kernels.dropped(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         self.write_flight_recorder();
         self.poll_stats(now, all);

@@ -36,6 +36,8 @@ pub struct CudaCall {
     /// Kept by the flight recorder and written when `incident_id` started: a copy of a call
     /// counted elsewhere (null, in files before schema version 4, reads as false).
     pub flight_recorder: bool,
+    /// The kernel a launch ran, demangled (`kernel_name_demangled`, schema version 5).
+    pub kernel: Option<String>,
 }
 
 impl CudaCall {
@@ -74,6 +76,8 @@ pub struct Xid {
     /// `namespace/name` of the attributed process's Kubernetes pod (`pod_namespace`,
     /// `pod_name`; schema version 3).
     pub pod: Option<String>,
+    /// The first kernel the XID's suspects list (`suspect_kernel`, schema version 5).
+    pub suspect_kernel: Option<String>,
 }
 
 impl Xid {
@@ -214,6 +218,7 @@ pub fn cuda_calls(batches: &[RecordBatch]) -> Vec<CudaCall> {
                 shared_mem_bytes: value(c.primitive::<UInt32Type>("shared_mem_bytes"), i),
                 incident_id: text(c.strings("incident_id"), i),
                 flight_recorder: c.flag("flight_recorder", i) == Some(true),
+                kernel: text(c.strings("kernel_name_demangled"), i),
             });
         }
     }
@@ -265,6 +270,7 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                 pod: text(c.strings("pod_namespace"), i)
                     .zip(text(c.strings("pod_name"), i))
                     .map(|(namespace, name)| format!("{namespace}/{name}")),
+                suspect_kernel: text(c.strings("suspect_kernel"), i),
             });
         }
     }

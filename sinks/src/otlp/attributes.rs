@@ -60,6 +60,8 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("caused_by_xid", "gpu.xid.caused_by"),
             ("pod_name", "k8s.pod.name"),
             ("pod_namespace", "k8s.namespace.name"),
+            ("suspects", "gpu.xid.suspects"),
+            ("suspect_kernel", "gpu.xid.suspect_kernel"),
         ],
         EventKind::Cuda => &[
             ("pid", semconv::PROCESS_PID),

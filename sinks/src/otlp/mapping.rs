@@ -16,7 +16,7 @@ use arrow_schema::DataType;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue,
+    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList,
 };
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -367,6 +367,25 @@ fn attribute_value(column: &ArrayRef, row: usize) -> Option<Value> {
                 values: (0..items.len())
                     .filter_map(|i| attribute_value(&items, i))
                     .map(|value| AnyValue { value: Some(value) })
+                    .collect(),
+            })
+        }
+        // A struct (an XID's suspect kernel): its non-null fields as a key-value list.
+        DataType::Struct(fields) => {
+            let item = column.as_struct();
+            Value::KvlistValue(KeyValueList {
+                values: fields
+                    .iter()
+                    .zip(item.columns())
+                    .filter_map(|(field, child)| {
+                        Some(KeyValue {
+                            key: field.name().clone(),
+                            value: Some(AnyValue {
+                                value: Some(attribute_value(child, row)?),
+                            }),
+                            ..Default::default()
+                        })
+                    })
                     .collect(),
             })
         }

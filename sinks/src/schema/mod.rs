@@ -21,8 +21,8 @@ pub use cuda_stats::{CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, Durati
 pub use driver::{DriverBatchBuilder, DriverRow};
 pub use workload::{Workload, WORKLOAD_COLUMNS};
 pub use xid::{
-    batch_of as xid_batch_of, GpuIdentity, XidAnnotations, XidBatchBuilder, XidDetails, XidRecord,
-    XidSource,
+    batch_of as xid_batch_of, GpuIdentity, KernelSuspect, XidAnnotations, XidBatchBuilder,
+    XidDetails, XidRecord, XidSource,
 };
 
 use crate::EventKind;

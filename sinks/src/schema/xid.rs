@@ -12,6 +12,9 @@ use super::common::{common_fields, CommonColumns, HostIdentity};
 use super::workload::Workload;
 use crate::EventKind;
 
+mod suspects;
+pub use suspects::KernelSuspect;
+
 /// Where an XID row was observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum XidSource {
@@ -105,6 +108,10 @@ pub struct XidAnnotations {
     pub workload: Option<Arc<Workload>>,
     /// NVIDIA driver version.
     pub driver_version: Option<String>,
+    /// The kernels the attributed process launched last before the XID, most recent first:
+    /// None when they were not looked for (the code does not point at a running kernel, or no
+    /// process was attributed), empty when none were found.
+    pub suspects: Option<Vec<KernelSuspect>>,
 }
 
 /// One XID report. XIDs are rare, so rows are owned values rather than borrowed ones.
@@ -218,6 +225,8 @@ pub fn schema() -> Arc<Schema> {
         text("pod_name"),
         text("pod_namespace"),
     ]);
+    // Schema version 5: the kernels launched before the XID.
+    fields.extend(suspects::fields());
     super::with_metadata(EventKind::Xid, fields)
 }
 
@@ -292,7 +301,7 @@ impl XidBatchBuilder {
                 affected.append(true);
             }
         }
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             time,
             time_ns,
             host,
@@ -352,6 +361,7 @@ impl XidBatchBuilder {
                 workload(r).and_then(|w| w.pod_namespace.as_deref())
             }),
         ];
+        columns.extend(suspects::columns(rows));
         RecordBatch::try_new(self.schema.clone(), columns)
     }
 }

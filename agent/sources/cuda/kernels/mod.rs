@@ -13,7 +13,6 @@ pub mod name;
 pub mod rows;
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 
 pub use name::KernelName;
@@ -28,11 +27,27 @@ pub const MAX_HANDLES: usize = 262_144;
 /// Distinct unknown handles logged (each once); the rest are counted only.
 const MAX_LOGGED_UNKNOWN: usize = 64;
 
+/// Handles retired by an unload (or made again) that are still remembered, newest last, so
+/// that launches decoded after the fact (the flight recorder's, an XID's suspects) get the
+/// name their handle had when they ran.
+const MAX_RETIRED: usize = 1024;
+
 #[derive(Debug, Clone)]
 struct Known {
     name: Arc<KernelName>,
     /// The library, module or kernel the handle was made from (0 when not known).
     parent: u64,
+    /// When the call that made it was entered (Unix ns).
+    since_ns: i64,
+}
+
+/// A handle that had a name from `known.since_ns` until `until_ns`.
+#[derive(Debug, Clone)]
+struct Retired {
+    pid: i32,
+    handle: u64,
+    known: Known,
+    until_ns: i64,
 }
 
 /// What a launch's handle resolved to.
@@ -52,6 +67,7 @@ pub struct KernelNames {
     /// Names not kept because a bound was reached.
     dropped: u64,
     logged_unknown: HashSet<(i32, u64)>,
+    retired: std::collections::VecDeque<Retired>,
 }
 
 impl KernelNames {
@@ -60,25 +76,57 @@ impl KernelNames {
         Self::default()
     }
 
-    /// `cuLibraryGetKernel` / `cuModuleGetFunction` made `handle` from `parent`, for the kernel
-    /// `name`. Returns false when the name was dropped (a bound was reached).
-    pub fn learned(&mut self, pid: i32, handle: u64, parent: u64, name: Arc<KernelName>) -> bool {
-        self.insert(pid, handle, parent, name)
+    /// `cuLibraryGetKernel` / `cuModuleGetFunction`, entered at `since_ns`, made `handle` from
+    /// `parent`, for the kernel `name`. Returns false when the name was dropped (a bound was
+    /// reached).
+    pub fn learned(
+        &mut self,
+        pid: i32,
+        handle: u64,
+        parent: u64,
+        name: Arc<KernelName>,
+        since_ns: i64,
+    ) -> bool {
+        self.insert(
+            pid,
+            handle,
+            Known {
+                name,
+                parent,
+                since_ns,
+            },
+        )
     }
 
-    /// `cuKernelGetFunction` made `function` of `kernel`: the function has the kernel's name.
-    /// False when the kernel was never announced (the function stays unknown too).
-    pub fn function_of(&mut self, pid: i32, function: u64, kernel: u64) -> bool {
+    /// `cuKernelGetFunction`, entered at `since_ns`, made `function` of `kernel`: the function
+    /// has the kernel's name. False when the kernel was never announced (the function stays
+    /// unknown too).
+    pub fn function_of(&mut self, pid: i32, function: u64, kernel: u64, since_ns: i64) -> bool {
         let Some(known) = self.handles.get(&(pid, kernel)) else {
             return false;
         };
         let name = Arc::clone(&known.name);
-        self.insert(pid, function, kernel, name)
+        if let Some(current) = self.handles.get(&(pid, function)) {
+            // The runtime asks again and again: the same answer changes nothing.
+            if Arc::ptr_eq(&current.name, &name) && current.parent == kernel {
+                return true;
+            }
+        }
+        self.insert(
+            pid,
+            function,
+            Known {
+                name,
+                parent: kernel,
+                since_ns,
+            },
+        )
     }
 
-    fn insert(&mut self, pid: i32, handle: u64, parent: u64, name: Arc<KernelName>) -> bool {
+    fn insert(&mut self, pid: i32, handle: u64, known: Known) -> bool {
+        let name = &known.name;
         // A name another handle already holds costs nothing more.
-        let new_bytes = if Arc::strong_count(&name) > 1 {
+        let new_bytes = if Arc::strong_count(name) > 1 {
             0
         } else {
             name.heap_bytes()
@@ -92,44 +140,76 @@ impl KernelNames {
             return false;
         }
         self.name_bytes += new_bytes;
-        if let Some(old) = self.handles.insert((pid, handle), Known { name, parent }) {
-            self.release(&old);
+        let since_ns = known.since_ns;
+        if let Some(old) = self.handles.insert((pid, handle), known) {
+            self.retire(pid, handle, old, since_ns);
         }
         true
     }
 
+    /// Keeps `old` (the name `handle` had until `until_ns`) among the retired handles.
+    fn retire(&mut self, pid: i32, handle: u64, old: Known, until_ns: i64) {
+        if self.retired.len() == MAX_RETIRED {
+            if let Some(oldest) = self.retired.pop_front() {
+                self.release(oldest.known);
+            }
+        }
+        self.retired.push_back(Retired {
+            pid,
+            handle,
+            known: old,
+            until_ns,
+        });
+    }
+
     /// Accounts for a name no longer held by `old`'s handle.
-    fn release(&mut self, old: &Known) {
+    fn release(&mut self, old: Known) {
         if Arc::strong_count(&old.name) == 1 {
             self.name_bytes = self.name_bytes.saturating_sub(old.name.heap_bytes());
         }
     }
 
-    /// An unload dropped `parent` (a library or module): its kernels and their functions are
-    /// forgotten, so a reused handle value is not named after the kernel that had it before.
-    /// Returns how many handles were forgotten.
-    pub fn unloaded(&mut self, pid: i32, parent: u64) -> usize {
+    /// An unload, entered at `at_ns`, dropped `parent` (a library or module): its kernels and
+    /// their functions are retired, so a reused handle value is not named after the kernel
+    /// that had it before (launches from before the unload keep their name, see
+    /// [`KernelNames::get_at`]). Returns how many handles were retired.
+    pub fn unloaded(&mut self, pid: i32, parent: u64, at_ns: i64) -> usize {
         let mut gone: HashSet<u64> = HashSet::new();
         gone.insert(parent);
         let before = self.handles.len();
         // Two generations: the library's kernels, then the functions made of those kernels.
         for _ in 0..2 {
-            let mut removed = Vec::new();
-            self.handles.retain(|&(p, handle), known| {
-                let drop = p == pid && gone.contains(&known.parent);
-                if drop {
-                    removed.push((handle, Arc::clone(&known.name)));
-                }
-                !drop
-            });
-            for (handle, name) in removed {
+            let removed: Vec<(u64, Known)> = self
+                .handles
+                .extract_if(|&(p, _), known| p == pid && gone.contains(&known.parent))
+                .map(|((_, handle), known)| (handle, known))
+                .collect();
+            for (handle, known) in removed {
                 gone.insert(handle);
-                if Arc::strong_count(&name) == 1 {
-                    self.name_bytes = self.name_bytes.saturating_sub(name.heap_bytes());
-                }
+                self.retire(pid, handle, known, at_ns);
             }
         }
         before - self.handles.len()
+    }
+
+    /// The name `handle` of `pid` had at `time_ns` (a launch's entry time): the current one if
+    /// it was made by then, else a retired one that covered that time.
+    pub fn get_at(&self, pid: i32, handle: u64, time_ns: i64) -> Option<Arc<KernelName>> {
+        if let Some(known) = self.handles.get(&(pid, handle)) {
+            if known.since_ns <= time_ns {
+                return Some(Arc::clone(&known.name));
+            }
+        }
+        self.retired
+            .iter()
+            .rev()
+            .find(|r| {
+                r.pid == pid
+                    && r.handle == handle
+                    && r.known.since_ns <= time_ns
+                    && time_ns < r.until_ns
+            })
+            .map(|r| Arc::clone(&r.known.name))
     }
 
     /// The kernel a launch of `handle` by `pid` ran; an unknown handle is logged the first time
@@ -150,28 +230,34 @@ impl KernelNames {
         Lookup::Unknown
     }
 
-    /// Forgets the handles of processes that no longer exist under `proc_dir`.
-    pub fn forget_exited(&mut self, proc_dir: &Path) {
-        let pids: HashSet<i32> = self.handles.keys().map(|&(pid, _)| pid).collect();
-        for pid in pids {
-            if !proc_dir.join(pid.to_string()).exists() {
-                self.forget_process(pid);
-            }
-        }
+    /// The name of `handle` in `pid`, if announced (no logging: for reading the history).
+    pub fn get(&self, pid: i32, handle: u64) -> Option<Arc<KernelName>> {
+        self.handles
+            .get(&(pid, handle))
+            .map(|known| Arc::clone(&known.name))
     }
 
-    fn forget_process(&mut self, pid: i32) {
-        let mut removed = Vec::new();
-        self.handles.retain(|&(p, _), known| {
-            if p == pid {
-                removed.push(Arc::clone(&known.name));
-            }
-            p != pid
-        });
-        for name in removed {
-            if Arc::strong_count(&name) == 1 {
-                self.name_bytes = self.name_bytes.saturating_sub(name.heap_bytes());
-            }
+    /// The processes with known handles.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self.handles.keys().map(|&(pid, _)| pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Forgets every handle of `pid`, current and retired.
+    pub fn forget_process(&mut self, pid: i32) {
+        let mut removed: Vec<Known> = self
+            .handles
+            .extract_if(|&(p, _), _| p == pid)
+            .map(|(_, known)| known)
+            .collect();
+        let (gone, kept): (Vec<Retired>, Vec<Retired>) =
+            self.retired.drain(..).partition(|r| r.pid == pid);
+        self.retired = kept.into();
+        removed.extend(gone.into_iter().map(|r| r.known));
+        for known in removed {
+            self.release(known);
         }
         self.logged_unknown.retain(|&(p, _)| p != pid);
     }

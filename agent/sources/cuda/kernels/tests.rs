@@ -11,11 +11,19 @@ fn named(lookup: Lookup<'_>) -> Option<String> {
     }
 }
 
+fn at(names: &KernelNames, pid: i32, handle: u64, time_ns: i64) -> Option<String> {
+    names
+        .get_at(pid, handle, time_ns)
+        .map(|n| n.mangled.to_string())
+}
+
 #[test]
 fn kernels_and_their_functions_are_named_per_process() {
     let mut names = KernelNames::new();
-    assert!(names.learned(10, 0x6b00_0000, 0x4d00, name("_Z10wild_writePi")));
-    assert!(names.function_of(10, 0x6b00_0001, 0x6b00_0000));
+    assert!(names.learned(10, 0x6b00_0000, 0x4d00, name("_Z10wild_writePi"), 1));
+    assert!(names.function_of(10, 0x6b00_0001, 0x6b00_0000, 2));
+    // Asked again: the same answer.
+    assert!(names.function_of(10, 0x6b00_0001, 0x6b00_0000, 3));
     assert_eq!(
         named(names.lookup(10, 0x6b00_0001)).as_deref(),
         Some("_Z10wild_writePi")
@@ -27,7 +35,7 @@ fn kernels_and_their_functions_are_named_per_process() {
     // Another process's handle of the same value is its own.
     assert_eq!(names.lookup(11, 0x6b00_0000), Lookup::Unknown);
     // A function of a kernel never announced stays unknown.
-    assert!(!names.function_of(10, 0x77, 0x76));
+    assert!(!names.function_of(10, 0x77, 0x76, 4));
     assert_eq!(names.lookup(10, 0x77), Lookup::Unknown);
     // The name is counted once for both handles.
     assert_eq!(
@@ -35,44 +43,45 @@ fn kernels_and_their_functions_are_named_per_process() {
         "_Z10wild_writePi".len() + "wild_write(int*)".len()
     );
     assert_eq!(names.len(), 2);
+    assert_eq!(names.pids(), [10]);
 }
 
 #[test]
-fn an_unload_forgets_the_library_s_kernels_and_their_functions_only() {
+fn an_unload_retires_the_library_s_kernels_and_their_functions_only() {
     let mut names = KernelNames::new();
-    names.learned(10, 0x100, 0x4d00, name("_Z1av"));
-    names.function_of(10, 0x101, 0x100);
-    names.learned(10, 0x200, 0x4d01, name("_Z1bv"));
+    names.learned(10, 0x100, 0x4d00, name("_Z1av"), 1);
+    names.function_of(10, 0x101, 0x100, 2);
+    names.learned(10, 0x200, 0x4d01, name("_Z1bv"), 3);
     // The same library handle in another process is not this one.
-    names.learned(11, 0x100, 0x4d00, name("_Z1cv"));
-    assert_eq!(names.unloaded(10, 0x4d00), 2);
+    names.learned(11, 0x100, 0x4d00, name("_Z1cv"), 4);
+    assert_eq!(names.unloaded(10, 0x4d00, 10), 2);
     assert_eq!(names.lookup(10, 0x100), Lookup::Unknown);
     assert_eq!(names.lookup(10, 0x101), Lookup::Unknown);
     assert_eq!(named(names.lookup(10, 0x200)).as_deref(), Some("_Z1bv"));
     assert_eq!(named(names.lookup(11, 0x100)).as_deref(), Some("_Z1cv"));
     // The handle value comes back for another kernel.
-    names.learned(10, 0x100, 0x4d02, name("_Z6reusedv"));
+    names.learned(10, 0x100, 0x4d02, name("_Z6reusedv"), 20);
     assert_eq!(
         named(names.lookup(10, 0x100)).as_deref(),
         Some("_Z6reusedv")
     );
-    assert_eq!(
-        names.name_bytes(),
-        ["_Z1bv", "b()", "_Z1cv", "c()", "_Z6reusedv", "reused()"]
-            .iter()
-            .map(|s| s.len())
-            .sum::<usize>()
-    );
-    assert_eq!(names.unloaded(12, 0x4d00), 0);
+    // A launch decoded after the fact gets the name its handle had when it ran.
+    assert_eq!(at(&names, 10, 0x100, 5).as_deref(), Some("_Z1av"));
+    assert_eq!(at(&names, 10, 0x101, 9).as_deref(), Some("_Z1av"));
+    assert_eq!(at(&names, 10, 0x100, 15), None);
+    assert_eq!(at(&names, 10, 0x100, 20).as_deref(), Some("_Z6reusedv"));
+    assert_eq!(at(&names, 10, 0x100, 0), None);
+    assert_eq!(at(&names, 10, 0x101, i64::MAX), None);
+    assert_eq!(names.unloaded(12, 0x4d00, 30), 0);
 }
 
 #[test]
 fn a_handle_learned_again_takes_the_new_name() {
     let mut names = KernelNames::new();
-    names.learned(1, u64::MAX, 0, name("first"));
-    names.learned(1, u64::MAX, 0, name("second"));
+    names.learned(1, u64::MAX, 0, name("first"), i64::MIN);
+    names.learned(1, u64::MAX, 0, name("second"), 0);
     assert_eq!(named(names.lookup(1, u64::MAX)).as_deref(), Some("second"));
-    assert_eq!(names.name_bytes(), 2 * "second".len());
+    assert_eq!(at(&names, 1, u64::MAX, -1).as_deref(), Some("first"));
     assert_eq!(names.len(), 1);
 }
 
@@ -80,26 +89,43 @@ fn a_handle_learned_again_takes_the_new_name() {
 fn names_beyond_the_bound_are_dropped_and_counted() {
     let mut names = KernelNames::new();
     let big = "k".repeat(MAX_NAME_BYTES_TOTAL / 2 - 1);
-    assert!(names.learned(1, 1, 0, name(&big)));
-    assert!(!names.learned(1, 2, 0, name(&big)));
+    assert!(names.learned(1, 1, 0, name(&big), 0));
+    assert!(!names.learned(1, 2, 0, name(&big), 0));
     assert_eq!(names.dropped(), 1);
     assert_eq!(names.lookup(1, 2), Lookup::Unknown);
-    // Freed room is usable again.
-    assert_eq!(names.unloaded(1, 0), 1);
+    // Retired names still count until they age out or their process goes.
+    assert_eq!(names.unloaded(1, 0, 1), 1);
+    assert!(!names.learned(1, 2, 0, name(&big), 2));
+    names.forget_process(1);
     assert_eq!(names.name_bytes(), 0);
-    assert!(names.learned(1, 2, 0, name(&big)));
+    assert!(names.learned(1, 2, 0, name(&big), 3));
 }
 
 #[test]
-fn exited_processes_are_forgotten() {
-    let proc_dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(proc_dir.path().join("10")).unwrap();
+fn retired_handles_are_bounded() {
     let mut names = KernelNames::new();
-    names.learned(10, 1, 0, name("_Z1av"));
-    names.learned(11, 1, 0, name("_Z1bv"));
-    names.function_of(11, 2, 1);
-    names.forget_exited(proc_dir.path());
+    for i in 0..(MAX_RETIRED as u64 + 5) {
+        names.learned(1, i, 7, name("_Z1kv"), i as i64);
+        names.unloaded(1, 7, i as i64 + 1);
+    }
+    assert_eq!(names.retired.len(), MAX_RETIRED);
+    assert_eq!(at(&names, 1, 0, 0), None);
+    assert_eq!(at(&names, 1, 10, 10).as_deref(), Some("_Z1kv"));
+    assert_eq!(
+        names.name_bytes(),
+        MAX_RETIRED * ("_Z1kv".len() + "k()".len())
+    );
+}
+
+#[test]
+fn a_process_is_forgotten_whole() {
+    let mut names = KernelNames::new();
+    names.learned(10, 1, 0, name("_Z1av"), 0);
+    names.learned(11, 1, 0, name("_Z1bv"), 0);
+    names.function_of(11, 2, 1, 0);
+    names.unloaded(11, 0, 5);
+    names.forget_process(11);
     assert_eq!(names.len(), 1);
-    assert_eq!(names.lookup(11, 2), Lookup::Unknown);
+    assert_eq!(at(&names, 11, 2, 1), None);
     assert_eq!(names.name_bytes(), "_Z1av".len() + "a()".len());
 }

@@ -250,7 +250,12 @@ fn incident_row(incident: &Incident) -> Markup {
                     (Text(detail))
                 }
             }
-            td { "XID " (root.code) ": " (Text(&root.display_name())) br; small { (Text(&root.message)) } }
+            td {
+                "XID " (root.code) ": " (Text(&root.display_name())) br; small { (Text(&root.message)) }
+                @if let Some(kernel) = &root.suspect_kernel {
+                    br; small class="suspect" { "suspect kernel: " code { (Text(kernel)) } }
+                }
+            }
             td { (codes.join(" → ")) }
             td class="num" { (incident.codes.len()) }
             td { (Text(&incident.worst_severity)) }
@@ -283,8 +288,13 @@ mod tests {
         let mut bystander = xid_record(2_000_000_000, 43, "0000:86:00.0", "warning", hostile);
         bystander.pid = None;
         bystander.annotations.affected_pids.clear();
+        let mut root = xid_record(1_000_000_000, 79, "0000:3b:00.0", "fatal", hostile);
+        root.annotations.suspects = Some(vec![gpuship_sinks::schema::KernelSuspect {
+            kernel_name_demangled: hostile.into(),
+            ..Default::default()
+        }]);
         let xids = rows::xids(&[xid_batch(&[
-            xid_record(1_000_000_000, 79, "0000:3b:00.0", "fatal", hostile),
+            root,
             xid_record(1_100_000_000, 31, "0000:3b:00.0", "error", "fault"),
             bystander,
         ])]);
@@ -347,13 +357,14 @@ mod tests {
 
     /// Every place the data reaches the page: hosts, lake location, unreadable files and
     /// their errors (twice), XID messages (the timeline's titles and the incident table), sink,
-    /// drop reason and ring names (attribute and cell).
+    /// drop reason and ring names (attribute and cell), the root XID's suspect kernel.
     #[test]
     fn text_from_the_data_is_escaped_wherever_it_lands() {
         let page = render(&rich(2, HOSTILE));
         let escaped =
             "&lt;b&gt;x&lt;/b&gt; &amp; &quot;q&quot; &#39;a&#39; \u{fffd}[2J\u{fffd}\u{fffd} ok";
-        assert_eq!(page.matches(escaped).count(), 15, "{page}");
+        assert_eq!(page.matches(escaped).count(), 16, "{page}");
+        assert!(page.contains(&format!("suspect kernel: <code>{escaped}</code>")));
         assert!(!page.contains("<b>x"), "{page}");
         assert!(!page.contains("'a'"), "{page}");
         assert!(!page.chars().any(|c| c.is_control() && c != '\n'), "{page}");

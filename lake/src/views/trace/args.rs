@@ -37,6 +37,9 @@ pub fn cuda_args(call: &CudaCall) -> Map<String, Value> {
     if let Some(incident) = &call.incident_id {
         args.insert("incident_id".into(), json!(incident));
     }
+    if let Some(kernel) = &call.kernel {
+        args.insert("kernel".into(), json!(kernel));
+    }
     args
 }
 
@@ -56,6 +59,7 @@ pub fn xid_args(xid: &Xid) -> Value {
         "affected_pids": xid.affected_pids,
         "incident_id": xid.incident_id,
         "root_candidate": xid.root_candidate,
+        "suspect_kernel": xid.suspect_kernel,
         "host": xid.host,
     })
 }
@@ -66,5 +70,44 @@ pub fn driver_name(op: &DriverOp) -> String {
         (Some(name), _) => name.clone(),
         (None, Some(request)) => format!("{} {}", op.hook, hex(u64::from(request))),
         (None, None) => op.hook.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::rows;
+    use gpuship_sinks::schema::{CallObjects, KernelSuspect};
+
+    #[test]
+    fn a_launch_shows_its_kernel_and_an_xid_its_first_suspect() {
+        let mut xid = xid_record(1_000, 31, "0000:3b:00.0", "error", "MMU Fault");
+        xid.annotations.suspects = Some(vec![
+            KernelSuspect {
+                kernel_name_demangled: "wild_write(int*)".into(),
+                ..KernelSuspect::default()
+            },
+            KernelSuspect::default(),
+        ]);
+        let xids = rows::xids(&[xid_batch(&[
+            xid,
+            xid_record(2_000, 79, "0000:3b:00.0", "fatal", "off the bus"),
+        ])]);
+        assert_eq!(xid_args(&xids[0])["suspect_kernel"], "wild_write(int*)");
+        assert_eq!(xid_args(&xids[1])["suspect_kernel"], Value::Null);
+        let launch = gpuship_sinks::schema::CudaRow {
+            objects: CallObjects {
+                handle: Some(0x6b00_0000),
+                kernel_name: Some("_Z10wild_writePi"),
+                kernel_name_demangled: Some("wild_write(int*)"),
+                ..CallObjects::default()
+            },
+            ..cuda_row(500, "cuLaunchKernel", 0, 10)
+        };
+        let calls =
+            rows::cuda_calls(&[cuda_batch(&[launch, cuda_row(600, "cuMemAlloc_v2", 0, 5)])]);
+        assert_eq!(cuda_args(&calls[0])["kernel"], "wild_write(int*)");
+        assert!(!cuda_args(&calls[1]).contains_key("kernel"));
     }
 }

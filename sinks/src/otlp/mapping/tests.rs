@@ -277,3 +277,54 @@ fn durations_read_well() {
     assert_eq!(human_duration(3_200_000), "3.2 ms");
     assert_eq!(human_duration(1_500_000_000), "1.50 s");
 }
+
+#[test]
+fn an_xid_s_suspects_are_an_array_of_maps_without_their_null_fields() {
+    let mut record = xid_record(31, "0000:3b:00.0", "MMU Fault");
+    record.annotations.suspects = Some(vec![crate::schema::KernelSuspect {
+        time_ns: 5,
+        tid: 9,
+        function: "cuLaunchKernel".into(),
+        handle: 0x6b00_0000,
+        kernel_name: "wild_write".into(),
+        kernel_name_demangled: "wild_write".into(),
+        stream: None,
+        grid: [Some(1), Some(1), Some(1)],
+        block: [Some(1), Some(1), None],
+        completed: false,
+    }]);
+    let batch = xid_batch_with(&[record, xid_record(79, "0000:3b:00.0", "off the bus")]);
+    let mapping = OtlpMapping::new(&identity(), None, &BTreeMap::new());
+    let request = mapping.batch_request(EventKind::Xid, &batch.records, 42);
+    let records = &request.resource_logs[0].scope_logs[0].log_records;
+    let first = attributes(&records[0]);
+    assert_eq!(first["gpu.xid.suspect_kernel"], &string("wild_write"));
+    let Value::ArrayValue(list) = first["gpu.xid.suspects"] else {
+        panic!("{first:?}");
+    };
+    assert_eq!(list.values.len(), 1);
+    let Some(Value::KvlistValue(fields)) = &list.values[0].value else {
+        panic!("{list:?}");
+    };
+    let fields: BTreeMap<&str, &Value> = fields
+        .values
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.as_str(),
+                kv.value.as_ref().unwrap().value.as_ref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(fields["kernel_name_demangled"], &string("wild_write"));
+    assert_eq!(fields["handle"], &Value::IntValue(0x6b00_0000));
+    assert_eq!(fields["completed"], &Value::BoolValue(false));
+    assert_eq!(fields["time_ns"], &Value::IntValue(5));
+    // Null fields are left out.
+    assert!(!fields.contains_key("stream") && !fields.contains_key("block_z"));
+    assert_eq!(fields.len(), 12);
+    // No suspects looked for: no attribute.
+    let second = attributes(&records[1]);
+    assert!(!second.contains_key("gpu.xid.suspects"));
+    assert!(!second.contains_key("gpu.xid.suspect_kernel"));
+}

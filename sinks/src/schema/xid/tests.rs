@@ -93,3 +93,67 @@ fn row_values_land_in_their_columns() {
     assert_eq!(address.value(1), 0x7f00_0000_0000);
     assert_eq!(batch.num_columns(), schema().fields().len());
 }
+
+#[test]
+fn suspects_are_a_list_of_structs_null_when_not_looked_for() {
+    let suspect = |name: &str, time_ns: i64, completed: bool| KernelSuspect {
+        time_ns,
+        tid: i32::MAX,
+        function: "cuLaunchKernel".into(),
+        handle: u64::MAX,
+        kernel_name: format!("_Z{}{name}v", name.len()),
+        kernel_name_demangled: format!("{name}()"),
+        stream: None,
+        grid: [Some(u32::MAX), Some(1), None],
+        block: [Some(128), None, None],
+        completed,
+    };
+    let with = |suspects: Option<Vec<KernelSuspect>>| XidRecord {
+        annotations: XidAnnotations {
+            suspects,
+            ..XidAnnotations::default()
+        },
+        ..xid_record(31, "0000:3b:00.0", "MMU Fault")
+    };
+    let records = [
+        with(None),
+        with(Some(vec![
+            suspect("b", i64::MAX, false),
+            suspect("a\n\u{1b}[31m", i64::MIN, true),
+        ])),
+        with(Some(Vec::new())),
+    ];
+    let batch = batch_of(&identity(), &records).unwrap();
+    let list = batch.column_by_name("suspects").unwrap().as_list::<i32>();
+    assert!(list.is_null(0));
+    assert_eq!((list.value_length(1), list.value_length(2)), (2, 0));
+    assert!(!list.is_null(2));
+    let items = list.value(1);
+    let items = items.as_struct();
+    let names = items.column_by_name("kernel_name_demangled").unwrap();
+    let names = names.as_string::<i32>();
+    assert_eq!((names.value(0), names.value(1)), ("b()", "a\n\u{1b}[31m()"));
+    let grid_z = items.column_by_name("grid_z").unwrap();
+    assert!(grid_z.is_null(0));
+    let first = batch
+        .column_by_name("suspect_kernel")
+        .unwrap()
+        .as_string::<i32>();
+    assert!(first.is_null(0) && first.is_null(2));
+    assert_eq!(first.value(1), "b()");
+    // JSON (Kafka, jsonl): an array of objects, every field present.
+    let mut rows = crate::encode::json::JsonRows::new(&batch, None).unwrap();
+    let mut out = Vec::new();
+    rows.write_row(1, &mut out);
+    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value["suspect_kernel"], "b()");
+    assert_eq!(value["suspects"][0]["handle"], u64::MAX);
+    assert_eq!(value["suspects"][0]["grid_x"], u32::MAX);
+    assert_eq!(value["suspects"][0]["grid_z"], serde_json::Value::Null);
+    assert_eq!(value["suspects"][1]["time_ns"], i64::MIN);
+    assert_eq!(value["suspects"][1]["completed"], true);
+    let mut out = Vec::new();
+    rows.write_row(0, &mut out);
+    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value["suspects"], serde_json::Value::Null);
+}

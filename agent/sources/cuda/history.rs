@@ -1,0 +1,256 @@
+//! The last kernel launches of each process and its latest synchronisations, from which an
+//! XID that points at a running kernel (31, 13, 43, ...) gets its suspects: the kernels the
+//! attributed process launched last before the XID, most recent first, each marked completed
+//! when a later synchronisation covering it returned successfully.
+//!
+//! Launches come from two places. In `rows` mode each launch row is remembered here (the last
+//! `MAX_SUSPECTS` per process). In `stats` mode launches make no row: the flight recorder's
+//! slots in the kernel hold them, and are read when an XID asks. Names come from the kernel-name
+//! table, which lives here too so that the XID stage's thread can read it.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gpuship_sinks::schema::{CudaRow, KernelSuspect};
+use libbpf_rs::MapHandle;
+
+use super::catalog::KernelRole;
+use super::decode::Decoder;
+use super::kernels::name::UNKNOWN;
+use super::kernels::{KernelName, KernelNames};
+use super::recorder;
+use crate::sources::output::LaunchHistory;
+
+/// Most suspects an XID lists (`[sources.xid] suspects`), and launches kept per process.
+pub const MAX_SUSPECTS: usize = 32;
+
+/// Processes whose launches and synchronisations are kept.
+const MAX_PROCESSES: usize = 8192;
+
+/// Streams whose latest synchronisation is kept, per process.
+const MAX_STREAMS: usize = 256;
+
+/// One launch, as remembered.
+#[derive(Debug, Clone)]
+struct Launch {
+    time_ns: i64,
+    tid: i32,
+    function_id: u32,
+    handle: u64,
+    /// None: a handle never announced.
+    name: Option<Arc<KernelName>>,
+    stream: Option<u64>,
+    grid: [Option<u32>; 3],
+    block: [Option<u32>; 3],
+}
+
+/// A process's latest successful synchronisations (their entry times, Unix ns).
+#[derive(Debug, Default)]
+struct Syncs {
+    context: Option<i64>,
+    streams: HashMap<u64, i64>,
+}
+
+impl Syncs {
+    /// Whether a synchronisation that began after `launch` covered it.
+    fn covers(&self, launch: &Launch) -> bool {
+        let after = |time: Option<i64>| time.is_some_and(|t| t >= launch.time_ns);
+        after(self.context) || after(launch.stream.and_then(|s| self.streams.get(&s).copied()))
+    }
+}
+
+/// What the CUDA thread writes and the XID stage reads, under one lock.
+#[derive(Debug, Default)]
+pub struct HistoryState {
+    /// Which kernel each handle is.
+    pub kernels: KernelNames,
+    launches: HashMap<i32, VecDeque<Launch>>,
+    syncs: HashMap<i32, Syncs>,
+    /// Processes found gone at the last check: forgotten if still gone at the next, so that an
+    /// XID reported just after its process died (the usual order) still finds its kernels.
+    gone: Vec<i32>,
+}
+
+impl HistoryState {
+    /// Remembers a launch row (of `rows` mode; `name` None for an unknown handle).
+    pub fn launched(&mut self, row: &CudaRow<'_>, function_id: u32, name: Option<Arc<KernelName>>) {
+        let Some(handle) = row.objects.handle else {
+            return;
+        };
+        if !self.launches.contains_key(&row.pid) && self.launches.len() >= MAX_PROCESSES {
+            return;
+        }
+        let launches = self.launches.entry(row.pid).or_default();
+        if launches.len() == MAX_SUSPECTS {
+            launches.pop_front();
+        }
+        let dims = launch_dims(row);
+        launches.push_back(Launch {
+            time_ns: row.time_ns,
+            tid: row.tid,
+            function_id,
+            handle,
+            name,
+            stream: row.stream,
+            grid: dims.0,
+            block: dims.1,
+        });
+    }
+
+    /// Remembers a successful synchronisation of a row of `role` (entry time `time_ns`).
+    pub fn synchronized(&mut self, role: KernelRole, row: &CudaRow<'_>) {
+        if row.result != 0 {
+            return;
+        }
+        if !self.syncs.contains_key(&row.pid) && self.syncs.len() >= MAX_PROCESSES {
+            return;
+        }
+        let syncs = self.syncs.entry(row.pid).or_default();
+        match (role, row.stream) {
+            (KernelRole::SyncsContext, _) => syncs.context = Some(row.time_ns),
+            (KernelRole::SyncsStream, Some(stream)) => {
+                if syncs.streams.len() >= MAX_STREAMS && !syncs.streams.contains_key(&stream) {
+                    syncs.streams.clear();
+                }
+                syncs.streams.insert(stream, row.time_ns);
+            }
+            _ => {}
+        }
+    }
+
+    /// Forgets processes that no longer exist under `proc_dir` and were already gone at the
+    /// previous call (one check interval of grace).
+    pub fn forget_exited(&mut self, proc_dir: &Path) {
+        let alive = |pid: &i32| proc_dir.join(pid.to_string()).exists();
+        let gone_before = std::mem::take(&mut self.gone);
+        for pid in gone_before.iter().filter(|pid| !alive(pid)) {
+            self.kernels.forget_process(*pid);
+            self.launches.remove(pid);
+            self.syncs.remove(pid);
+        }
+        let mut known: Vec<i32> = self.kernels.pids();
+        known.extend(self.launches.keys().chain(self.syncs.keys()));
+        known.sort_unstable();
+        known.dedup();
+        self.gone = known.into_iter().filter(|pid| !alive(pid)).collect();
+    }
+}
+
+fn launch_dims(row: &CudaRow<'_>) -> ([Option<u32>; 3], [Option<u32>; 3]) {
+    match row.launch {
+        Some(dims) => {
+            let z = (!dims.registers_only).then_some(dims.block[2]);
+            (
+                dims.grid.map(Some),
+                [Some(dims.block[0]), Some(dims.block[1]), z],
+            )
+        }
+        None => ([None; 3], [None; 3]),
+    }
+}
+
+/// The shared history: the CUDA thread writes it, the XID stage asks it for suspects.
+pub struct CudaLaunchHistory {
+    state: Mutex<HistoryState>,
+    /// The flight recorder's slots (`stats` mode), read when an XID asks.
+    recorder: Option<MapHandle>,
+    decoder: Decoder,
+    roles: Vec<KernelRole>,
+}
+
+impl CudaLaunchHistory {
+    /// A history decoding recorder slots with `decoder` and `roles` (by function id).
+    pub fn new(recorder: Option<MapHandle>, decoder: Decoder, roles: Vec<KernelRole>) -> Self {
+        Self {
+            state: Mutex::new(HistoryState {
+                kernels: KernelNames::new(),
+                ..HistoryState::default()
+            }),
+            recorder,
+            decoder,
+            roles,
+        }
+    }
+
+    /// The state, for the CUDA thread.
+    pub fn lock(&self) -> MutexGuard<'_, HistoryState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What function `id` does.
+    #[inline]
+    pub fn role(&self, id: u32) -> KernelRole {
+        self.roles.get(id as usize).copied().unwrap_or_default()
+    }
+
+    /// The flight recorder's launches of `pid`, with their names.
+    fn recorded_launches(&self, pid: i32, state: &HistoryState) -> Vec<Launch> {
+        let Some(map) = &self.recorder else {
+            return Vec::new();
+        };
+        let (events, _torn) = recorder::read_calls(map);
+        events
+            .iter()
+            .filter(|e| e.pid as i32 == pid && self.role(e.function_id) == KernelRole::Launch)
+            .filter_map(|event| {
+                let row = self.decoder.cuda_row(event, "").ok()?;
+                let handle = row.objects.handle?;
+                let dims = launch_dims(&row);
+                Some(Launch {
+                    time_ns: row.time_ns,
+                    tid: row.tid,
+                    function_id: event.function_id,
+                    handle,
+                    name: state.kernels.get_at(pid, handle, row.time_ns),
+                    stream: row.stream,
+                    grid: dims.0,
+                    block: dims.1,
+                })
+            })
+            .collect()
+    }
+}
+
+impl LaunchHistory for CudaLaunchHistory {
+    fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect> {
+        let state = self.lock();
+        let mut launches = self.recorded_launches(pid, &state);
+        if let Some(rows) = state.launches.get(&pid) {
+            launches.extend(rows.iter().cloned());
+        }
+        launches.retain(|launch| launch.time_ns <= before_ns);
+        launches.sort_by_key(|launch| std::cmp::Reverse(launch.time_ns));
+        launches.truncate(max.min(MAX_SUSPECTS));
+        let syncs = state.syncs.get(&pid);
+        launches
+            .into_iter()
+            .map(|launch| {
+                let completed = syncs.is_some_and(|s| s.covers(&launch));
+                let (mangled, demangled) = match &launch.name {
+                    Some(name) => (name.mangled.to_string(), name.demangled.to_string()),
+                    None => (UNKNOWN.to_string(), UNKNOWN.to_string()),
+                };
+                KernelSuspect {
+                    time_ns: launch.time_ns,
+                    tid: launch.tid,
+                    function: self
+                        .decoder
+                        .function_name(launch.function_id)
+                        .unwrap_or("unknown")
+                        .to_string(),
+                    handle: launch.handle,
+                    kernel_name: mangled,
+                    kernel_name_demangled: demangled,
+                    stream: launch.stream,
+                    grid: launch.grid,
+                    block: launch.block,
+                    completed,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
