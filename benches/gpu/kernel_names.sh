@@ -76,3 +76,15 @@ for r in rows:
         print(f"   {r['function']} result={r['result_name']} handle={r['handle']} kernel={r['kernel_name']!r} "
               f"demangled={r['kernel_name_demangled']!r} grid={r['grid_x']} recorder={r['flight_recorder']} incident={r['incident_id']}")
 PY
+python3 - "$WORK/fleet" <<'PY'
+import glob, sys
+import pyarrow as pa
+import pyarrow.parquet as pq
+files = glob.glob(f"{sys.argv[1]}/lake/xid/**/*.parquet", recursive=True)
+for r in pa.concat_tables([pq.read_table(f) for f in files], promote_options="default").to_pylist():
+    print(f"== XID {r['code']} pid={r['pid']} source={r['source']} suspect_kernel={r['suspect_kernel']!r}")
+    for i, s in enumerate(r["suspects"] or []):
+        print(f"   suspect {i + 1}: {s['function']} kernel={s['kernel_name_demangled']!r} handle={s['handle']:#x} "
+              f"grid=({s['grid_x']},{s['grid_y']},{s['grid_z']}) block=({s['block_x']},{s['block_y']},{s['block_z']}) "
+              f"completed={s['completed']} {(r['time_ns'] - s['time_ns']) / 1e6:.3f} ms before the XID")
+PY
