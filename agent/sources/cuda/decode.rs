@@ -150,3 +150,6 @@ fn launch_dims(event: &cuda_event) -> Option<LaunchDims> {
         registers_only: !full,
     })
 }
+
+#[cfg(test)]
+mod tests;

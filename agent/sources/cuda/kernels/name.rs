@@ -41,15 +41,19 @@ impl KernelName {
     }
 }
 
+/// How deep the demangler may recurse. Real kernel names nest a few dozen levels; 256 let a
+/// hostile name (`_Z1fPFvPFv...`) overflow a 2 MiB thread stack in a debug build, 128 did not.
+const RECURSION_LIMIT: u32 = 96;
+
 /// The Itanium C++ demangling of `name`, or None when it is not a mangled name. The parser's
 /// recursion is bounded, so a hostile name costs an error, never the agent's stack.
 fn demangle(name: &str) -> Option<String> {
     if !name.starts_with("_Z") {
         return None;
     }
-    let parse = ParseOptions::default().recursion_limit(256);
+    let parse = ParseOptions::default().recursion_limit(RECURSION_LIMIT);
     let symbol = Symbol::new_with_options(name, &parse).ok()?;
-    let options = DemangleOptions::default().recursion_limit(256);
+    let options = DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
     symbol.demangle_with_options(&options).ok()
 }
 
@@ -96,8 +100,19 @@ mod tests {
         assert_eq!(&*KernelName::new("").demangled, "");
     }
 
+    /// Run on a 2 MiB stack (a spawned thread's default, the consumer's), in the debug build
+    /// too, where frames are largest.
     #[test]
     fn hostile_names_cost_an_error_not_the_stack() {
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(hostile_names)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    fn hostile_names() {
         // Deep nesting that would recurse once per level.
         let deep = format!("_Z1f{}", "PFv".repeat(20_000));
         let name = KernelName::new(&deep);
@@ -106,6 +121,10 @@ mod tests {
         assert_eq!(&*KernelName::new(&templates).demangled, templates);
         let back_references = format!("_Z1f{}", "S_".repeat(50_000));
         KernelName::new(&back_references);
+        let nested_templates = format!("_Z1f{}", "IN1a1bE".repeat(5_000));
+        KernelName::new(&nested_templates);
+        let nested_names = format!("_Z{}1fv", "N1a".repeat(20_000));
+        KernelName::new(&nested_names);
     }
 
     #[test]
