@@ -11,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use gpuship_sinks::schema::{CudaRow, KernelSuspect};
 use libbpf_rs::MapHandle;
@@ -20,6 +21,7 @@ use super::decode::Decoder;
 use super::kernels::name::UNKNOWN;
 use super::kernels::{KernelName, KernelNames};
 use super::recorder;
+use crate::bpf::cuda::types::cuda_event;
 use crate::sources::output::LaunchHistory;
 
 /// Most suspects an XID lists (`[sources.xid] suspects`), and launches kept per process.
@@ -30,6 +32,10 @@ const MAX_PROCESSES: usize = 8192;
 
 /// Streams whose latest synchronisation is kept, per process.
 const MAX_STREAMS: usize = 256;
+
+/// How long one read of the flight recorder serves further XIDs: a storm of XIDs (one per
+/// faulting channel) reads the kernel's slots once, not once each.
+const RECORDER_READ_REUSE: Duration = Duration::from_millis(200);
 
 /// One launch, as remembered.
 #[derive(Debug, Clone)]
@@ -155,6 +161,8 @@ pub struct CudaLaunchHistory {
     state: Mutex<HistoryState>,
     /// The flight recorder's slots (`stats` mode), read when an XID asks.
     recorder: Option<MapHandle>,
+    /// The last read of `recorder`, and when it was taken.
+    recorder_read: Mutex<Option<(Instant, Arc<Vec<cuda_event>>)>>,
     decoder: Decoder,
     roles: Vec<KernelRole>,
 }
@@ -168,9 +176,26 @@ impl CudaLaunchHistory {
                 ..HistoryState::default()
             }),
             recorder,
+            recorder_read: Mutex::new(None),
             decoder,
             roles,
         }
+    }
+
+    /// The flight recorder's calls, read at most once per `RECORDER_READ_REUSE`.
+    fn recorder_calls(&self) -> Arc<Vec<cuda_event>> {
+        let Some(map) = &self.recorder else {
+            return Arc::default();
+        };
+        let mut last = self.recorder_read.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, calls)) = last.as_ref() {
+            if at.elapsed() < RECORDER_READ_REUSE {
+                return Arc::clone(calls);
+            }
+        }
+        let calls = Arc::new(recorder::read_calls(map).0);
+        *last = Some((Instant::now(), Arc::clone(&calls)));
+        calls
     }
 
     /// The state, for the CUDA thread.
@@ -184,12 +209,13 @@ impl CudaLaunchHistory {
         self.roles.get(id as usize).copied().unwrap_or_default()
     }
 
-    /// The flight recorder's launches of `pid`, with their names.
-    fn recorded_launches(&self, pid: i32, state: &HistoryState) -> Vec<Launch> {
-        let Some(map) = &self.recorder else {
-            return Vec::new();
-        };
-        let (events, _torn) = recorder::read_calls(map);
+    /// The flight recorder's launches of `pid` among `events`, with their names.
+    fn recorded_launches(
+        &self,
+        events: &[cuda_event],
+        pid: i32,
+        state: &HistoryState,
+    ) -> Vec<Launch> {
         events
             .iter()
             .filter(|e| e.pid as i32 == pid && self.role(e.function_id) == KernelRole::Launch)
@@ -214,8 +240,9 @@ impl CudaLaunchHistory {
 
 impl LaunchHistory for CudaLaunchHistory {
     fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect> {
+        let recorded = self.recorder_calls();
         let state = self.lock();
-        let mut launches = self.recorded_launches(pid, &state);
+        let mut launches = self.recorded_launches(&recorded, pid, &state);
         if let Some(rows) = state.launches.get(&pid) {
             launches.extend(rows.iter().cloned());
         }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::catalog::{default_entry, ArgSpec, DEFAULT_FUNCTIONS};
+use super::catalog::{default_entry, kernel_role, ArgSpec, KernelRole, DEFAULT_FUNCTIONS};
 use super::library::ExportedFunction;
 use crate::bpf::cuda::types::gpuship_cookie_layout;
 pub use crate::sources::functions::FunctionTable;
@@ -27,6 +27,14 @@ pub struct PlannedProbe {
     /// In `stats` mode: added to the per-interval statistics, a row only when it fails or is
     /// slow.
     pub stats: bool,
+}
+
+impl PlannedProbe {
+    /// The function id its cookie carries (the cookie's low bits; the bits above it say where
+    /// the arguments are).
+    pub fn function_id(&self) -> u32 {
+        (self.cookie & gpuship_cookie_layout::GPUSHIP_COOKIE_FUNCTION_MASK.0 as u64) as u32
+    }
 }
 
 /// Every probe to attach, the function table, and default functions no library exports.
@@ -151,13 +159,26 @@ impl<'a> Selection<'a> {
 
     /// Entry-only: in `entry_only`, or in `stats_entry_only` while in `stats` mode.
     fn at_entry_only(&self, name: &str, in_stats: bool) -> bool {
+        if keeps_its_return(name) {
+            return false;
+        }
         self.entry_only.iter().any(|p| p.matches(name))
             || in_stats && self.stats_entry_only.iter().any(|p| p.matches(name))
     }
 
     fn in_stats(&self, name: &str) -> bool {
-        self.stats.iter().any(|p| p.matches(name))
+        !keeps_its_return(name) && self.stats.iter().any(|p| p.matches(name))
     }
+}
+
+/// Functions that make or drop kernel handles stay rows with their return whatever the globs
+/// say: the handle a getter made is read at return, and a getter in `stats` mode would make no
+/// row, so launches could never be named (`kernels`).
+fn keeps_its_return(name: &str) -> bool {
+    matches!(
+        kernel_role(name),
+        KernelRole::Names | KernelRole::FunctionOfKernel | KernelRole::Unloads
+    )
 }
 
 /// Which default functions and exact names some library exports (or the exclusions account

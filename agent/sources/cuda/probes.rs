@@ -138,7 +138,7 @@ pub fn load<'obj>(
             .probes
             .iter()
             .filter(|p| p.stats)
-            .map(|p| p.cookie as u32)
+            .map(|p| p.function_id())
             .collect(),
         functions: plan.functions,
         recorder,

@@ -202,3 +202,41 @@ fn same_symbol_in_two_libraries_shares_an_id() {
     assert_eq!(plan.probes[0].cookie, plan.probes[1].cookie);
     assert_eq!(plan.functions.len(), 1);
 }
+
+#[test]
+fn calls_that_make_kernel_handles_stay_rows_with_their_return() {
+    let lib = library(&[
+        "cuLibraryGetKernel",
+        "cuModuleGetFunction",
+        "cuKernelGetFunction",
+        "cuLibraryUnload",
+        "cuLaunchKernel",
+    ]);
+    // Globs that would aggregate or enter-only every call.
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &[],
+        &["cu*".into()],
+        &["cu*".into()],
+        &["cu*".into()],
+    );
+    let modes: Vec<(&str, bool, bool)> = plan
+        .probes
+        .iter()
+        .map(|p| (p.symbol.as_str(), p.stats, p.entry_only))
+        .collect();
+    // The function ids are the table's, whatever the argument bits above them.
+    let ids: Vec<u32> = plan.probes.iter().map(PlannedProbe::function_id).collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    assert_eq!(
+        modes,
+        [
+            ("cuLibraryGetKernel", false, false),
+            ("cuModuleGetFunction", false, false),
+            ("cuKernelGetFunction", false, false),
+            ("cuLibraryUnload", false, false),
+            ("cuLaunchKernel", true, true),
+        ]
+    );
+}
