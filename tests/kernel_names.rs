@@ -44,16 +44,16 @@ fn launch_rows_carry_the_names_of_their_kernels() {
     let fixtures = Fixtures::build();
     let data = data_dir();
     let agent = Agent::start(&fixtures.cuda_config(data.path(), r#"["default"]"#), &[]);
-    // The process stays a moment after its calls: the 3,000-byte name, cut by the probe at
-    // 1,023 bytes, is completed from its memory, which needs it alive.
-    let (pid, stdout) = fixtures.run_workload(&["kernels"], &[("WORKLOAD_LINGER_MS", "1000")]);
+    // The process stays a moment after its calls: the 5,000-byte name, cut by the probe at
+    // 4,095 bytes, is completed from its memory, which needs it alive.
+    let (pid, stdout) = fixtures.run_workload(&["kernels"], &[("WORKLOAD_LINGER_MS", "3000")]);
     assert!(stdout.contains("calls=19"), "{stdout}");
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 19);
     assert_eq!(stopped.ring("cuda")["unknown_kernel_launches"], 1);
     assert_eq!(stopped.ring("cuda")["kernel_names_dropped"], 0);
-    let long = format!("long_{}", "x".repeat(2995));
+    let long = format!("long_{}", "x".repeat(4995));
     let fill = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
     let fill_demangled = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, (unsigned long)1> >(int, at::native::FillFunctor<float>, std::array<char*, (unsigned long)1>)";
     let (k0, k1, k2, k3, k4) = (

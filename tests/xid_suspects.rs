@@ -55,7 +55,7 @@ fn the_fleet_default_names_an_xid_s_last_kernels_from_the_flight_recorder() {
     let config = stats_config_fleet_default(&fixtures, data.path(), "")
         .replace("kmsg = false", "kmsg = true");
     let agent = Agent::start(&config, &[]);
-    let (pid, stdout) = fixtures.run_workload(&["kernels"], &[("WORKLOAD_LINGER_MS", "1000")]);
+    let (pid, stdout) = fixtures.run_workload(&["kernels"], &[("WORKLOAD_LINGER_MS", "3000")]);
     assert!(stdout.contains("calls=19"), "{stdout}");
     xid_31(pid);
     wait_for_xid(&agent);
@@ -65,7 +65,7 @@ fn the_fleet_default_names_an_xid_s_last_kernels_from_the_flight_recorder() {
     // Seven launches, all before the XID; launches are entry-only in stats mode (no stream,
     // cuLaunchKernelEx's geometry unread), and no synchronisation followed them.
     assert_eq!(first, ["unknown", "7"]);
-    let long = format!("long_{}", "x".repeat(2995));
+    let long = format!("long_{}", "x".repeat(4995));
     let fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, (unsigned long)1> >(int, at::native::FillFunctor<float>, std::array<char*, (unsigned long)1>)";
     let tid = pid.to_string();
     let expected: Vec<Vec<String>> = [

@@ -66,7 +66,7 @@ plain_record!(cuda_named_event {
     name_ptr: u64,
     name_len: u32,
     name_flags: u32,
-    name: [i8; 1024],
+    name: [i8; 4096],
 });
 
 plain_record!(cuda_stats_key {

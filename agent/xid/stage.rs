@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gpuship_sinks::schema::{HostIdentity, XidRecord, XidSource};
+use gpuship_sinks::schema::{HostIdentity, KernelSuspect, XidRecord, XidSource};
 
 use super::attribution::{Attributor, CudaActivity};
 use super::catalog::{self, CATALOG_VERSION};
@@ -262,8 +262,8 @@ impl XidStage {
                 root_candidate = a.root_candidate.unwrap_or(false),
                 suspect_kernel = %crate::escape::Escaped(
                     a.suspects
-                        .as_ref()
-                        .and_then(|s| s.first())
+                        .as_deref()
+                        .and_then(KernelSuspect::headline)
                         .map_or("", |s| s.kernel_name_demangled.as_str())
                 ),
                 message = %crate::escape::Escaped(&record.message),

@@ -18,9 +18,10 @@
 #define GPUSHIP_XID_DEV_LEN 32
 /* The driver's XID messages are well under 512 bytes; longer ones are cut, never overread. */
 #define GPUSHIP_XID_MSG_LEN 512
-/* Kernel names as cuLibraryGetKernel / cuModuleGetFunction take them: most mangled C++ names
- * fit; a longer one is cut here and completed by the agent from the process's memory. */
-#define GPUSHIP_KERNEL_NAME_LEN 1024
+/* Kernel names as cuLibraryGetKernel / cuModuleGetFunction take them: PyTorch's longest on the
+ * H100 was 446 bytes, templated CUTLASS names reach a few KiB; a longer one is cut here and
+ * completed by the agent from the process's memory. These records are rare (one per lookup). */
+#define GPUSHIP_KERNEL_NAME_LEN 4096
 
 /* First field of every record: lets the agent reject a record from the wrong ring or version. */
 enum gpuship_record_kind {

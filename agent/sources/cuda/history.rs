@@ -34,13 +34,16 @@ const MAX_PROCESSES: usize = 8192;
 const MAX_STREAMS: usize = 256;
 
 /// How long one read of the flight recorder serves further XIDs: a storm of XIDs (one per
-/// faulting channel) reads the kernel's slots once, not once each.
+/// faulting channel) reads the kernel's slots once, not once each. A read serves only XIDs from
+/// before it was taken, so no launch before an XID is missed.
 const RECORDER_READ_REUSE: Duration = Duration::from_millis(200);
 
 /// One launch, as remembered.
 #[derive(Debug, Clone)]
 struct Launch {
     time_ns: i64,
+    /// When the launch call returned (its entry time for an entry-only launch).
+    end_ns: i64,
     tid: i32,
     function_id: u32,
     handle: u64,
@@ -51,18 +54,22 @@ struct Launch {
     block: [Option<u32>; 3],
 }
 
-/// A process's latest successful synchronisations (their entry times, Unix ns).
+/// A process's latest successful synchronisations (their entry times, Unix ns): of each
+/// thread's current context (`cuCtxSynchronize` waits for the calling thread's context only, and
+/// which context a thread has is not tracked yet, so it covers that thread's launches), and of
+/// each stream (a stream belongs to one context: it covers launches of any thread).
 #[derive(Debug, Default)]
 struct Syncs {
-    context: Option<i64>,
+    context_by_thread: HashMap<i32, i64>,
     streams: HashMap<u64, i64>,
 }
 
 impl Syncs {
-    /// Whether a synchronisation that began after `launch` covered it.
+    /// Whether a synchronisation that began after `launch` returned covered it.
     fn covers(&self, launch: &Launch) -> bool {
-        let after = |time: Option<i64>| time.is_some_and(|t| t >= launch.time_ns);
-        after(self.context) || after(launch.stream.and_then(|s| self.streams.get(&s).copied()))
+        let after = |time: Option<i64>| time.is_some_and(|t| t >= launch.end_ns);
+        after(self.context_by_thread.get(&launch.tid).copied())
+            || after(launch.stream.and_then(|s| self.streams.get(&s).copied()))
     }
 }
 
@@ -81,7 +88,8 @@ pub struct HistoryState {
 impl HistoryState {
     /// Remembers a launch row (of `rows` mode; `name` None for an unknown handle).
     pub fn launched(&mut self, row: &CudaRow<'_>, function_id: u32, name: Option<Arc<KernelName>>) {
-        let Some(handle) = row.objects.handle else {
+        // A launch that failed never ran on the GPU.
+        let (Some(handle), 0) = (row.objects.handle, row.result) else {
             return;
         };
         if !self.launches.contains_key(&row.pid) && self.launches.len() >= MAX_PROCESSES {
@@ -94,6 +102,7 @@ impl HistoryState {
         let dims = launch_dims(row);
         launches.push_back(Launch {
             time_ns: row.time_ns,
+            end_ns: row.time_ns.saturating_add_unsigned(row.duration_ns),
             tid: row.tid,
             function_id,
             handle,
@@ -114,7 +123,14 @@ impl HistoryState {
         }
         let syncs = self.syncs.entry(row.pid).or_default();
         match (role, row.stream) {
-            (KernelRole::SyncsContext, _) => syncs.context = Some(row.time_ns),
+            (KernelRole::SyncsContext, _) => {
+                if syncs.context_by_thread.len() >= MAX_STREAMS
+                    && !syncs.context_by_thread.contains_key(&row.tid)
+                {
+                    syncs.context_by_thread.clear();
+                }
+                syncs.context_by_thread.insert(row.tid, row.time_ns);
+            }
             (KernelRole::SyncsStream, Some(stream)) => {
                 if syncs.streams.len() >= MAX_STREAMS && !syncs.streams.contains_key(&stream) {
                     syncs.streams.clear();
@@ -156,13 +172,28 @@ fn launch_dims(row: &CudaRow<'_>) -> ([Option<u32>; 3], [Option<u32>; 3]) {
     }
 }
 
+/// One read of the flight recorder's slots.
+#[derive(Debug)]
+struct RecorderRead {
+    at: Instant,
+    /// When it was taken, Unix ns: it serves XIDs up to this time only.
+    at_unix_ns: i64,
+    calls: Arc<Vec<cuda_event>>,
+}
+
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| gpuship_sinks::limits::nanos_i64(d))
+}
+
 /// The shared history: the CUDA thread writes it, the XID stage asks it for suspects.
 pub struct CudaLaunchHistory {
     state: Mutex<HistoryState>,
     /// The flight recorder's slots (`stats` mode), read when an XID asks.
     recorder: Option<MapHandle>,
     /// The last read of `recorder`, and when it was taken.
-    recorder_read: Mutex<Option<(Instant, Arc<Vec<cuda_event>>)>>,
+    recorder_read: Mutex<Option<RecorderRead>>,
     decoder: Decoder,
     roles: Vec<KernelRole>,
 }
@@ -182,19 +213,25 @@ impl CudaLaunchHistory {
         }
     }
 
-    /// The flight recorder's calls, read at most once per `RECORDER_READ_REUSE`.
-    fn recorder_calls(&self) -> Arc<Vec<cuda_event>> {
+    /// The flight recorder's calls for an XID at `before_ns`: a read taken after that time and
+    /// less than `RECORDER_READ_REUSE` ago, else a fresh one.
+    fn recorder_calls(&self, before_ns: i64) -> Arc<Vec<cuda_event>> {
         let Some(map) = &self.recorder else {
             return Arc::default();
         };
         let mut last = self.recorder_read.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, calls)) = last.as_ref() {
-            if at.elapsed() < RECORDER_READ_REUSE {
-                return Arc::clone(calls);
+        if let Some(read) = last.as_ref() {
+            if read.at.elapsed() < RECORDER_READ_REUSE && read.at_unix_ns >= before_ns {
+                return Arc::clone(&read.calls);
             }
         }
+        let at_unix_ns = unix_now_ns();
         let calls = Arc::new(recorder::read_calls(map).0);
-        *last = Some((Instant::now(), Arc::clone(&calls)));
+        *last = Some(RecorderRead {
+            at: Instant::now(),
+            at_unix_ns,
+            calls: Arc::clone(&calls),
+        });
         calls
     }
 
@@ -225,6 +262,7 @@ impl CudaLaunchHistory {
                 let dims = launch_dims(&row);
                 Some(Launch {
                     time_ns: row.time_ns,
+                    end_ns: row.time_ns.saturating_add_unsigned(row.duration_ns),
                     tid: row.tid,
                     function_id: event.function_id,
                     handle,
@@ -240,7 +278,7 @@ impl CudaLaunchHistory {
 
 impl LaunchHistory for CudaLaunchHistory {
     fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect> {
-        let recorded = self.recorder_calls();
+        let recorded = self.recorder_calls(before_ns);
         let state = self.lock();
         let mut launches = self.recorded_launches(&recorded, pid, &state);
         if let Some(rows) = state.launches.get(&pid) {

@@ -290,9 +290,9 @@ impl<'obj> CudaCapture<'obj> {
         // Kernel handles: what this call teaches the name table, then the row's names; launches
         // and synchronisations go to the history an XID's suspects come from.
         let role = history.role(event.function_id);
-        let carried = name
-            .as_ref()
-            .map(|name| kernel_rows::record_kernel_name(name, row.pid, proc_dir));
+        let carried = name.as_ref().and_then(|name| {
+            kernel_rows::record_kernel_name(name, row.pid, proc_dir, row.result == 0)
+        });
         let resolved = if role == KernelRole::None {
             Resolved::Nothing
         } else {

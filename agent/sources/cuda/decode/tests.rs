@@ -57,11 +57,11 @@ fn a_named_record_is_a_call_and_its_name() {
 
 #[test]
 fn flags_say_cut_or_unreadable() {
-    let full = vec![b'x'; 1023];
-    let raw = record_bytes(&named(&full, 1023, 1));
+    let full = vec![b'x'; 4095];
+    let raw = record_bytes(&named(&full, 4095, 1));
     let event = cuda_event(&raw).unwrap();
     let name = record_name(&raw, &event).unwrap().unwrap();
-    assert_eq!(name.bytes.len(), 1023);
+    assert_eq!(name.bytes.len(), 4095);
     assert!(name.maybe_truncated);
     let raw = record_bytes(&named(b"", 0, 2));
     let event = cuda_event(&raw).unwrap();
@@ -72,7 +72,7 @@ fn flags_say_cut_or_unreadable() {
 #[test]
 fn a_bad_named_record_is_an_error_not_a_panic() {
     // A length beyond the buffer.
-    for len in [1024, u32::MAX] {
+    for len in [4096, u32::MAX] {
         let raw = record_bytes(&named(b"k", len, 0));
         let event = cuda_event(&raw).unwrap();
         assert!(matches!(

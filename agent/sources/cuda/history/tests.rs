@@ -32,6 +32,8 @@ fn launch(pid: i32, time_ns: i64, handle: u64, stream: u64) -> CudaRow<'static> 
 fn sync(pid: i32, time_ns: i64, stream: Option<u64>, result: u32) -> CudaRow<'static> {
     CudaRow {
         pid,
+        // The launching thread of `launch(pid, ..)`.
+        tid: pid + 1,
         time_ns,
         stream,
         result,
@@ -55,9 +57,14 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
         state.launched(&launch(7, 100, 0xa, 0x50), 0, Some(a.clone()));
         state.launched(&launch(7, 200, 0xb, 0x60), 1, None);
         state.launched(&launch(7, 300, 0xa, 0x60), 0, Some(a));
-        // After the XID, and another process's: not suspects.
+        // After the XID, another process's, and a failed one (never ran): not suspects.
         state.launched(&launch(7, 501, 0xa, 0x50), 0, None);
         state.launched(&launch(8, 250, 0xa, 0x50), 0, None);
+        let failed = CudaRow {
+            result: 1,
+            ..launch(7, 260, 0xc, 0x50)
+        };
+        state.launched(&failed, 0, None);
         // Stream 0x50 synchronised after the first launch; a failed sync proves nothing.
         state.synchronized(KernelRole::SyncsStream, &sync(7, 150, Some(0x50), 0));
         state.synchronized(KernelRole::SyncsStream, &sync(7, 400, Some(0x60), 700));
@@ -88,7 +95,32 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
     assert_eq!(history.suspects(7, 500, 1).len(), 1);
     assert_eq!(history.suspects(7, 99, 8), []);
     assert_eq!(history.suspects(9, i64::MAX, 8), []);
-    // A context synchronisation covers every stream before it.
+    // A context synchronisation of another thread covers nothing (its context may be
+    // another); one of the launching thread covers every launch that returned before it
+    // began (launches last 5 ns here: the one at 200 returned at 205).
+    let other_thread = CudaRow {
+        tid: 99,
+        ..sync(7, 400, None, 0)
+    };
+    history
+        .lock()
+        .synchronized(KernelRole::SyncsContext, &other_thread);
+    assert!(history
+        .suspects(7, 500, 8)
+        .iter()
+        .skip(1)
+        .all(|s| !s.completed || s.time_ns == 100));
+    history
+        .lock()
+        .synchronized(KernelRole::SyncsContext, &sync(7, 204, None, 0));
+    assert_eq!(
+        history
+            .suspects(7, 500, 8)
+            .iter()
+            .map(|s| s.completed)
+            .collect::<Vec<_>>(),
+        [false, false, true]
+    );
     history
         .lock()
         .synchronized(KernelRole::SyncsContext, &sync(7, 250, None, 0));

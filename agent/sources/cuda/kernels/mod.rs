@@ -87,6 +87,12 @@ impl KernelNames {
         name: Arc<KernelName>,
         since_ns: i64,
     ) -> bool {
+        if let Some(current) = self.handles.get(&(pid, handle)) {
+            // Looked up again: the same answer changes nothing (and retires nothing).
+            if current.name == name && current.parent == parent {
+                return true;
+            }
+        }
         self.insert(
             pid,
             handle,
@@ -123,20 +129,20 @@ impl KernelNames {
         )
     }
 
+    /// Adds a handle. Every handle, current or retired, is charged its name's bytes (a name
+    /// two handles share is charged twice: the bound errs on the safe side, and never depends
+    /// on who else holds the name).
     fn insert(&mut self, pid: i32, handle: u64, known: Known) -> bool {
-        let name = &known.name;
-        // A name another handle already holds costs nothing more.
-        let new_bytes = if Arc::strong_count(name) > 1 {
-            0
-        } else {
-            name.heap_bytes()
-        };
+        let new_bytes = known.name.heap_bytes();
         let replacing = self.handles.contains_key(&(pid, handle));
-        if !replacing
-            && (self.handles.len() >= MAX_HANDLES
-                || self.name_bytes + new_bytes > MAX_NAME_BYTES_TOTAL)
-        {
+        let over = self.name_bytes + new_bytes > MAX_NAME_BYTES_TOTAL
+            || !replacing && self.handles.len() >= MAX_HANDLES;
+        if over {
             self.dropped += 1;
+            // The handle names another kernel now: its old name must not stay current.
+            if let Some(old) = self.handles.remove(&(pid, handle)) {
+                self.retire(pid, handle, old, known.since_ns);
+            }
             return false;
         }
         self.name_bytes += new_bytes;
@@ -164,9 +170,7 @@ impl KernelNames {
 
     /// Accounts for a name no longer held by `old`'s handle.
     fn release(&mut self, old: Known) {
-        if Arc::strong_count(&old.name) == 1 {
-            self.name_bytes = self.name_bytes.saturating_sub(old.name.heap_bytes());
-        }
+        self.name_bytes = self.name_bytes.saturating_sub(old.name.heap_bytes());
     }
 
     /// An unload, entered at `at_ns`, dropped `parent` (a library or module): its kernels and

@@ -45,16 +45,25 @@ impl KernelName {
 /// hostile name (`_Z1fPFvPFv...`) overflow a 2 MiB thread stack in a debug build, 128 did not.
 const RECURSION_LIMIT: u32 = 96;
 
-/// The Itanium C++ demangling of `name`, or None when it is not a mangled name. The parser's
-/// recursion is bounded, so a hostile name costs an error, never the agent's stack.
+/// Longest name demangled, and longest demangled form kept: a crafted name can make the
+/// demangler's output (and time) grow far beyond its input; past these the mangled name stands.
+const MAX_DEMANGLE_INPUT: usize = 8 * 1024;
+const MAX_DEMANGLED: usize = 64 * 1024;
+
+/// The Itanium C++ demangling of `name`, or None when it is not a mangled name (or is too long
+/// to demangle safely). The parser's recursion is bounded, so a hostile name costs an error,
+/// never the agent's stack.
 fn demangle(name: &str) -> Option<String> {
-    if !name.starts_with("_Z") {
+    if !name.starts_with("_Z") || name.len() > MAX_DEMANGLE_INPUT {
         return None;
     }
     let parse = ParseOptions::default().recursion_limit(RECURSION_LIMIT);
     let symbol = Symbol::new_with_options(name, &parse).ok()?;
     let options = DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
-    symbol.demangle_with_options(&options).ok()
+    symbol
+        .demangle_with_options(&options)
+        .ok()
+        .filter(|demangled| demangled.len() <= MAX_DEMANGLED)
 }
 
 /// The NUL-terminated string at `address` in process `pid`'s memory (`<proc_dir>/<pid>/mem`),
@@ -125,6 +134,13 @@ mod tests {
         KernelName::new(&nested_templates);
         let nested_names = format!("_Z{}1fv", "N1a".repeat(20_000));
         KernelName::new(&nested_names);
+        // Back references that expand: the output is bounded, else the mangled name stands.
+        let expanding = format!("_Z1fPFvPFvPFvvEEE{}", "S_S0_S1_".repeat(800));
+        let name = KernelName::new(&expanding);
+        assert!(name.demangled.len() <= MAX_DEMANGLED.max(expanding.len()));
+        // Too long to demangle: kept as given.
+        let long = format!("_Z1fI{}E", "i".repeat(MAX_DEMANGLE_INPUT));
+        assert_eq!(&*KernelName::new(&long).demangled, long);
     }
 
     #[test]

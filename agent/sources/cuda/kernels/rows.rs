@@ -11,11 +11,21 @@ use super::{KernelNames, Lookup};
 use crate::sources::cuda::catalog::KernelRole;
 use crate::sources::cuda::decode::RecordName;
 
-/// The kernel name a named record carries, completed from the process's memory when the probe
-/// had to cut it (the process may be gone by then: the cut name is kept, and logged).
-pub fn record_kernel_name(name: &RecordName, pid: i32, proc_dir: &Path) -> Arc<KernelName> {
+/// The kernel name a named record carries, None when the probe could not read it. A name the
+/// probe had to cut is completed from the process's memory for a call that succeeded (`ok`;
+/// the process may be gone by then: the cut name is kept, and logged); a failed call's name is
+/// kept as read, so a process looping on lookups of long nonexistent names costs no reads.
+pub fn record_kernel_name(
+    name: &RecordName,
+    pid: i32,
+    proc_dir: &Path,
+    ok: bool,
+) -> Option<Arc<KernelName>> {
+    if name.unreadable {
+        return None;
+    }
     let mut bytes = std::borrow::Cow::Borrowed(&name.bytes[..]);
-    if name.maybe_truncated {
+    if name.maybe_truncated && ok {
         match read_process_string(proc_dir, pid, name.address) {
             Some(full) if full.starts_with(&name.bytes) => bytes = full.into(),
             _ => tracing::warn!(
@@ -25,7 +35,7 @@ pub fn record_kernel_name(name: &RecordName, pid: i32, proc_dir: &Path) -> Arc<K
             ),
         }
     }
-    Arc::new(KernelName::new(&String::from_utf8_lossy(&bytes)))
+    Some(Arc::new(KernelName::new(&String::from_utf8_lossy(&bytes))))
 }
 
 /// Updates `kernels` with what a row of `role` tells (only successful calls make or drop

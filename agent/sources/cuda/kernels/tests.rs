@@ -37,10 +37,10 @@ fn kernels_and_their_functions_are_named_per_process() {
     // A function of a kernel never announced stays unknown.
     assert!(!names.function_of(10, 0x77, 0x76, 4));
     assert_eq!(names.lookup(10, 0x77), Lookup::Unknown);
-    // The name is counted once for both handles.
+    // Each handle is charged its name, shared or not.
     assert_eq!(
         names.name_bytes(),
-        "_Z10wild_writePi".len() + "wild_write(int*)".len()
+        2 * ("_Z10wild_writePi".len() + "wild_write(int*)".len())
     );
     assert_eq!(names.len(), 2);
     assert_eq!(names.pids(), [10]);
@@ -83,6 +83,11 @@ fn a_handle_learned_again_takes_the_new_name() {
     assert_eq!(named(names.lookup(1, u64::MAX)).as_deref(), Some("second"));
     assert_eq!(at(&names, 1, u64::MAX, -1).as_deref(), Some("first"));
     assert_eq!(names.len(), 1);
+    // Looked up again with the same answer: nothing retired, nothing charged again.
+    let before = names.name_bytes();
+    names.learned(1, u64::MAX, 0, name("second"), 5);
+    assert_eq!((names.name_bytes(), names.retired.len()), (before, 1));
+    assert_eq!(at(&names, 1, u64::MAX, 1).as_deref(), Some("second"));
 }
 
 #[test]
@@ -99,6 +104,27 @@ fn names_beyond_the_bound_are_dropped_and_counted() {
     names.forget_process(1);
     assert_eq!(names.name_bytes(), 0);
     assert!(names.learned(1, 2, 0, name(&big), 3));
+    // A handle that names another kernel now, beyond the bound: its old name is retired, not
+    // left current.
+    assert!(!names.learned(1, 2, 0, name(&format!("{big}y")), 4));
+    assert_eq!(names.lookup(1, 2), Lookup::Unknown);
+    assert_eq!(at(&names, 1, 2, 3).map(|n| n.len()), Some(big.len()));
+}
+
+#[test]
+fn the_bound_holds_however_many_hold_a_name() {
+    // The source keeps its own reference to a name while the table learns it: the charge must
+    // not depend on who else holds the name.
+    let mut names = KernelNames::new();
+    let big = name(&"k".repeat(MAX_NAME_BYTES_TOTAL / 4));
+    let held: Vec<Arc<KernelName>> = (0..8).map(|_| Arc::clone(&big)).collect();
+    let learned = (0..8u64)
+        .filter(|&h| names.learned(1, h, 0, Arc::clone(&big), 0))
+        .count();
+    assert_eq!(learned, 2);
+    assert!(names.name_bytes() <= MAX_NAME_BYTES_TOTAL);
+    assert_eq!(names.dropped(), 6);
+    drop(held);
 }
 
 #[test]
@@ -128,4 +154,5 @@ fn a_process_is_forgotten_whole() {
     assert_eq!(names.len(), 1);
     assert_eq!(at(&names, 11, 2, 1), None);
     assert_eq!(names.name_bytes(), "_Z1av".len() + "a()".len());
+    assert!(names.retired.is_empty());
 }

@@ -1,6 +1,7 @@
 //! The `suspects` column of the `xid` table (schema version 5): the kernels the attributed
 //! process launched last before an XID that points at a running kernel, most recent first, and
-//! `suspect_kernel`, the first one's name, for queries and alerts that want one string.
+//! `suspect_kernel`, the name of the first one not seen to finish (else the first), for queries
+//! and alerts that want one string.
 
 use std::sync::Arc;
 
@@ -37,6 +38,17 @@ pub struct KernelSuspect {
     /// A later synchronisation covering it (its context, or its stream) returned successfully:
     /// the kernel had finished, so it is an unlikely culprit.
     pub completed: bool,
+}
+
+impl KernelSuspect {
+    /// The suspect to name first: the most recent launch not seen to finish, else the most
+    /// recent one (`suspect_kernel`, the XID log line, the report).
+    pub fn headline(suspects: &[KernelSuspect]) -> Option<&KernelSuspect> {
+        suspects
+            .iter()
+            .find(|s| !s.completed)
+            .or_else(|| suspects.first())
+    }
 }
 
 fn struct_fields() -> Fields {
@@ -120,7 +132,7 @@ pub fn columns(rows: &[XidRecord]) -> [ArrayRef; 2] {
         (validity.null_count() > 0).then_some(validity),
     );
     let first = StringArray::from_iter(lists.iter().map(|list| {
-        list.and_then(|l| l.first())
+        list.and_then(|l| KernelSuspect::headline(l))
             .map(|s| s.kernel_name_demangled.as_str())
     }));
     debug_assert_eq!(list.len(), rows.len());

@@ -157,3 +157,33 @@ fn suspects_are_a_list_of_structs_null_when_not_looked_for() {
     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(value["suspects"], serde_json::Value::Null);
 }
+
+#[test]
+fn the_headline_suspect_is_the_first_not_seen_to_finish() {
+    let suspect = |name: &str, completed: bool| KernelSuspect {
+        kernel_name_demangled: name.into(),
+        completed,
+        ..KernelSuspect::default()
+    };
+    let pick = |list: &[KernelSuspect]| {
+        KernelSuspect::headline(list).map(|s| s.kernel_name_demangled.clone())
+    };
+    let list = [suspect("x", true), suspect("y", false), suspect("z", false)];
+    assert_eq!(pick(&list).as_deref(), Some("y"));
+    assert_eq!(
+        pick(&[suspect("x", true), suspect("w", true)]).as_deref(),
+        Some("x")
+    );
+    assert_eq!(pick(&[]), None);
+    // The column names the same one.
+    let record = XidRecord {
+        annotations: XidAnnotations {
+            suspects: Some(list.to_vec()),
+            ..XidAnnotations::default()
+        },
+        ..xid_record(31, "0000:3b:00.0", "MMU Fault")
+    };
+    let batch = batch_of(&identity(), &[record]).unwrap();
+    let first = batch.column_by_name("suspect_kernel").unwrap();
+    assert_eq!(first.as_string::<i32>().value(0), "y");
+}

@@ -65,29 +65,35 @@ fn launches_are_named_from_what_earlier_rows_taught() {
 
 #[test]
 fn a_cut_name_is_completed_from_the_process() {
-    let full = std::ffi::CString::new(format!("long_{}", "x".repeat(2995))).unwrap();
+    let full = std::ffi::CString::new(format!("long_{}", "x".repeat(9995))).unwrap();
     let cut = RecordName {
-        bytes: full.as_bytes()[..1023].to_vec(),
+        bytes: full.as_bytes()[..4095].to_vec(),
         address: full.as_ptr() as u64,
         maybe_truncated: true,
         unreadable: false,
     };
     let pid = std::process::id() as i32;
     let proc_dir = Path::new("/proc");
-    assert_eq!(record_kernel_name(&cut, pid, proc_dir).mangled.len(), 3000);
-    // Gone, or memory that does not start with what the probe read: the cut name is kept.
-    assert_eq!(
-        record_kernel_name(&cut, i32::MAX, proc_dir).mangled.len(),
-        1023
-    );
+    let read = |name: &RecordName, pid: i32, ok: bool| {
+        record_kernel_name(name, pid, proc_dir, ok).map(|n| n.mangled.len())
+    };
+    assert_eq!(read(&cut, pid, true), Some(10_000));
+    // A failed lookup's name is kept as read; so is one whose process is gone, or whose memory
+    // does not start with what the probe read.
+    assert_eq!(read(&cut, pid, false), Some(4095));
+    assert_eq!(read(&cut, i32::MAX, true), Some(4095));
     let elsewhere = RecordName {
         address: full.as_ptr() as u64 + 1,
         ..cut.clone()
     };
-    assert_eq!(
-        record_kernel_name(&elsewhere, pid, proc_dir).mangled.len(),
-        1023
-    );
+    assert_eq!(read(&elsewhere, pid, true), Some(4095));
+    // Unreadable: no name at all (its launches read `unknown`, never an empty name).
+    let unreadable = RecordName {
+        bytes: Vec::new(),
+        unreadable: true,
+        ..cut.clone()
+    };
+    assert_eq!(read(&unreadable, pid, true), None);
     // Invalid UTF-8 is replaced, never rejected.
     let odd = RecordName {
         bytes: vec![b'k', 0xff, b'\n'],
@@ -96,7 +102,9 @@ fn a_cut_name_is_completed_from_the_process() {
         unreadable: false,
     };
     assert_eq!(
-        &*record_kernel_name(&odd, pid, proc_dir).mangled,
+        &*record_kernel_name(&odd, pid, proc_dir, true)
+            .unwrap()
+            .mangled,
         "k\u{fffd}\n"
     );
 }
