@@ -184,7 +184,7 @@ struct RecorderRead {
 fn unix_now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| gpuship_sinks::limits::nanos_i64(d))
+        .map_or(0, gpuship_sinks::limits::nanos_i64)
 }
 
 /// The shared history: the CUDA thread writes it, the XID stage asks it for suspects.
