@@ -16,13 +16,16 @@ use std::time::{Duration, Instant};
 use gpuship_sinks::schema::{CudaRow, KernelSuspect};
 use libbpf_rs::MapHandle;
 
-use super::catalog::KernelRole;
+use super::catalog::{kernel_role, KernelRole};
 use super::decode::Decoder;
 use super::kernels::name::UNKNOWN;
+use super::kernels::rows::{self as kernel_rows, Resolved};
 use super::kernels::{KernelName, KernelNames};
+use super::probes::CudaProbes;
 use super::recorder;
 use crate::bpf::cuda::types::cuda_event;
 use crate::sources::output::LaunchHistory;
+use crate::sources::source::SourceSetup;
 
 /// Most suspects an XID lists (`[sources.xid] suspects`), and launches kept per process.
 pub const MAX_SUSPECTS: usize = 32;
@@ -233,6 +236,58 @@ impl CudaLaunchHistory {
             calls: Arc::clone(&calls),
         });
         calls
+    }
+
+    /// The launch history of these probes, registered with XID attribution for suspects.
+    pub fn for_probes(probes: &CudaProbes<'_>, setup: &SourceSetup) -> Arc<Self> {
+        let functions = &probes.functions;
+        let roles = (0..functions.len() as u32)
+            .map(|id| functions.name(id).map_or(KernelRole::None, kernel_role))
+            .collect();
+        let recorder = probes
+            .recorder
+            .enabled()
+            .then(|| MapHandle::try_from(&probes.skel.maps.recorder))
+            .transpose()
+            .unwrap_or_else(|err| {
+                tracing::warn!(%err, "the flight recorder cannot be read for XID suspects");
+                None
+            });
+        let decoder = Decoder::new(setup.clocks, functions.clone());
+        let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles));
+        setup.outputs.attribution.launch_history(history.clone());
+        history
+    }
+
+    /// What a row of `role` teaches the kernel table (`carried`: the name its record took),
+    /// remembered for suspects (a launch, a synchronisation), and the kernel it names.
+    pub fn record_row(
+        &self,
+        role: KernelRole,
+        function_id: u32,
+        row: &CudaRow<'_>,
+        carried: Option<&Arc<KernelName>>,
+    ) -> Resolved {
+        if role == KernelRole::None {
+            return Resolved::Nothing;
+        }
+        let mut state = self.lock();
+        kernel_rows::learn(&mut state.kernels, role, row, carried);
+        let resolved = match carried {
+            Some(name) => Resolved::Named(name.clone()),
+            None => kernel_rows::resolve(&mut state.kernels, role, row),
+        };
+        match (role, &resolved) {
+            (KernelRole::Launch, Resolved::Named(name)) => {
+                state.launched(row, function_id, Some(name.clone()));
+            }
+            (KernelRole::Launch, _) => state.launched(row, function_id, None),
+            (KernelRole::SyncsContext | KernelRole::SyncsStream, _) => {
+                state.synchronized(role, row);
+            }
+            _ => {}
+        }
+        resolved
     }
 
     /// The state, for the CUDA thread.

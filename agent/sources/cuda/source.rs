@@ -11,7 +11,6 @@ use gpuship_sinks::EventBatch;
 use libbpf_rs::{MapHandle, OpenObject};
 
 use super::batcher::CudaBatcher;
-use super::catalog::{kernel_role, KernelRole};
 use super::decode::{cuda_event, record_name, Decoder};
 use super::history::CudaLaunchHistory;
 use super::kernels::rows::{self as kernel_rows, Resolved};
@@ -146,7 +145,7 @@ impl<'obj> CudaCapture<'obj> {
                     )),
                 )
             }),
-            history: launch_history(&probes, setup),
+            history: CudaLaunchHistory::for_probes(&probes, setup),
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
             probes,
@@ -293,27 +292,7 @@ impl<'obj> CudaCapture<'obj> {
         let carried = name.as_ref().and_then(|name| {
             kernel_rows::record_kernel_name(name, row.pid, proc_dir, row.result == 0)
         });
-        let resolved = if role == KernelRole::None {
-            Resolved::Nothing
-        } else {
-            let mut state = history.lock();
-            kernel_rows::learn(&mut state.kernels, role, &row, carried.as_ref());
-            let resolved = match &carried {
-                Some(name) => Resolved::Named(name.clone()),
-                None => kernel_rows::resolve(&mut state.kernels, role, &row),
-            };
-            match (role, &resolved) {
-                (KernelRole::Launch, Resolved::Named(name)) => {
-                    state.launched(&row, event.function_id, Some(name.clone()));
-                }
-                (KernelRole::Launch, _) => state.launched(&row, event.function_id, None),
-                (KernelRole::SyncsContext | KernelRole::SyncsStream, _) => {
-                    state.synchronized(role, &row);
-                }
-                _ => {}
-            }
-            resolved
-        };
+        let resolved = history.record_row(role, event.function_id, &row, carried.as_ref());
         if resolved == Resolved::Unknown {
             accounting
                 .ring(Ring::Cuda)
@@ -344,27 +323,6 @@ impl<'obj> CudaCapture<'obj> {
         }
         Ok(batcher.push(&row))
     }
-}
-
-/// The launch history of these probes, registered with XID attribution for suspects.
-fn launch_history(probes: &CudaProbes<'_>, setup: &SourceSetup) -> Arc<CudaLaunchHistory> {
-    let functions = &probes.functions;
-    let roles = (0..functions.len() as u32)
-        .map(|id| functions.name(id).map_or(KernelRole::None, kernel_role))
-        .collect();
-    let recorder = probes
-        .recorder
-        .enabled()
-        .then(|| MapHandle::try_from(&probes.skel.maps.recorder))
-        .transpose()
-        .unwrap_or_else(|err| {
-            tracing::warn!(%err, "the flight recorder cannot be read for XID suspects");
-            None
-        });
-    let decoder = Decoder::new(setup.clocks, functions.clone());
-    let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles));
-    setup.outputs.attribution.launch_history(history.clone());
-    history
 }
 
 impl RunningRing for CudaCapture<'_> {

@@ -10,14 +10,11 @@
 use std::collections::BTreeMap;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::types::{Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::DataType;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList,
-};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_semantic_conventions::attribute as semconv;
@@ -348,51 +345,6 @@ impl<'a> BatchColumns<'a> {
     }
 }
 
-/// An attribute value for one cell; None for nulls.
-fn attribute_value(column: &ArrayRef, row: usize) -> Option<Value> {
-    if column.is_null(row) {
-        return None;
-    }
-    Some(match column.data_type() {
-        DataType::Utf8 => Value::StringValue(column.as_string::<i32>().value(row).to_string()),
-        DataType::Boolean => Value::BoolValue(column.as_boolean().value(row)),
-        DataType::Int32 => Value::IntValue(column.as_primitive::<Int32Type>().value(row).into()),
-        DataType::Int64 => Value::IntValue(column.as_primitive::<Int64Type>().value(row)),
-        DataType::UInt32 => Value::IntValue(column.as_primitive::<UInt32Type>().value(row).into()),
-        // OTLP integers are signed 64-bit; device pointers and sizes fit (user space < 2^63).
-        DataType::UInt64 => Value::IntValue(column.as_primitive::<UInt64Type>().value(row) as i64),
-        DataType::List(_) => {
-            let items = column.as_list::<i32>().value(row);
-            Value::ArrayValue(ArrayValue {
-                values: (0..items.len())
-                    .filter_map(|i| attribute_value(&items, i))
-                    .map(|value| AnyValue { value: Some(value) })
-                    .collect(),
-            })
-        }
-        // A struct (an XID's suspect kernel): its non-null fields as a key-value list.
-        DataType::Struct(fields) => {
-            let item = column.as_struct();
-            Value::KvlistValue(KeyValueList {
-                values: fields
-                    .iter()
-                    .zip(item.columns())
-                    .filter_map(|(field, child)| {
-                        Some(KeyValue {
-                            key: field.name().clone(),
-                            value: Some(AnyValue {
-                                value: Some(attribute_value(child, row)?),
-                            }),
-                            ..Default::default()
-                        })
-                    })
-                    .collect(),
-            })
-        }
-        _ => return None,
-    })
-}
-
 /// `850 ns`, `12.5 µs`, `3.2 ms`, `1.50 s`.
 fn human_duration(ns: u64) -> String {
     match ns {
@@ -402,6 +354,9 @@ fn human_duration(ns: u64) -> String {
         _ => format!("{:.2} s", ns as f64 / 1e9),
     }
 }
+
+mod values;
+use values::attribute_value;
 
 #[cfg(test)]
 mod tests;
