@@ -292,6 +292,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	struct cuda_event *ev;
 	__u64 out_value = 0;
 	bool have_out_value = false;
+	__u32 uuid[4];
+	bool have_uuid = false;
 	__u64 avail;
 
 	if (!is_traced(pid_tgid >> 32))
@@ -318,9 +320,13 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	}
 	/* An allocation's pointer (or a getter's handle) exists only once it succeeded. Read
 	 * before the reservation, so that the ring record is busy only for the copy. */
-	if (entry->out_ptr && (__u32)ret == 0 &&
-	    bpf_probe_read_user(&out_value, sizeof(out_value), (void *)entry->out_ptr) == 0)
-		have_out_value = true;
+	if (entry->out_ptr && (__u32)ret == 0) {
+		if ((cookie >> GPUSHIP_COOKIE_OUT_IS_UUID_SHIFT) & 1)
+			have_uuid = bpf_probe_read_user(uuid, sizeof(uuid), (void *)entry->out_ptr) == 0;
+		else
+			have_out_value = bpf_probe_read_user(&out_value, sizeof(out_value),
+							     (void *)entry->out_ptr) == 0;
+	}
 	if (entry->name_ptr)
 		ev = reserve_named(entry);
 	else
@@ -340,6 +346,12 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	} else if (have_out_value) {
 		ev->device_ptr = out_value;
 		ev->valid |= GPUSHIP_ARG_DEVICE_PTR;
+	} else if (have_uuid) {
+		ev->grid[0] = uuid[0];
+		ev->grid[1] = uuid[1];
+		ev->grid[2] = uuid[2];
+		ev->block[0] = uuid[3];
+		ev->valid |= GPUSHIP_ARG_UUID;
 	}
 	release(slot, &key);
 	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);

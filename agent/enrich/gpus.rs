@@ -67,6 +67,23 @@ impl GpuDirectory {
         self.by_bus_id.get(bus_id).cloned()
     }
 
+    /// The GPU with this UUID (`GPU-...`, any case), with its bus id.
+    pub fn lookup_uuid(&self, uuid: &str) -> Option<(String, Arc<GpuIdentity>)> {
+        self.by_bus_id
+            .iter()
+            .find(|(_, gpu)| gpu.uuid.eq_ignore_ascii_case(uuid))
+            .map(|(bus_id, gpu)| (bus_id.clone(), Arc::clone(gpu)))
+    }
+
+    /// The node's GPU, with its bus id, when it has exactly one.
+    pub fn only(&self) -> Option<(&str, &Arc<GpuIdentity>)> {
+        let mut gpus = self.by_bus_id.iter();
+        let only = gpus.next()?;
+        gpus.next()
+            .is_none()
+            .then(|| (only.0.as_str(), only.1))
+    }
+
     /// Number of GPUs known.
     pub fn len(&self) -> usize {
         self.by_bus_id.len()

@@ -53,8 +53,14 @@ pub trait CallAttribution: Send + Sync {
 /// The last kernel launches of each process, for an XID's suspects.
 pub trait LaunchHistory: Send + Sync {
     /// Up to `max` kernels `pid` launched at or before `before_ns` (Unix ns), most recent
-    /// first.
-    fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect>;
+    /// first, on the GPU at `bus_id` (launches whose GPU is unknown included).
+    fn suspects(
+        &self,
+        pid: i32,
+        bus_id: Option<&str>,
+        before_ns: i64,
+        max: usize,
+    ) -> Vec<KernelSuspect>;
 }
 
 /// Running per-call totals for a view of the calls as they happen (the live view).

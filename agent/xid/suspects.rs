@@ -23,7 +23,8 @@ pub fn find(
         return None;
     }
     let pid = record.pid?;
-    Some(history?.suspects(pid, record.time_ns, max))
+    let bus_id = Some(record.pci_bus_id.as_str()).filter(|b| !b.is_empty());
+    Some(history?.suspects(pid, bus_id, record.time_ns, max))
 }
 
 #[cfg(test)]
@@ -34,7 +35,13 @@ mod tests {
     struct Fixed;
 
     impl LaunchHistory for Fixed {
-        fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect> {
+        fn suspects(
+            &self,
+            pid: i32,
+            _bus_id: Option<&str>,
+            before_ns: i64,
+            max: usize,
+        ) -> Vec<KernelSuspect> {
             vec![
                 KernelSuspect {
                     tid: pid,

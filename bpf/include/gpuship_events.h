@@ -76,6 +76,8 @@ struct cuda_event {
 	__u64 bytes;
 	__u64 device_ptr;
 	__u64 stream;
+	/* A launch's geometry; for a call that returns a device's UUID (cuDeviceGetUuid), its 16
+	 * bytes in grid[0..2] and block[0] instead (GPUSHIP_ARG_UUID). */
 	__u32 grid[3];
 	__u32 block[3];
 	__u32 shared_mem_bytes;
@@ -112,6 +114,7 @@ enum gpuship_arg_valid {
 	GPUSHIP_ARG_GRID = 1 << 4,   /* grid and block[0..2] only (the register arguments) */
 	GPUSHIP_ARG_HANDLE = 1 << 5,
 	GPUSHIP_ARG_PARENT_HANDLE = 1 << 6,
+	GPUSHIP_ARG_UUID = 1 << 7, /* grid[0..2] and block[0] hold a CUuuid's 16 bytes */
 };
 
 /* One NVIDIA kernel-driver operation: an ioctl on an NVIDIA device file (syscall tracepoints),
@@ -153,6 +156,8 @@ enum gpuship_driver_hook {
  * bits 58..61  argument index holding the parent handle, 0xF = none
  * bit  62      the value read at return through the out pointer is the call's handle (a
  *              getter's or a load's), not a device pointer
+ * bit  63      the out pointer points at a 16-byte CUuuid (cuDeviceGetUuid): read whole at
+ *              return into the launch area (GPUSHIP_ARG_UUID)
  * Argument indexes refer to the first six integer arguments (the registers on x86_64).
  */
 enum gpuship_cookie_layout {
@@ -172,6 +177,7 @@ enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_HANDLE_SHIFT = 54,
 	GPUSHIP_COOKIE_PARENT_SHIFT = 58,
 	GPUSHIP_COOKIE_OUT_IS_HANDLE_SHIFT = 62,
+	GPUSHIP_COOKIE_OUT_IS_UUID_SHIFT = 63,
 };
 
 /*

@@ -24,9 +24,20 @@ pub struct ArgSpec {
     pub parent: Option<u8>,
     /// Argument holding a kernel's name (read at return).
     pub name: Option<u8>,
-    /// The value `out_device_ptr` points at is the handle the call makes (a getter's or a
-    /// load's), not a device pointer.
-    pub out_is_handle: bool,
+    /// What `out_device_ptr` points at.
+    pub out: OutValue,
+}
+
+/// What a call writes through its out pointer (`ArgSpec::out_device_ptr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutValue {
+    /// A device pointer (or a physical allocation's handle): the row's `device_ptr`.
+    #[default]
+    DevicePointer,
+    /// The handle the call makes (a getter's, a load's, a context's): the row's `handle`.
+    Handle,
+    /// A device's 16-byte `CUuuid` (`cuDeviceGetUuid`): the row's GPU.
+    Uuid,
 }
 
 /// How a launch passes its geometry.
@@ -52,7 +63,7 @@ impl ArgSpec {
         handle: None,
         parent: None,
         name: None,
-        out_is_handle: false,
+        out: OutValue::DevicePointer,
     };
 
     /// The attach cookie for this spec and function id (layout in gpuship_events.h).
@@ -94,8 +105,10 @@ impl ArgSpec {
                 self.parent,
                 gpuship_cookie_layout::GPUSHIP_COOKIE_PARENT_SHIFT,
             )
-            | u64::from(self.out_is_handle)
+            | u64::from(self.out == OutValue::Handle)
                 << gpuship_cookie_layout::GPUSHIP_COOKIE_OUT_IS_HANDLE_SHIFT.0
+            | u64::from(self.out == OutValue::Uuid)
+                << gpuship_cookie_layout::GPUSHIP_COOKIE_OUT_IS_UUID_SHIFT.0
     }
 }
 
@@ -128,17 +141,28 @@ const fn launch(launch: Launch, function: u8) -> ArgSpec {
 const fn maker(out: u8, parent: Option<u8>, name: Option<u8>) -> ArgSpec {
     ArgSpec {
         out_device_ptr: Some(out),
-        out_is_handle: true,
+        out: OutValue::Handle,
         parent,
         name,
         ..ArgSpec::GENERIC
     }
 }
 
-/// A call that drops the handle in argument `handle` (an unload).
-const fn dropper(handle: u8) -> ArgSpec {
+/// A call that uses or drops the handle in argument `handle` (an unload, a context made
+/// current).
+const fn user(handle: u8) -> ArgSpec {
     ArgSpec {
         handle: Some(handle),
+        ..ArgSpec::GENERIC
+    }
+}
+
+/// A call that writes device `device`'s UUID through argument `out`.
+const fn uuid_of(out: u8, device: u8) -> ArgSpec {
+    ArgSpec {
+        out_device_ptr: Some(out),
+        out: OutValue::Uuid,
+        handle: Some(device),
         ..ArgSpec::GENERIC
     }
 }
@@ -146,9 +170,19 @@ const fn dropper(handle: u8) -> ArgSpec {
 /// The default set: allocations, frees, copies, launches, syncs, module loads, contexts.
 pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
     ("cuInit", ArgSpec::GENERIC),
-    ("cuCtxCreate_v2", ArgSpec::GENERIC),
-    ("cuDevicePrimaryCtxRetain", ArgSpec::GENERIC),
-    ("cuCtxDestroy_v2", ArgSpec::GENERIC),
+    // Devices and contexts, so that every call has a GPU: a device's UUID (by ordinal), the
+    // context each creation makes on its device (the row's handle, from the device in
+    // `parent_handle`), and the context each thread has current.
+    ("cuDeviceGetUuid", uuid_of(0, 1)),
+    ("cuDeviceGetUuid_v2", uuid_of(0, 1)),
+    ("cuDevicePrimaryCtxRetain", maker(0, Some(1), None)),
+    ("cuCtxCreate_v2", maker(0, Some(2), None)),
+    ("cuCtxCreate_v3", maker(0, Some(4), None)),
+    ("cuCtxCreate_v4", maker(0, Some(3), None)),
+    ("cuCtxSetCurrent", user(0)),
+    ("cuCtxPushCurrent_v2", user(0)),
+    ("cuCtxPopCurrent_v2", maker(0, None, None)),
+    ("cuCtxDestroy_v2", user(0)),
     ("cuMemAlloc_v2", spec(Some(1), None, Some(0), None)),
     ("cuMemAllocManaged", spec(Some(1), None, Some(0), None)),
     ("cuMemAllocAsync", spec(Some(1), None, Some(0), Some(2))),
@@ -171,7 +205,13 @@ pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
     ("cuMemRelease", spec(None, Some(0), None, None)),
     ("cuMemAddressReserve", spec(Some(1), None, Some(0), None)),
     ("cuMemAddressFree", spec(Some(1), Some(0), None, None)),
-    ("cuMemMap", spec(Some(1), Some(0), None, None)),
+    (
+        "cuMemMap",
+        ArgSpec {
+            handle: Some(3),
+            ..spec(Some(1), Some(0), None, None)
+        },
+    ),
     ("cuMemUnmap", spec(Some(1), Some(0), None, None)),
     ("cuMemSetAccess", spec(Some(1), Some(0), None, None)),
     ("cuMemcpy", spec(Some(2), Some(0), None, None)),
@@ -208,8 +248,8 @@ pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
     ("cuModuleGetFunction", maker(0, Some(1), Some(2))),
     ("cuLibraryGetKernel", maker(0, Some(1), Some(2))),
     ("cuKernelGetFunction", maker(0, Some(1), None)),
-    ("cuModuleUnload", dropper(0)),
-    ("cuLibraryUnload", dropper(0)),
+    ("cuModuleUnload", user(0)),
+    ("cuLibraryUnload", user(0)),
 ];
 
 /// Per-thread default-stream variants share their base function's arguments.
@@ -239,43 +279,7 @@ pub fn default_entry(symbol: &str) -> Option<(&'static str, ArgSpec)> {
     })
 }
 
-/// What a function does to the table of kernel names (`kernels::KernelNames`) and to the
-/// launch history an XID's suspects come from (`history`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KernelRole {
-    /// Nothing.
-    #[default]
-    None,
-    /// Launches the kernel handle it takes: its row is named from the table.
-    Launch,
-    /// Makes a kernel handle from a name (`cuLibraryGetKernel`, `cuModuleGetFunction`).
-    Names,
-    /// Makes a `CUfunction` of a `CUkernel` (`cuKernelGetFunction`).
-    FunctionOfKernel,
-    /// Unloads a library or module and the kernels made from it.
-    Unloads,
-    /// Waits for all work of the calling thread's context (`cuCtxSynchronize*`).
-    SyncsContext,
-    /// Waits for all work of the stream it takes (`cuStreamSynchronize*`).
-    SyncsStream,
-}
-
-/// The role of an exported symbol (its per-thread-stream variants included).
-pub fn kernel_role(symbol: &str) -> KernelRole {
-    let base = STREAM_SUFFIXES
-        .iter()
-        .find_map(|suffix| symbol.strip_suffix(suffix))
-        .unwrap_or(symbol);
-    match base {
-        "cuLaunchKernel" | "cuLaunchKernelEx" => KernelRole::Launch,
-        "cuLibraryGetKernel" | "cuModuleGetFunction" => KernelRole::Names,
-        "cuKernelGetFunction" => KernelRole::FunctionOfKernel,
-        "cuLibraryUnload" | "cuModuleUnload" => KernelRole::Unloads,
-        "cuCtxSynchronize" | "cuCtxSynchronize_v2" => KernelRole::SyncsContext,
-        "cuStreamSynchronize" => KernelRole::SyncsStream,
-        _ => KernelRole::None,
-    }
-}
+pub use super::roles::{kernel_role, KernelRole};
 
 #[cfg(test)]
 mod tests {
@@ -305,33 +309,14 @@ mod tests {
         );
         assert_eq!(
             default_entry("cuCtxCreate_v4").map(|e| e.0),
-            Some("cuCtxCreate_v2")
+            Some("cuCtxCreate_v4")
         );
+        assert_eq!(default_entry("cuCtxCreate_v5"), None);
         // v1 of a decoded function has 32-bit pointers: not matched.
         assert_eq!(default_entry("cuMemAlloc"), None);
         assert_eq!(default_entry("cuMemAlloc_v3"), None);
         assert_eq!(default_entry("cuDeviceGetCount"), None);
         assert_eq!(default_entry("cuGetProcAddress_v2"), None);
-    }
-
-    #[test]
-    fn kernel_roles_follow_the_base_symbol() {
-        assert_eq!(kernel_role("cuLaunchKernel_ptsz"), KernelRole::Launch);
-        assert_eq!(kernel_role("cuLaunchKernelEx_ptsz"), KernelRole::Launch);
-        assert_eq!(kernel_role("cuLaunchCooperativeKernel"), KernelRole::None);
-        assert_eq!(kernel_role("cuModuleGetFunction"), KernelRole::Names);
-        assert_eq!(
-            kernel_role("cuKernelGetFunction"),
-            KernelRole::FunctionOfKernel
-        );
-        assert_eq!(kernel_role("cuLibraryUnload"), KernelRole::Unloads);
-        assert_eq!(kernel_role("cuLibraryLoadData"), KernelRole::None);
-        assert_eq!(kernel_role("cuCtxSynchronize_v2"), KernelRole::SyncsContext);
-        assert_eq!(
-            kernel_role("cuStreamSynchronize_ptsz"),
-            KernelRole::SyncsStream
-        );
-        assert_eq!(kernel_role("cuEventSynchronize"), KernelRole::None);
     }
 
     #[test]

@@ -129,9 +129,24 @@ impl Decoder {
                     .then_some(event.parent_handle),
                 kernel_name: None,
                 kernel_name_demangled: None,
+                gpu: None,
             },
         })
     }
+}
+
+/// The device UUID a call returned (`cuDeviceGetUuid*`: `GPUSHIP_ARG_UUID`), its 16 bytes in
+/// the launch area in memory order.
+pub fn returned_uuid(event: &cuda_event) -> Option<[u8; 16]> {
+    if event.valid & gpuship_arg_valid::GPUSHIP_ARG_UUID.0 == 0 {
+        return None;
+    }
+    let words = [event.grid[0], event.grid[1], event.grid[2], event.block[0]];
+    let mut bytes = [0u8; 16];
+    for (chunk, word) in bytes.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
+    Some(bytes)
 }
 
 /// A launch's dimensions: all of them when the stack-passed arguments were read

@@ -13,16 +13,18 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gpuship_sinks::schema::{CudaRow, KernelSuspect};
+use gpuship_sinks::schema::{CallGpu, CudaRow, KernelSuspect};
 use libbpf_rs::MapHandle;
 
-use super::catalog::{kernel_role, KernelRole};
+use super::catalog::KernelRole;
 use super::decode::Decoder;
+use super::devices::{self, ProcessDevices};
 use super::kernels::name::UNKNOWN;
 use super::kernels::rows::{self as kernel_rows, Resolved};
 use super::kernels::{KernelName, KernelNames};
 use super::probes::CudaProbes;
 use super::recorder;
+use super::roles::RoleTable;
 use crate::bpf::cuda::types::cuda_event;
 use crate::sources::output::LaunchHistory;
 use crate::sources::source::SourceSetup;
@@ -55,6 +57,18 @@ struct Launch {
     stream: Option<u64>,
     grid: [Option<u32>; 3],
     block: [Option<u32>; 3],
+    /// The GPU it ran on, when known.
+    gpu: Option<Arc<CallGpu>>,
+}
+
+impl Launch {
+    /// Whether it may have run on the GPU at `bus_id` (an unknown GPU may be any).
+    fn may_be_on(&self, bus_id: Option<&str>) -> bool {
+        match (bus_id, self.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref())) {
+            (Some(wanted), Some(ran_on)) => wanted.eq_ignore_ascii_case(ran_on),
+            _ => true,
+        }
+    }
 }
 
 /// A process's latest successful synchronisations (their entry times, Unix ns): of each
@@ -83,6 +97,9 @@ pub struct HistoryState {
     pub kernels: KernelNames,
     launches: HashMap<i32, VecDeque<Launch>>,
     syncs: HashMap<i32, Syncs>,
+    /// Each process's devices and contexts as the CUDA thread last published them (the GPU of
+    /// a flight-recorder launch).
+    pub devices: HashMap<i32, Arc<ProcessDevices>>,
     /// Processes found gone at the last check: forgotten if still gone at the next, so that an
     /// XID reported just after its process died (the usual order) still finds its kernels.
     gone: Vec<i32>,
@@ -90,7 +107,13 @@ pub struct HistoryState {
 
 impl HistoryState {
     /// Remembers a launch row (of `rows` mode; `name` None for an unknown handle).
-    pub fn launched(&mut self, row: &CudaRow<'_>, function_id: u32, name: Option<Arc<KernelName>>) {
+    pub fn launched(
+        &mut self,
+        row: &CudaRow<'_>,
+        function_id: u32,
+        name: Option<Arc<KernelName>>,
+        gpu: Option<Arc<CallGpu>>,
+    ) {
         // A launch that failed never ran on the GPU.
         let (Some(handle), 0) = (row.objects.handle, row.result) else {
             return;
@@ -113,6 +136,7 @@ impl HistoryState {
             stream: row.stream,
             grid: dims.0,
             block: dims.1,
+            gpu,
         });
     }
 
@@ -153,9 +177,15 @@ impl HistoryState {
             self.kernels.forget_process(*pid);
             self.launches.remove(pid);
             self.syncs.remove(pid);
+            self.devices.remove(pid);
         }
         let mut known: Vec<i32> = self.kernels.pids();
-        known.extend(self.launches.keys().chain(self.syncs.keys()));
+        known.extend(
+            self.launches
+                .keys()
+                .chain(self.syncs.keys())
+                .chain(self.devices.keys()),
+        );
         known.sort_unstable();
         known.dedup();
         self.gone = known.into_iter().filter(|pid| !alive(pid)).collect();
@@ -198,12 +228,20 @@ pub struct CudaLaunchHistory {
     /// The last read of `recorder`, and when it was taken.
     recorder_read: Mutex<Option<RecorderRead>>,
     decoder: Decoder,
-    roles: Vec<KernelRole>,
+    roles: RoleTable,
+    /// The node's GPU when it has exactly one (any call's GPU).
+    node_gpu: Option<Arc<CallGpu>>,
 }
 
 impl CudaLaunchHistory {
-    /// A history decoding recorder slots with `decoder` and `roles` (by function id).
-    pub fn new(recorder: Option<MapHandle>, decoder: Decoder, roles: Vec<KernelRole>) -> Self {
+    /// A history decoding recorder slots with `decoder` and `roles` (by function id), on a
+    /// node whose only GPU is `node_gpu` (None: none, or several).
+    pub fn new(
+        recorder: Option<MapHandle>,
+        decoder: Decoder,
+        roles: RoleTable,
+        node_gpu: Option<Arc<CallGpu>>,
+    ) -> Self {
         Self {
             state: Mutex::new(HistoryState {
                 kernels: KernelNames::new(),
@@ -213,6 +251,7 @@ impl CudaLaunchHistory {
             recorder_read: Mutex::new(None),
             decoder,
             roles,
+            node_gpu,
         }
     }
 
@@ -241,9 +280,7 @@ impl CudaLaunchHistory {
     /// The launch history of these probes, registered with XID attribution for suspects.
     pub fn for_probes(probes: &CudaProbes<'_>, setup: &SourceSetup) -> Arc<Self> {
         let functions = &probes.functions;
-        let roles = (0..functions.len() as u32)
-            .map(|id| functions.name(id).map_or(KernelRole::None, kernel_role))
-            .collect();
+        let roles = RoleTable::new(functions);
         let recorder = probes
             .recorder
             .enabled()
@@ -254,19 +291,28 @@ impl CudaLaunchHistory {
                 None
             });
         let decoder = Decoder::new(setup.clocks, functions.clone());
-        let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles));
+        let node_gpu = setup.gpus.only().map(|(bus_id, identity)| {
+            Arc::new(CallGpu {
+                uuid: identity.uuid.clone(),
+                pci_bus_id: Some(bus_id.to_string()),
+                index: Some(identity.index),
+            })
+        });
+        let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles, node_gpu));
         setup.outputs.attribution.launch_history(history.clone());
         history
     }
 
     /// What a row of `role` teaches the kernel table (`carried`: the name its record took),
-    /// remembered for suspects (a launch, a synchronisation), and the kernel it names.
+    /// remembered for suspects (a launch on `gpu`, a synchronisation), and the kernel it
+    /// names.
     pub fn record_row(
         &self,
         role: KernelRole,
         function_id: u32,
         row: &CudaRow<'_>,
         carried: Option<&Arc<KernelName>>,
+        gpu: Option<&Arc<CallGpu>>,
     ) -> Resolved {
         if role == KernelRole::None {
             return Resolved::Nothing;
@@ -279,9 +325,9 @@ impl CudaLaunchHistory {
         };
         match (role, &resolved) {
             (KernelRole::Launch, Resolved::Named(name)) => {
-                state.launched(row, function_id, Some(name.clone()));
+                state.launched(row, function_id, Some(name.clone()), gpu.cloned());
             }
-            (KernelRole::Launch, _) => state.launched(row, function_id, None),
+            (KernelRole::Launch, _) => state.launched(row, function_id, None, gpu.cloned()),
             (KernelRole::SyncsContext | KernelRole::SyncsStream, _) => {
                 state.synchronized(role, row);
             }
@@ -295,10 +341,15 @@ impl CudaLaunchHistory {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What function `id` does.
+    /// What function `id` does to kernel names and launches.
     #[inline]
     pub fn role(&self, id: u32) -> KernelRole {
-        self.roles.get(id as usize).copied().unwrap_or_default()
+        self.roles.get(id).kernel
+    }
+
+    /// Publishes a process's devices, as the CUDA thread's `CallDevices` changed them.
+    pub fn devices_changed(&self, pid: i32, devices: Arc<ProcessDevices>) {
+        self.lock().devices.insert(pid, devices);
     }
 
     /// The flight recorder's launches of `pid` among `events`, with their names.
@@ -325,6 +376,11 @@ impl CudaLaunchHistory {
                     stream: row.stream,
                     grid: dims.0,
                     block: dims.1,
+                    gpu: devices::resolve(
+                        state.devices.get(&pid).map(|d| &**d),
+                        row.tid,
+                        || self.node_gpu.clone(),
+                    ),
                 })
             })
             .collect()
@@ -332,14 +388,20 @@ impl CudaLaunchHistory {
 }
 
 impl LaunchHistory for CudaLaunchHistory {
-    fn suspects(&self, pid: i32, before_ns: i64, max: usize) -> Vec<KernelSuspect> {
+    fn suspects(
+        &self,
+        pid: i32,
+        bus_id: Option<&str>,
+        before_ns: i64,
+        max: usize,
+    ) -> Vec<KernelSuspect> {
         let recorded = self.recorder_calls(before_ns);
         let state = self.lock();
         let mut launches = self.recorded_launches(&recorded, pid, &state);
         if let Some(rows) = state.launches.get(&pid) {
             launches.extend(rows.iter().cloned());
         }
-        launches.retain(|launch| launch.time_ns <= before_ns);
+        launches.retain(|launch| launch.time_ns <= before_ns && launch.may_be_on(bus_id));
         launches.sort_by_key(|launch| std::cmp::Reverse(launch.time_ns));
         launches.truncate(max.min(MAX_SUSPECTS));
         let syncs = state.syncs.get(&pid);

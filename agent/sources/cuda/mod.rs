@@ -16,6 +16,7 @@ pub mod attach;
 pub mod batcher;
 pub mod catalog;
 pub mod decode;
+pub mod devices;
 pub mod history;
 pub mod kernels;
 pub mod library;
@@ -23,6 +24,7 @@ pub mod plan;
 pub mod probes;
 pub mod recorder;
 pub mod results;
+pub mod roles;
 pub mod source;
 pub mod stats;
 

@@ -11,11 +11,13 @@ use gpuship_sinks::EventBatch;
 use libbpf_rs::{MapHandle, OpenObject};
 
 use super::batcher::CudaBatcher;
-use super::decode::{cuda_event, record_name, Decoder};
+use super::decode::{cuda_event, record_name, returned_uuid, Decoder};
+use super::devices::CallDevices;
 use super::history::CudaLaunchHistory;
 use super::kernels::rows::{self as kernel_rows, Resolved};
 use super::probes::{self, CudaProbes, ProcessFilter};
 use super::recorder::{self, is_sticky, DumpPlan};
+use super::roles::RoleTable;
 use super::stats::StatsDrain;
 use crate::accounting::{Accounting, Ring};
 use crate::decode::{c_chars, DecodeError};
@@ -109,6 +111,10 @@ struct CudaCapture<'obj> {
     /// Which kernel each handle is, each process's last launches and synchronisations (shared
     /// with the XID stage for suspects), and what each function id does to them.
     history: Arc<CudaLaunchHistory>,
+    /// What each function id does to kernels, devices and memory.
+    roles: RoleTable,
+    /// Each process's devices and contexts: every row's GPU.
+    devices: CallDevices,
     /// Where processes' memory is read (cut kernel names) and their exits are seen.
     proc_dir: std::path::PathBuf,
     kernels_expired_at: Instant,
@@ -146,6 +152,8 @@ impl<'obj> CudaCapture<'obj> {
                 )
             }),
             history: CudaLaunchHistory::for_probes(&probes, setup),
+            roles: RoleTable::new(&probes.functions),
+            devices: CallDevices::new(Arc::clone(&setup.gpus)),
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
             probes,
@@ -217,6 +225,7 @@ impl<'obj> CudaCapture<'obj> {
             outputs,
             accounting,
             history,
+            devices,
             ..
         } = self;
         let mut unknown_launches = 0;
@@ -235,6 +244,8 @@ impl<'obj> CudaCapture<'obj> {
                 let resolved = kernel_rows::resolve_at(&history.lock().kernels, role, &row);
                 unknown_launches += u64::from(resolved == Resolved::Unknown);
                 kernel_rows::apply(&mut row, &resolved);
+                let gpu = devices.gpu_of(row.pid, row.tid);
+                row.objects.gpu = gpu.as_deref();
                 if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
                     outputs.batches.emit(batch);
                 }
@@ -277,6 +288,8 @@ impl<'obj> CudaCapture<'obj> {
             outputs,
             recorder,
             history,
+            roles,
+            devices,
             proc_dir,
             accounting,
             ..
@@ -288,11 +301,21 @@ impl<'obj> CudaCapture<'obj> {
         row.workload = workloads.resolve(row.pid).map(|w| &**w);
         // Kernel handles: what this call teaches the name table, then the row's names; launches
         // and synchronisations go to the history an XID's suspects come from.
-        let role = history.role(event.function_id);
+        let roles = roles.get(event.function_id);
+        let (gpu, changed) = devices.observe(roles.device, &row, returned_uuid(&event).as_ref());
+        if let Some(process) = changed {
+            history.devices_changed(row.pid, process);
+        }
         let carried = name.as_ref().and_then(|name| {
             kernel_rows::record_kernel_name(name, row.pid, proc_dir, row.result == 0)
         });
-        let resolved = history.record_row(role, event.function_id, &row, carried.as_ref());
+        let resolved = history.record_row(
+            roles.kernel,
+            event.function_id,
+            &row,
+            carried.as_ref(),
+            gpu.as_ref(),
+        );
         if resolved == Resolved::Unknown {
             accounting
                 .ring(Ring::Cuda)
@@ -300,6 +323,7 @@ impl<'obj> CudaCapture<'obj> {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         kernel_rows::apply(&mut row, &resolved);
+        row.objects.gpu = gpu.as_deref();
         let counted_by_aggregate = row.result == 0 && stats_ids.contains(event.function_id);
         if !counted_by_aggregate {
             calls.record(event.function_id, &row);
@@ -361,6 +385,7 @@ impl RunningRing for CudaCapture<'_> {
         if all || now.duration_since(self.kernels_expired_at) >= KERNEL_NAMES_EXPIRY {
             let mut state = self.history.lock();
             state.forget_exited(&self.proc_dir);
+            self.devices.forget_exited(&self.proc_dir);
             self.kernels_expired_at = now;
             self.accounting.ring(Ring::Cuda).kernel_names_dropped.store(
                 state.kernels.dropped(),

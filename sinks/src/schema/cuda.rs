@@ -40,6 +40,19 @@ pub struct CallObjects<'a> {
     pub kernel_name: Option<&'a str>,
     /// The kernel's demangled name (the mangled one when it is not a mangled C++ name).
     pub kernel_name_demangled: Option<&'a str>,
+    /// The GPU the call ran on (schema version 6): its thread's current context's device.
+    pub gpu: Option<&'a CallGpu>,
+}
+
+/// The GPU of a call (schema version 6).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallGpu {
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as `cuDeviceGetUuid` returned it.
+    pub uuid: String,
+    /// `dddd:bb:dd.f`, when the driver's proc files list a GPU with that UUID.
+    pub pci_bus_id: Option<String>,
+    /// nvidia-smi's index of that GPU (not the process's CUDA ordinal).
+    pub index: Option<i32>,
 }
 
 /// One call, borrowed from the decoder so that appending copies each string once.
@@ -111,12 +124,19 @@ pub fn schema() -> Arc<Schema> {
         Field::new("kernel_name", DataType::Utf8, true),
         Field::new("kernel_name_demangled", DataType::Utf8, true),
     ]);
+    // Schema version 6: the GPU of the call.
+    fields.extend([
+        Field::new("gpu_uuid", DataType::Utf8, true),
+        Field::new("pci_bus_id", DataType::Utf8, true),
+        Field::new("gpu_index", DataType::Int32, true),
+    ]);
     super::with_metadata(EventKind::Cuda, fields)
 }
 
 /// Fixed bytes per row in the finished arrays, for the batcher's `max_bytes` bound (the
 /// `flight_recorder` flag, two bits, rounds up to one byte).
-const FIXED_ROW_BYTES: usize = 8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4 + 1 + 8 * 2 + 4 * 2;
+const FIXED_ROW_BYTES: usize =
+    8 + 8 + 4 + 4 + 8 + 4 + 8 * 3 + 4 * 7 + 6 * 4 + 1 + 8 * 2 + 4 * 2 + 4 * 2 + 4;
 
 /// Accumulates [`CudaRow`]s into a `cuda` [`RecordBatch`].
 #[derive(Debug)]
@@ -142,6 +162,9 @@ pub struct CudaBatchBuilder {
     parent_handle: UInt64Builder,
     kernel_name: StringBuilder,
     kernel_name_demangled: StringBuilder,
+    gpu_uuid: StringBuilder,
+    pci_bus_id: StringBuilder,
+    gpu_index: Int32Builder,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -170,6 +193,9 @@ impl CudaBatchBuilder {
             parent_handle: UInt64Builder::with_capacity(capacity),
             kernel_name: StringBuilder::with_capacity(capacity, 0),
             kernel_name_demangled: StringBuilder::with_capacity(capacity, 0),
+            gpu_uuid: StringBuilder::with_capacity(capacity, 0),
+            pci_bus_id: StringBuilder::with_capacity(capacity, 0),
+            gpu_index: Int32Builder::with_capacity(capacity),
             estimated_bytes: 0,
         }
     }
@@ -242,8 +268,14 @@ impl CudaBatchBuilder {
         self.kernel_name.append_option(objects.kernel_name);
         self.kernel_name_demangled
             .append_option(objects.kernel_name_demangled);
+        let gpu = objects.gpu;
+        self.gpu_uuid.append_option(gpu.map(|g| g.uuid.as_str()));
+        self.pci_bus_id
+            .append_option(gpu.and_then(|g| g.pci_bus_id.as_deref()));
+        self.gpu_index.append_option(gpu.and_then(|g| g.index));
         let names = objects.kernel_name.map_or(0, str::len)
-            + objects.kernel_name_demangled.map_or(0, str::len);
+            + objects.kernel_name_demangled.map_or(0, str::len)
+            + gpu.map_or(0, |g| g.uuid.len() + g.pci_bus_id.as_ref().map_or(0, String::len));
         self.estimated_bytes +=
             FIXED_ROW_BYTES + row.comm.len() + row.function.len() + row.result_name.len() + names;
     }
@@ -295,6 +327,9 @@ impl CudaBatchBuilder {
             Arc::new(self.parent_handle.finish()),
             Arc::new(self.kernel_name.finish()),
             Arc::new(self.kernel_name_demangled.finish()),
+            Arc::new(self.gpu_uuid.finish()),
+            Arc::new(self.pci_bus_id.finish()),
+            Arc::new(self.gpu_index.finish()),
         ]);
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)

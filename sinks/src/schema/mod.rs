@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arrow_schema::Schema;
 
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
-pub use cuda::{CallObjects, CudaBatchBuilder, CudaRow, LaunchDims};
+pub use cuda::{CallGpu, CallObjects, CudaBatchBuilder, CudaRow, LaunchDims};
 pub use cuda_stats::{CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, DurationStats};
 pub use driver::{DriverBatchBuilder, DriverRow};
 pub use workload::{Workload, WORKLOAD_COLUMNS};
@@ -28,7 +28,7 @@ pub use xid::{
 use crate::EventKind;
 
 /// Version of the column layout, stored in Parquet key-value metadata and Kafka headers.
-pub const SCHEMA_VERSION: &str = "5";
+pub const SCHEMA_VERSION: &str = "6";
 /// Metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
 /// Metadata key holding the event kind (`xid`, `cuda`).

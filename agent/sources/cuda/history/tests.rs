@@ -5,8 +5,9 @@ use gpuship_sinks::schema::{CallObjects, LaunchDims};
 
 fn history() -> CudaLaunchHistory {
     let functions = FunctionTable::from_names(["cuLaunchKernel", "cuLaunchKernelEx"]);
+    let roles = RoleTable::new(&functions);
     let decoder = Decoder::new(Clocks::fixed(0, 0), functions);
-    CudaLaunchHistory::new(None, decoder, vec![KernelRole::Launch, KernelRole::Launch])
+    CudaLaunchHistory::new(None, decoder, roles, None)
 }
 
 fn launch(pid: i32, time_ns: i64, handle: u64, stream: u64) -> CudaRow<'static> {
@@ -54,22 +55,22 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
     {
         let mut state = history.lock();
         let a = Arc::new(KernelName::new("_Z1av"));
-        state.launched(&launch(7, 100, 0xa, 0x50), 0, Some(a.clone()));
-        state.launched(&launch(7, 200, 0xb, 0x60), 1, None);
-        state.launched(&launch(7, 300, 0xa, 0x60), 0, Some(a));
+        state.launched(&launch(7, 100, 0xa, 0x50), 0, Some(a.clone()), None);
+        state.launched(&launch(7, 200, 0xb, 0x60), 1, None, None);
+        state.launched(&launch(7, 300, 0xa, 0x60), 0, Some(a), None);
         // After the XID, another process's, and a failed one (never ran): not suspects.
-        state.launched(&launch(7, 501, 0xa, 0x50), 0, None);
-        state.launched(&launch(8, 250, 0xa, 0x50), 0, None);
+        state.launched(&launch(7, 501, 0xa, 0x50), 0, None, None);
+        state.launched(&launch(8, 250, 0xa, 0x50), 0, None, None);
         let failed = CudaRow {
             result: 1,
             ..launch(7, 260, 0xc, 0x50)
         };
-        state.launched(&failed, 0, None);
+        state.launched(&failed, 0, None, None);
         // Stream 0x50 synchronised after the first launch; a failed sync proves nothing.
         state.synchronized(KernelRole::SyncsStream, &sync(7, 150, Some(0x50), 0));
         state.synchronized(KernelRole::SyncsStream, &sync(7, 400, Some(0x60), 700));
     }
-    let found = history.suspects(7, 500, 8);
+    let found = history.suspects(7, None, 500, 8);
     assert_eq!(
         names(&found),
         [
@@ -92,9 +93,9 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
     assert_eq!(first.block, [Some(128), Some(1), Some(1)]);
     assert_eq!(found[1].function, "cuLaunchKernelEx");
     assert_eq!(first.kernel_name_demangled, "a()");
-    assert_eq!(history.suspects(7, 500, 1).len(), 1);
-    assert_eq!(history.suspects(7, 99, 8), []);
-    assert_eq!(history.suspects(9, i64::MAX, 8), []);
+    assert_eq!(history.suspects(7, None, 500, 1).len(), 1);
+    assert_eq!(history.suspects(7, None, 99, 8), []);
+    assert_eq!(history.suspects(9, None, i64::MAX, 8), []);
     // A context synchronisation of another thread covers nothing (its context may be
     // another); one of the launching thread covers every launch that returned before it
     // began (launches last 5 ns here: the one at 200 returned at 205).
@@ -106,7 +107,7 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
         .lock()
         .synchronized(KernelRole::SyncsContext, &other_thread);
     assert!(history
-        .suspects(7, 500, 8)
+        .suspects(7, None, 500, 8)
         .iter()
         .skip(1)
         .all(|s| !s.completed || s.time_ns == 100));
@@ -115,7 +116,7 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
         .synchronized(KernelRole::SyncsContext, &sync(7, 204, None, 0));
     assert_eq!(
         history
-            .suspects(7, 500, 8)
+            .suspects(7, None, 500, 8)
             .iter()
             .map(|s| s.completed)
             .collect::<Vec<_>>(),
@@ -125,7 +126,7 @@ fn suspects_are_the_last_launches_before_the_xid_most_recent_first() {
         .lock()
         .synchronized(KernelRole::SyncsContext, &sync(7, 250, None, 0));
     assert_eq!(
-        names(&history.suspects(7, 500, 8))
+        names(&history.suspects(7, None, 500, 8))
             .iter()
             .map(|s| s.2)
             .collect::<Vec<_>>(),
@@ -139,10 +140,10 @@ fn each_process_keeps_its_last_launches_only() {
     {
         let mut state = history.lock();
         for time in 0..(MAX_SUSPECTS as i64 + 10) {
-            state.launched(&launch(7, time, time as u64, 0), 0, None);
+            state.launched(&launch(7, time, time as u64, 0), 0, None, None);
         }
     }
-    let found = history.suspects(7, i64::MAX, usize::MAX);
+    let found = history.suspects(7, None, i64::MAX, usize::MAX);
     assert_eq!(found.len(), MAX_SUSPECTS);
     assert_eq!(found[0].time_ns, MAX_SUSPECTS as i64 + 9);
     assert_eq!(found[MAX_SUSPECTS - 1].time_ns, 10);
@@ -157,15 +158,15 @@ fn registers_only_launches_have_no_block_z() {
         registers_only: true,
         ..row.launch.unwrap()
     });
-    history.lock().launched(&row, 0, None);
-    let found = history.suspects(7, 1, 8);
+    history.lock().launched(&row, 0, None, None);
+    let found = history.suspects(7, None, 1, 8);
     assert_eq!(found[0].block, [Some(128), Some(1), None]);
     assert_eq!(found[0].stream, None);
     // Without a stream only a context synchronisation can show it finished.
     history
         .lock()
         .synchronized(KernelRole::SyncsStream, &sync(7, 5, Some(0), 0));
-    assert!(!history.suspects(7, 10, 8)[0].completed);
+    assert!(!history.suspects(7, None, 10, 8)[0].completed);
 }
 
 #[test]
@@ -175,18 +176,47 @@ fn exited_processes_are_forgotten() {
     let history = history();
     {
         let mut state = history.lock();
-        state.launched(&launch(7, 1, 0xa, 0), 0, None);
-        state.launched(&launch(8, 1, 0xa, 0), 0, None);
+        state.launched(&launch(7, 1, 0xa, 0), 0, None, None);
+        state.launched(&launch(8, 1, 0xa, 0), 0, None, None);
         state
             .kernels
             .learned(8, 0xa, 0, Arc::new(KernelName::new("k")), 0);
         state.forget_exited(proc_dir.path());
     }
     // Gone at one check: kept, for an XID that arrives just after its process died.
-    assert_eq!(history.suspects(8, 1, 8).len(), 1);
+    assert_eq!(history.suspects(8, None, 1, 8).len(), 1);
     assert!(history.lock().kernels.get_at(8, 0xa, 1).is_some());
     history.lock().forget_exited(proc_dir.path());
-    assert_eq!(history.suspects(7, 1, 8).len(), 1);
-    assert_eq!(history.suspects(8, 1, 8), []);
+    assert_eq!(history.suspects(7, None, 1, 8).len(), 1);
+    assert_eq!(history.suspects(8, None, 1, 8), []);
     assert!(history.lock().kernels.is_empty());
+}
+
+#[test]
+fn an_xid_on_one_gpu_suspects_launches_on_it_or_on_an_unknown_gpu() {
+    let history = history();
+    let gpu = |bus: &str| {
+        Some(Arc::new(CallGpu {
+            uuid: format!("GPU-{bus}"),
+            pci_bus_id: Some(bus.to_string()),
+            index: Some(0),
+        }))
+    };
+    {
+        let mut state = history.lock();
+        state.launched(&launch(7, 100, 0xa, 0), 0, None, gpu("0000:3b:00.0"));
+        state.launched(&launch(7, 200, 0xb, 0), 0, None, gpu("0000:86:00.0"));
+        state.launched(&launch(7, 300, 0xc, 0), 0, None, None);
+    }
+    let handles = |bus: Option<&str>| {
+        history
+            .suspects(7, bus, i64::MAX, 8)
+            .iter()
+            .map(|s| s.handle)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(handles(Some("0000:3b:00.0")), [0xc, 0xa]);
+    assert_eq!(handles(Some("0000:3B:00.0")), [0xc, 0xa]);
+    assert_eq!(handles(Some("0000:86:00.0")), [0xc, 0xb]);
+    assert_eq!(handles(None), [0xc, 0xb, 0xa]);
 }

@@ -133,8 +133,8 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
         (marker.data_type(), marker.is_nullable()),
         (&DataType::Boolean, true)
     );
-    // Schema version 5's columns come after it.
-    let last: Vec<&str> = schema.fields()[schema.fields().len() - 5..]
+    // Schema version 5's and 6's columns come after it.
+    let last: Vec<&str> = schema.fields()[schema.fields().len() - 8..]
         .iter()
         .map(|f| f.name().as_str())
         .collect();
@@ -145,11 +145,14 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
             "handle",
             "parent_handle",
             "kernel_name",
-            "kernel_name_demangled"
+            "kernel_name_demangled",
+            "gpu_uuid",
+            "pci_bus_id",
+            "gpu_index"
         ]
     );
     assert_eq!(batch.num_columns(), schema.fields().len());
-    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "5");
+    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "6");
     let marks = batch
         .column_by_name("flight_recorder")
         .unwrap()
@@ -196,4 +199,59 @@ fn finish_twice_gives_an_empty_second_batch() {
     assert_eq!(builder.finish().unwrap().num_rows(), 1);
     assert_eq!(builder.finish().unwrap().num_rows(), 0);
     assert_eq!(builder.estimated_bytes(), 0);
+}
+
+#[test]
+fn a_calls_gpu_fills_three_columns_and_an_unknown_one_three_nulls() {
+    let listed = CallGpu {
+        uuid: "GPU-fedcba98-7654-3210-0123-456789abcdef".into(),
+        pci_bus_id: Some("0000:3b:00.0".into()),
+        index: Some(i32::MAX),
+    };
+    let unlisted = CallGpu {
+        uuid: "GPU-11111111-1111-1111-1111-111111111111".into(),
+        pci_bus_id: None,
+        index: None,
+    };
+    let mut builder = CudaBatchBuilder::new(identity(), 3);
+    for gpu in [Some(&listed), Some(&unlisted), None] {
+        let mut call = row("cuLaunchKernel");
+        call.objects.gpu = gpu;
+        builder.append(&call);
+    }
+    let before = builder.estimated_bytes();
+    let batch = builder.finish().unwrap();
+    assert_eq!(
+        before,
+        3 * (FIXED_ROW_BYTES + 7 + 14 + 26) + (40 + 12) + 40
+    );
+    let text = |name: &str| {
+        batch
+            .column_by_name(name)
+            .unwrap()
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        text("gpu_uuid"),
+        [
+            Some(listed.uuid.clone()),
+            Some(unlisted.uuid.clone()),
+            None
+        ]
+    );
+    assert_eq!(
+        text("pci_bus_id"),
+        [Some("0000:3b:00.0".to_string()), None, None]
+    );
+    let index = batch
+        .column_by_name("gpu_index")
+        .unwrap()
+        .as_primitive::<arrow_array::types::Int32Type>();
+    assert_eq!(
+        index.iter().collect::<Vec<_>>(),
+        [Some(i32::MAX), None, None]
+    );
 }
