@@ -204,7 +204,7 @@ fn a_glob_probes_every_matching_export_minus_the_excluded_getters() {
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), r#"["cu*"]"#);
     let agent = Agent::start(&config, &[]);
-    agent.wait_for_log("symbols=57", std::time::Duration::from_secs(5));
+    agent.wait_for_log("symbols=63", std::time::Duration::from_secs(5));
     fixtures.run_workload(&["sequence", "1"], &[]);
     let stopped = agent.stop();
     assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 30);

@@ -51,7 +51,7 @@ fn every_probe_gets_the_right_verdict_here() {
     assert_eq!(verdict("cuda"), (true, true));
     assert_eq!(
         checks["cuda"]["detail"],
-        "54 symbols in 1 library attached and detached"
+        "60 symbols in 1 library attached and detached"
     );
     // The stand-in exports neither of these two default functions: informational only.
     assert_eq!(verdict("cuda:cuMemcpy"), (false, false));

@@ -11,6 +11,7 @@
 mod support;
 
 mod backpressure;
+mod call_gpus;
 mod cli;
 mod config_hostile;
 mod cuda_capture;

@@ -79,9 +79,7 @@ impl GpuDirectory {
     pub fn only(&self) -> Option<(&str, &Arc<GpuIdentity>)> {
         let mut gpus = self.by_bus_id.iter();
         let only = gpus.next()?;
-        gpus.next()
-            .is_none()
-            .then(|| (only.0.as_str(), only.1))
+        gpus.next().is_none().then_some((only.0.as_str(), only.1))
     }
 
     /// Number of GPUs known.

@@ -205,13 +205,21 @@ impl CallDevices {
         if role != DeviceRole::None && row.result == 0 {
             own_gpu = uuid.map(|u| self.gpu_of_uuid(u));
             if let Some(process) = self.process_mut(row.pid) {
-                if Arc::make_mut(process).apply(role, row, own_gpu.clone()) {
+                let devices = Arc::make_mut(process);
+                let applied = devices.apply(role, row, own_gpu.clone());
+                // A context's creation is about the device it was made on.
+                if let (DeviceRole::MakesContext { .. }, Some(device)) =
+                    (role, row.objects.parent_handle)
+                {
+                    own_gpu = devices.gpus.get(&i64::from(device as i32)).cloned();
+                }
+                if applied {
                     changed = Some(Arc::clone(process));
                     self.last = None;
                 }
             }
         }
-        // A UUID query's row is about the device it asked for.
+        // A UUID query's row, or a context creation's, is about the device it named.
         if let Some(gpu) = own_gpu {
             return (Some(gpu), changed);
         }
@@ -263,10 +271,7 @@ pub fn resolve(
     tid: i32,
     node: impl FnOnce() -> Option<Arc<CallGpu>>,
 ) -> Option<Arc<CallGpu>> {
-    process
-        .and_then(|p| p.gpu_of(tid))
-        .cloned()
-        .or_else(node)
+    process.and_then(|p| p.gpu_of(tid)).cloned().or_else(node)
 }
 
 #[cfg(test)]

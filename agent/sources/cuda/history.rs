@@ -64,7 +64,10 @@ struct Launch {
 impl Launch {
     /// Whether it may have run on the GPU at `bus_id` (an unknown GPU may be any).
     fn may_be_on(&self, bus_id: Option<&str>) -> bool {
-        match (bus_id, self.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref())) {
+        match (
+            bus_id,
+            self.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
+        ) {
             (Some(wanted), Some(ran_on)) => wanted.eq_ignore_ascii_case(ran_on),
             _ => true,
         }
@@ -376,11 +379,9 @@ impl CudaLaunchHistory {
                     stream: row.stream,
                     grid: dims.0,
                     block: dims.1,
-                    gpu: devices::resolve(
-                        state.devices.get(&pid).map(|d| &**d),
-                        row.tid,
-                        || self.node_gpu.clone(),
-                    ),
+                    gpu: devices::resolve(state.devices.get(&pid).map(|d| &**d), row.tid, || {
+                        self.node_gpu.clone()
+                    }),
                 })
             })
             .collect()

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::catalog::{default_entry, kernel_role, ArgSpec, KernelRole, DEFAULT_FUNCTIONS};
-use super::roles::{device_role, memory_role, DeviceRole, MemoryRole};
 use super::library::ExportedFunction;
+use super::roles::{device_role, DeviceRole};
 use crate::bpf::cuda::types::gpuship_cookie_layout;
 pub use crate::sources::functions::FunctionTable;
 
@@ -174,14 +174,14 @@ impl<'a> Selection<'a> {
 
 /// Functions whose rows keep state beside the rows stay rows with their return whatever the
 /// globs say: kernel handles made or dropped (read at return; a getter in `stats` mode would
-/// make no row, so launches could never be named), devices and contexts (every call's GPU) and
-/// allocations and frees (the memory each process holds).
+/// make no row, so launches could never be named), and devices and contexts (every call's
+/// GPU). Allocations and frees may be aggregated (a stream-ordered allocator can be hot); the
+/// memory they hold is then not followed (`memory`, which says so at start).
 fn keeps_its_return(name: &str) -> bool {
     matches!(
         kernel_role(name),
         KernelRole::Names | KernelRole::FunctionOfKernel | KernelRole::Unloads
     ) || device_role(name) != DeviceRole::None
-        || memory_role(name) != MemoryRole::None
 }
 
 /// Which default functions and exact names some library exports (or the exclusions account

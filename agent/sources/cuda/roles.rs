@@ -45,7 +45,6 @@ pub fn kernel_role(symbol: &str) -> KernelRole {
     }
 }
 
-
 /// What a function tells about devices and contexts (`devices::CallDevices`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceRole {
@@ -223,7 +222,6 @@ mod tests {
         );
         assert_eq!(kernel_role("cuEventSynchronize"), KernelRole::None);
     }
-
 
     #[test]
     fn device_and_memory_roles_follow_the_base_symbol() {

@@ -295,4 +295,31 @@ mod tests {
         }
         assert_eq!(rows, (0..1000).collect::<Vec<u32>>());
     }
+
+    #[test]
+    fn cuda_messages_are_keyed_by_the_gpu_of_their_call() {
+        use crate::schema::{CallGpu, CallObjects, CudaBatchBuilder, CudaRow};
+        let gpu = |bus: &str| CallGpu {
+            uuid: format!("GPU-{bus}"),
+            pci_bus_id: Some(bus.to_string()),
+            index: Some(0),
+        };
+        let (a, b) = (gpu("0000:3b:00.0"), gpu("0000:86:00.0"));
+        let mut builder = CudaBatchBuilder::new(identity(), 3);
+        for call_gpu in [Some(&a), Some(&b), None] {
+            builder.append(&CudaRow {
+                objects: CallObjects {
+                    gpu: call_gpu,
+                    ..CallObjects::default()
+                },
+                ..crate::test_support::cuda_row()
+            });
+        }
+        let batch = builder.finish().unwrap();
+        let messages = encoder(Encoding::Json, "{host}/{pci_bus_id}", 100, 1 << 20)
+            .encode(EventKind::Cuda, &batch, 0)
+            .unwrap();
+        let keys: Vec<&str> = messages.iter().map(|m| m.key.as_str()).collect();
+        assert_eq!(keys, ["h/0000:3b:00.0", "h/0000:86:00.0", "h/"]);
+    }
 }

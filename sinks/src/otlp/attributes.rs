@@ -91,6 +91,9 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("parent_handle", "cuda.parent_handle"),
             ("kernel_name", "cuda.kernel.name"),
             ("kernel_name_demangled", "cuda.kernel.demangled_name"),
+            ("gpu_uuid", semconv::HW_ID),
+            ("pci_bus_id", "gpu.pci_bus_id"),
+            ("gpu_index", "gpu.index"),
         ],
         EventKind::Driver => &[
             ("pid", semconv::PROCESS_PID),

@@ -275,7 +275,9 @@ impl CudaBatchBuilder {
         self.gpu_index.append_option(gpu.and_then(|g| g.index));
         let names = objects.kernel_name.map_or(0, str::len)
             + objects.kernel_name_demangled.map_or(0, str::len)
-            + gpu.map_or(0, |g| g.uuid.len() + g.pci_bus_id.as_ref().map_or(0, String::len));
+            + gpu.map_or(0, |g| {
+                g.uuid.len() + g.pci_bus_id.as_ref().map_or(0, String::len)
+            });
         self.estimated_bytes +=
             FIXED_ROW_BYTES + row.comm.len() + row.function.len() + row.result_name.len() + names;
     }

@@ -6,8 +6,7 @@ use super::*;
 
 const UUID0: [u8; 16] = [0x11; 16];
 const UUID1: [u8; 16] = [
-    0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd,
-    0xef,
+    0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
 ];
 
 fn row(pid: i32, tid: i32, handle: Option<u64>, parent: Option<u64>) -> CudaRow<'static> {
@@ -38,12 +37,18 @@ fn two_gpu_node() -> (tempfile::TempDir, Arc<GpuDirectory>) {
     let dir = tempfile::tempdir().unwrap();
     for (bus, uuid) in [
         ("0000:3b:00.0", uuid_string(&UUID1)),
-        ("0000:86:00.0", "GPU-00000000-0000-0000-0000-000000000001".to_string()),
+        (
+            "0000:86:00.0",
+            "GPU-00000000-0000-0000-0000-000000000001".to_string(),
+        ),
     ] {
         std::fs::create_dir_all(dir.path().join(bus)).unwrap();
         std::fs::write(
             dir.path().join(bus).join("information"),
-            format!("Model: \t X\nGPU UUID: \t {}\nBus Location: \t {bus}\n", uuid.to_uppercase()),
+            format!(
+                "Model: \t X\nGPU UUID: \t {}\nBus Location: \t {bus}\n",
+                uuid.to_uppercase()
+            ),
         )
         .unwrap();
     }
@@ -76,8 +81,15 @@ fn each_thread_follows_its_own_context_stack_across_two_devices() {
     let (gpu, changed) = devices.observe(names, &row(7, 1, Some(0), None), Some(&UUID0));
     assert_eq!(gpu.as_ref().unwrap().pci_bus_id, None);
     assert!(changed.is_some());
-    let (gpu, _) = devices.observe(names, &row(7, 1, Some(0xffff_ffff_0000_0001), None), Some(&UUID1));
-    assert_eq!(gpu.as_ref().unwrap().pci_bus_id.as_deref(), Some("0000:3b:00.0"));
+    let (gpu, _) = devices.observe(
+        names,
+        &row(7, 1, Some(0xffff_ffff_0000_0001), None),
+        Some(&UUID1),
+    );
+    assert_eq!(
+        gpu.as_ref().unwrap().pci_bus_id.as_deref(),
+        Some("0000:3b:00.0")
+    );
     assert_eq!(gpu.as_ref().unwrap().index, Some(0));
     let retain = DeviceRole::MakesContext {
         becomes_current: false,
@@ -93,7 +105,11 @@ fn each_thread_follows_its_own_context_stack_across_two_devices() {
     assert_eq!(uuid_of(devices.gpu_of(7, 2)), Some(uuid_string(&UUID1)));
     devices.observe(DeviceRole::SetsCurrent, &row(7, 1, Some(0xa0), None), None);
     assert_eq!(uuid_of(devices.gpu_of(7, 1)), Some(uuid_string(&UUID0)));
-    devices.observe(DeviceRole::PushesCurrent, &row(7, 1, Some(0xb0), None), None);
+    devices.observe(
+        DeviceRole::PushesCurrent,
+        &row(7, 1, Some(0xb0), None),
+        None,
+    );
     assert_eq!(uuid_of(devices.gpu_of(7, 1)), Some(uuid_string(&UUID1)));
     devices.observe(DeviceRole::PopsCurrent, &row(7, 1, Some(0xb0), None), None);
     assert_eq!(uuid_of(devices.gpu_of(7, 1)), Some(uuid_string(&UUID0)));
@@ -107,7 +123,11 @@ fn each_thread_follows_its_own_context_stack_across_two_devices() {
     devices.observe(DeviceRole::SetsCurrent, &row(7, 1, Some(0), None), None);
     assert_eq!(devices.gpu_of(7, 1), None);
     // Destroying 0xb0 leaves the process one device: every thread without a context has it.
-    devices.observe(DeviceRole::DestroysContext, &row(7, 2, Some(0xb0), None), None);
+    devices.observe(
+        DeviceRole::DestroysContext,
+        &row(7, 2, Some(0xb0), None),
+        None,
+    );
     assert_eq!(uuid_of(devices.gpu_of(7, 2)), Some(uuid_string(&UUID0)));
     assert_eq!(uuid_of(devices.gpu_of(7, 9)), Some(uuid_string(&UUID0)));
     // Another process knows nothing; with two GPUs on the node that is no GPU.
@@ -137,13 +157,21 @@ fn a_single_gpu_node_gives_every_call_its_gpu_and_unknown_uuids_stay_unlisted() 
 #[test]
 fn bounds_hold_for_hostile_handles_and_thread_counts() {
     let mut devices = CallDevices::new(Arc::new(GpuDirectory::default()));
-    devices.observe(DeviceRole::NamesDevice, &row(1, 1, Some(u64::MAX), None), Some(&UUID0));
+    devices.observe(
+        DeviceRole::NamesDevice,
+        &row(1, 1, Some(u64::MAX), None),
+        Some(&UUID0),
+    );
     let create = DeviceRole::MakesContext {
         becomes_current: true,
     };
     // Device argument with garbage in the upper half is ordinal -1: the UUID asked for with
     // the same int.
-    devices.observe(create, &row(1, 1, Some(1), Some(0xdead_beef_ffff_ffff)), None);
+    devices.observe(
+        create,
+        &row(1, 1, Some(1), Some(0xdead_beef_ffff_ffff)),
+        None,
+    );
     assert_eq!(uuid_of(devices.gpu_of(1, 1)), Some(uuid_string(&UUID0)));
     for tid in 0..(MAX_THREADS as i32 + 10) {
         devices.observe(DeviceRole::PushesCurrent, &row(1, tid, Some(1), None), None);

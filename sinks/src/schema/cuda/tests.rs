@@ -221,10 +221,7 @@ fn a_calls_gpu_fills_three_columns_and_an_unknown_one_three_nulls() {
     }
     let before = builder.estimated_bytes();
     let batch = builder.finish().unwrap();
-    assert_eq!(
-        before,
-        3 * (FIXED_ROW_BYTES + 7 + 14 + 26) + (40 + 12) + 40
-    );
+    assert_eq!(before, 3 * (FIXED_ROW_BYTES + 7 + 14 + 26) + (40 + 12) + 40);
     let text = |name: &str| {
         batch
             .column_by_name(name)
@@ -236,11 +233,7 @@ fn a_calls_gpu_fills_three_columns_and_an_unknown_one_three_nulls() {
     };
     assert_eq!(
         text("gpu_uuid"),
-        [
-            Some(listed.uuid.clone()),
-            Some(unlisted.uuid.clone()),
-            None
-        ]
+        [Some(listed.uuid.clone()), Some(unlisted.uuid.clone()), None]
     );
     assert_eq!(
         text("pci_bus_id"),
