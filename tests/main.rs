@@ -33,6 +33,7 @@ mod lake_binary;
 mod layout;
 mod makefile;
 mod memory_calls;
+mod memory_held;
 mod metrics;
 mod metrics_limits;
 mod object_store;

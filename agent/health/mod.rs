@@ -46,6 +46,20 @@ pub struct FailureHealth {
     pub calls: u64,
 }
 
+/// The memory traced processes hold on one GPU, by kind (`MEMORY_KINDS` order), summed over
+/// processes: the per-process figures are the `cuda_memory` rows (a process label would grow
+/// without bound).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GpuMemoryHealth {
+    /// The GPU (empty labels: allocations whose GPU is not known).
+    pub gpu: xids::GpuLabels,
+    /// Bytes per kind.
+    pub bytes: [u64; 5],
+}
+
+/// GPUs the memory family keeps (more are summed into none: a node has at most a few dozen).
+pub const MAX_MEMORY_GPUS: usize = 256;
+
 /// Everything the health metrics show, read at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthSnapshot {
@@ -57,6 +71,8 @@ pub struct HealthSnapshot {
     pub functions: Vec<FunctionHealth>,
     /// Failed calls per function and result.
     pub failures: Vec<FailureHealth>,
+    /// Memory held per GPU, as of the CUDA source's last interval.
+    pub memory: Vec<GpuMemoryHealth>,
 }
 
 impl HealthSnapshot {
@@ -100,6 +116,7 @@ impl HealthSnapshot {
             xids,
             functions,
             failures,
+            memory: Vec::new(),
         }
     }
 }

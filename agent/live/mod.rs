@@ -23,7 +23,7 @@ use gpuship_sinks::schema::XidRecord;
 
 use crate::accounting::Snapshot;
 use crate::health::xids::XidCounts;
-use crate::health::HealthSnapshot;
+use crate::health::{GpuMemoryHealth, HealthSnapshot};
 use crate::sources::cuda::plan::FunctionTable;
 use crate::summary::{CallTally, FunctionCounts};
 
@@ -55,6 +55,7 @@ struct Shared {
     processes: ProcessTable,
     xids: VecDeque<XidLive>,
     xids_total: u64,
+    memory: Vec<GpuMemoryHealth>,
 }
 
 impl Default for LiveTap {
@@ -77,6 +78,7 @@ impl LiveTap {
                 processes: ProcessTable::new(MAX_PROCESSES),
                 xids: VecDeque::with_capacity(MAX_XIDS),
                 xids_total: 0,
+                memory: Vec::new(),
             }),
         }
     }
@@ -108,13 +110,22 @@ impl LiveTap {
     /// The GPU-health counts (`/metrics`, OTLP metrics).
     pub fn health(&self) -> HealthSnapshot {
         let shared = self.lock();
-        HealthSnapshot::new(
+        let mut health = HealthSnapshot::new(
             self.started_at,
             shared.xid_counts.clone(),
             &shared.names,
             &shared.functions,
             &shared.failures,
-        )
+        );
+        health.memory.clone_from(&shared.memory);
+        health
+    }
+
+    /// Replaces the memory held per GPU (at most `MAX_MEMORY_GPUS` kept).
+    pub fn publish_memory(&self, mut held: Vec<GpuMemoryHealth>) {
+        held.sort();
+        held.truncate(crate::health::MAX_MEMORY_GPUS);
+        self.lock().memory = held;
     }
 
     /// Keeps XIDs as they go to the sinks (annotated).

@@ -16,7 +16,7 @@ use crate::health::xids::GpuLabels;
 use crate::health::HealthSnapshot;
 
 /// Family names, for the docs and the operator kit's cross-check.
-pub const HEALTH_FAMILIES: [&str; 7] = [
+pub const HEALTH_FAMILIES: [&str; 8] = [
     "gpuship_gpu_xid_errors_total",
     "gpuship_gpu_last_xid_timestamp_seconds",
     "gpuship_gpu_last_xid_code",
@@ -24,6 +24,7 @@ pub const HEALTH_FAMILIES: [&str; 7] = [
     "gpuship_cuda_call_errors_total",
     "gpuship_cuda_call_duration_seconds",
     "gpuship_metrics_series_overflow_total",
+    "gpuship_cuda_memory_held_bytes",
 ];
 
 /// Encodes a [`HealthSnapshot`] and the OTLP exporter's counts.
@@ -168,6 +169,22 @@ impl Collector for HealthCollector {
                 vec![("family", "gpuship_gpu_xid_errors")],
                 health.xids.overflow,
             )],
+        )?;
+        family(
+            &mut encoder,
+            HEALTH_FAMILIES[7],
+            "Memory traced processes hold, summed per GPU and kind (device, managed, host_pinned, pool, physical), as of the last statistics interval; per process in the cuda_memory table.",
+            MetricType::Gauge,
+            health.memory.iter().flat_map(|gpu| {
+                gpuship_sinks::schema::MEMORY_KINDS
+                    .iter()
+                    .zip(gpu.bytes)
+                    .map(|(kind, bytes)| {
+                        let mut labels = gpu_labels(&gpu.gpu);
+                        labels.push(("kind", kind));
+                        (labels, bytes)
+                    })
+            }),
         )?;
         let Some(exports) = self.otlp_exports else {
             return Ok(());

@@ -91,4 +91,8 @@ impl CallView for LiveCallView {
     fn publish(&mut self, calls: &CallTally, now: Instant, now_anyway: bool) {
         self.publisher.publish(calls, &self.tap, now, now_anyway);
     }
+
+    fn memory(&mut self, held: Vec<crate::health::GpuMemoryHealth>) {
+        self.tap.publish_memory(held);
+    }
 }

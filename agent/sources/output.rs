@@ -73,6 +73,9 @@ pub trait CallView: Send {
 
     /// Publishes the totals if one is due, or now when `now_anyway`.
     fn publish(&mut self, calls: &CallTally, now: Instant, now_anyway: bool);
+
+    /// Replaces the memory held per GPU (each statistics interval).
+    fn memory(&mut self, _held: Vec<crate::health::GpuMemoryHealth>) {}
 }
 
 /// Opens a [`CallView`] once the source knows its function names.

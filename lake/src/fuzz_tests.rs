@@ -15,8 +15,9 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use gpuship_sinks::parquet::{FileOutcome, ParquetSinkConfig, PartitionedFiles};
 use gpuship_sinks::schema::{
-    CudaBatchBuilder, CudaRow, CudaStatsBatchBuilder, CudaStatsRow, DriverBatchBuilder, DriverRow,
-    DurationBucket, DurationStats, HostIdentity, XidBatchBuilder, XidRecord, XidSource,
+    CudaBatchBuilder, CudaMemoryBatchBuilder, CudaMemoryRow, CudaRow, CudaStatsBatchBuilder,
+    CudaStatsRow, DriverBatchBuilder, DriverRow, DurationBucket, DurationStats, HostIdentity,
+    XidBatchBuilder, XidRecord, XidSource,
 };
 use proptest::prelude::*;
 
@@ -164,6 +165,22 @@ fn seed_batch(kind: EventKind) -> gpuship_sinks::arrow_array::RecordBatch {
                 });
             }
             builder.finish().expect("a cuda_stats batch")
+        }
+        EventKind::CudaMemory => {
+            let mut builder = CudaMemoryBatchBuilder::new(identity());
+            for i in 0..SEED_ROWS {
+                builder.append(CudaMemoryRow {
+                    time_ns: time(i),
+                    pid: 10 + i as i32,
+                    comm: "train".into(),
+                    gpu: None,
+                    bytes: [1 << i, 0, 4096, 0, 2 << 20],
+                    allocations: 3,
+                    seen_from_start: i % 2 == 0,
+                    workload: None,
+                });
+            }
+            builder.finish().expect("a cuda_memory batch")
         }
     }
 }

@@ -40,6 +40,8 @@ pub enum EventKind {
     /// Per-interval statistics of the CUDA functions in `stats` mode (calls, bytes, durations
     /// per process, function and result), aggregated in the kernel.
     CudaStats,
+    /// The memory each process holds per GPU and kind, as of the end of each interval.
+    CudaMemory,
 }
 
 /// How a sink's queue and spool treat a kind when they are full.
@@ -71,7 +73,9 @@ impl EventKind {
     pub fn retention(self) -> Retention {
         match self {
             EventKind::Xid => Retention::Kept,
-            EventKind::Cuda | EventKind::Driver | EventKind::CudaStats => Retention::Droppable,
+            EventKind::Cuda | EventKind::Driver | EventKind::CudaStats | EventKind::CudaMemory => {
+                Retention::Droppable
+            }
         }
     }
 

@@ -130,6 +130,7 @@ impl Decoder {
                 kernel_name: None,
                 kernel_name_demangled: None,
                 gpu: None,
+                memory: None,
             },
         })
     }

@@ -20,6 +20,7 @@ pub mod devices;
 pub mod history;
 pub mod kernels;
 pub mod library;
+pub mod memory;
 pub mod plan;
 pub mod probes;
 pub mod recorder;

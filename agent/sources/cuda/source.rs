@@ -15,9 +15,10 @@ use super::decode::{cuda_event, record_name, returned_uuid, Decoder};
 use super::devices::CallDevices;
 use super::history::CudaLaunchHistory;
 use super::kernels::rows::{self as kernel_rows, Resolved};
+use super::memory::MemoryLedger;
 use super::probes::{self, CudaProbes, ProcessFilter};
 use super::recorder::{self, is_sticky, DumpPlan};
-use super::roles::RoleTable;
+use super::roles::{memory_role, MemoryRole, RoleTable};
 use super::stats::StatsDrain;
 use crate::accounting::{Accounting, Ring};
 use crate::decode::{c_chars, DecodeError};
@@ -115,6 +116,12 @@ struct CudaCapture<'obj> {
     roles: RoleTable,
     /// Each process's devices and contexts: every row's GPU.
     devices: CallDevices,
+    /// The memory each process holds, per GPU and kind.
+    memory: MemoryLedger,
+    /// How often it is written (`cuda_memory` rows, the metric): the statistics interval.
+    memory_interval: Duration,
+    memory_reported_at: Instant,
+    identity: gpuship_sinks::schema::HostIdentity,
     /// Where processes' memory is read (cut kernel names) and their exits are seen.
     proc_dir: std::path::PathBuf,
     kernels_expired_at: Instant,
@@ -124,6 +131,24 @@ struct CudaCapture<'obj> {
 impl<'obj> CudaCapture<'obj> {
     fn new(probes: CudaProbes<'obj>, setup: &SourceSetup) -> Self {
         let functions = probes.functions.clone();
+        let aggregated_memory: Vec<String> = probes
+            .stats_function_ids
+            .iter()
+            .filter_map(|id| functions.name(*id))
+            .filter(|name| {
+                !matches!(
+                    memory_role(name),
+                    MemoryRole::None | MemoryRole::Initializes
+                )
+            })
+            .map(str::to_string)
+            .collect();
+        if !aggregated_memory.is_empty() {
+            tracing::warn!(
+                functions = ?aggregated_memory,
+                "allocations or frees in [sources.cuda] stats make no rows: the memory they hold or free is not followed (held bytes of those processes are incomplete)"
+            );
+        }
         Self {
             filter: setup.filter,
             decoder: Decoder::new(setup.clocks, functions.clone()),
@@ -154,6 +179,10 @@ impl<'obj> CudaCapture<'obj> {
             history: CudaLaunchHistory::for_probes(&probes, setup),
             roles: RoleTable::new(&probes.functions),
             devices: CallDevices::new(Arc::clone(&setup.gpus)),
+            memory: MemoryLedger::new(!aggregated_memory.is_empty()),
+            memory_interval: Duration::from_secs(setup.sources.cuda.stats_interval_secs),
+            memory_reported_at: Instant::now(),
+            identity: setup.identity.clone(),
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
             probes,
@@ -202,6 +231,70 @@ impl<'obj> CudaCapture<'obj> {
         }
         if let Some(batch) = polled.batch {
             self.outputs.batches.emit(batch);
+        }
+    }
+
+    /// Writes what each process holds per GPU (`cuda_memory` rows) and the per-GPU sums (the
+    /// memory metric), once an interval has passed or when `all`.
+    fn report_memory(&mut self, now: Instant, all: bool) {
+        if !all && now.duration_since(self.memory_reported_at) < self.memory_interval {
+            return;
+        }
+        self.memory_reported_at = now;
+        let holders = self.memory.holders();
+        let time_ns = crate::enrich::now_ns(libc::CLOCK_REALTIME);
+        let mut builder = gpuship_sinks::schema::CudaMemoryBatchBuilder::new(self.identity.clone());
+        let mut per_gpu: std::collections::BTreeMap<crate::health::xids::GpuLabels, [u64; 5]> =
+            std::collections::BTreeMap::new();
+        // A process that exited gave its memory back with it.
+        let alive = |pid: i32| self.proc_dir.join(pid.to_string()).exists();
+        for holder in holders.into_iter().filter(|h| alive(h.pid)) {
+            let labels = crate::health::xids::GpuLabels {
+                uuid: holder
+                    .gpu
+                    .as_ref()
+                    .map_or(String::new(), |g| g.uuid.clone()),
+                pci_bus_id: holder
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.pci_bus_id.clone())
+                    .unwrap_or_default(),
+                index: holder
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.index)
+                    .map_or(String::new(), |i| i.to_string()),
+            };
+            let sums = per_gpu.entry(labels).or_default();
+            for (sum, bytes) in sums.iter_mut().zip(holder.held.bytes) {
+                *sum = sum.saturating_add(bytes);
+            }
+            builder.append(gpuship_sinks::schema::CudaMemoryRow {
+                time_ns,
+                pid: holder.pid,
+                comm: holder.comm,
+                gpu: holder.gpu,
+                bytes: holder.held.bytes,
+                allocations: holder.held.allocations,
+                seen_from_start: holder.complete,
+                workload: self.workloads.resolve(holder.pid).cloned(),
+            });
+        }
+        self.view.memory(
+            per_gpu
+                .into_iter()
+                .map(|(gpu, bytes)| crate::health::GpuMemoryHealth { gpu, bytes })
+                .collect(),
+        );
+        if builder.is_empty() {
+            return;
+        }
+        match builder.finish() {
+            Ok(records) => self.outputs.batches.emit(gpuship_sinks::EventBatch::new(
+                gpuship_sinks::EventKind::CudaMemory,
+                records,
+            )),
+            Err(err) => tracing::error!(%err, "cuda_memory rows could not be built"),
         }
     }
 
@@ -290,6 +383,7 @@ impl<'obj> CudaCapture<'obj> {
             history,
             roles,
             devices,
+            memory,
             proc_dir,
             accounting,
             ..
@@ -324,6 +418,10 @@ impl<'obj> CudaCapture<'obj> {
         }
         kernel_rows::apply(&mut row, &resolved);
         row.objects.gpu = gpu.as_deref();
+        let held = memory.apply(roles.memory, &row, gpu.as_ref(), event.function_id, |id| {
+            decoder.function_name(id).unwrap_or("unknown").to_string()
+        });
+        row.objects.memory = held.as_ref();
         let counted_by_aggregate = row.result == 0 && stats_ids.contains(event.function_id);
         if !counted_by_aggregate {
             calls.record(event.function_id, &row);
@@ -386,6 +484,7 @@ impl RunningRing for CudaCapture<'_> {
             let mut state = self.history.lock();
             state.forget_exited(&self.proc_dir);
             self.devices.forget_exited(&self.proc_dir);
+            self.memory.forget_exited(&self.proc_dir);
             self.kernels_expired_at = now;
             self.accounting.ring(Ring::Cuda).kernel_names_dropped.store(
                 state.kernels.dropped(),
@@ -394,6 +493,7 @@ impl RunningRing for CudaCapture<'_> {
         }
         self.write_flight_recorder();
         self.poll_stats(now, all);
+        self.report_memory(now, all);
         self.view.publish(&self.calls, now, all);
         let batch = if all {
             self.batcher.flush()

@@ -32,6 +32,7 @@ pub fn event_name(kind: EventKind) -> &'static str {
         EventKind::Cuda => "cuda.call",
         EventKind::Driver => "gpu.driver.call",
         EventKind::CudaStats => "cuda.call.stats",
+        EventKind::CudaMemory => "cuda.memory.held",
     }
 }
 
@@ -179,6 +180,8 @@ impl<'a> BatchColumns<'a> {
             "hook",
             "device",
             "request_name",
+            "comm",
+            "gpu_uuid",
         ]
         .into_iter()
         .filter_map(|name| {
@@ -207,6 +210,11 @@ impl<'a> BatchColumns<'a> {
                 "duration_p50_ns",
                 "duration_p99_ns",
                 "duration_max_ns",
+                "device_bytes",
+                "managed_bytes",
+                "host_pinned_bytes",
+                "pool_bytes",
+                "physical_bytes",
             ]
             .into_iter()
             .filter_map(|name| {
@@ -311,6 +319,34 @@ impl<'a> BatchColumns<'a> {
                         "{} returned {result_name} {calls} times in {}{latency}",
                         self.text("function", row),
                         human_duration(interval)
+                    ),
+                )
+            }
+            EventKind::CudaMemory => {
+                let kinds: Vec<String> = crate::schema::MEMORY_KINDS
+                    .iter()
+                    .filter_map(|kind| {
+                        let column = match *kind {
+                            "device" => "device_bytes",
+                            "managed" => "managed_bytes",
+                            "host_pinned" => "host_pinned_bytes",
+                            "pool" => "pool_bytes",
+                            _ => "physical_bytes",
+                        };
+                        let bytes = self.count(column, row).filter(|b| *b > 0)?;
+                        Some(format!("{kind} {bytes}"))
+                    })
+                    .collect();
+                let gpu = match self.text("gpu_uuid", row) {
+                    "" => "an unknown GPU",
+                    uuid => uuid,
+                };
+                (
+                    severity::DEBUG,
+                    format!(
+                        "{} holds on {gpu}: {} bytes",
+                        self.text("comm", row),
+                        kinds.join(", ")
                     ),
                 )
             }

@@ -193,7 +193,7 @@ impl PartitionedFiles {
     fn max_age(&self, kind: EventKind) -> Duration {
         match kind {
             EventKind::Xid => Duration::from_millis(self.config.xid_max_file_age_ms),
-            EventKind::Cuda | EventKind::Driver | EventKind::CudaStats => {
+            EventKind::Cuda | EventKind::Driver | EventKind::CudaStats | EventKind::CudaMemory => {
                 Duration::from_secs(self.config.max_file_age_secs)
             }
         }

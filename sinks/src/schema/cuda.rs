@@ -11,6 +11,8 @@ use arrow_schema::{ArrowError, DataType, Field, Schema};
 use super::common::{common_fields, CommonColumns, HostIdentity};
 use super::workload::{workload_fields, Workload, WorkloadColumns};
 use crate::EventKind;
+use memory::MemoryColumns;
+pub use memory::{HeldMemory, LargeAllocation, MEMORY_KINDS};
 
 /// Grid and block dimensions of a kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,6 +44,9 @@ pub struct CallObjects<'a> {
     pub kernel_name_demangled: Option<&'a str>,
     /// The GPU the call ran on (schema version 6): its thread's current context's device.
     pub gpu: Option<&'a CallGpu>,
+    /// On an allocation that failed for lack of memory (schema version 6): what the process
+    /// held on that GPU.
+    pub memory: Option<&'a HeldMemory>,
 }
 
 /// The GPU of a call (schema version 6).
@@ -130,6 +135,7 @@ pub fn schema() -> Arc<Schema> {
         Field::new("pci_bus_id", DataType::Utf8, true),
         Field::new("gpu_index", DataType::Int32, true),
     ]);
+    fields.extend(memory::fields());
     super::with_metadata(EventKind::Cuda, fields)
 }
 
@@ -165,6 +171,7 @@ pub struct CudaBatchBuilder {
     gpu_uuid: StringBuilder,
     pci_bus_id: StringBuilder,
     gpu_index: Int32Builder,
+    memory: MemoryColumns,
     /// Running estimate of the finished batch size.
     estimated_bytes: usize,
 }
@@ -196,6 +203,7 @@ impl CudaBatchBuilder {
             gpu_uuid: StringBuilder::with_capacity(capacity, 0),
             pci_bus_id: StringBuilder::with_capacity(capacity, 0),
             gpu_index: Int32Builder::with_capacity(capacity),
+            memory: MemoryColumns::default(),
             estimated_bytes: 0,
         }
     }
@@ -222,6 +230,10 @@ impl CudaBatchBuilder {
 
     #[inline]
     fn append_row(&mut self, row: &CudaRow<'_>, incident_id: Option<&str>, flight_recorder: bool) {
+        if let Some(held) = row.objects.memory {
+            self.memory.push(self.len(), held);
+            self.estimated_bytes += MemoryColumns::estimated_bytes(held);
+        }
         self.incident_id.append_option(incident_id);
         self.flight_recorder.append_value(flight_recorder);
         self.workload.append(row.workload);
@@ -299,6 +311,7 @@ impl CudaBatchBuilder {
 
     /// The rows appended so far as one batch; the builder starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let rows = self.len();
         let [time, time_ns, host, boot_id] = self.common.finish();
         let mut columns: Vec<ArrayRef> = vec![
             time,
@@ -333,10 +346,12 @@ impl CudaBatchBuilder {
             Arc::new(self.pci_bus_id.finish()),
             Arc::new(self.gpu_index.finish()),
         ]);
+        columns.extend(self.memory.finish(rows));
         self.estimated_bytes = 0;
         RecordBatch::try_new(self.schema.clone(), columns)
     }
 }
 
+mod memory;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 
 mod common;
 pub mod cuda;
+pub mod cuda_memory;
 pub mod cuda_stats;
 pub mod driver;
 pub mod workload;
@@ -16,7 +17,11 @@ use std::sync::Arc;
 use arrow_schema::Schema;
 
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
-pub use cuda::{CallGpu, CallObjects, CudaBatchBuilder, CudaRow, LaunchDims};
+pub use cuda::{
+    CallGpu, CallObjects, CudaBatchBuilder, CudaRow, HeldMemory, LargeAllocation, LaunchDims,
+    MEMORY_KINDS,
+};
+pub use cuda_memory::{CudaMemoryBatchBuilder, CudaMemoryRow};
 pub use cuda_stats::{CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, DurationStats};
 pub use driver::{DriverBatchBuilder, DriverRow};
 pub use workload::{Workload, WORKLOAD_COLUMNS};
@@ -41,6 +46,7 @@ pub fn schema_for(kind: EventKind) -> Arc<Schema> {
         EventKind::Cuda => cuda::schema(),
         EventKind::Driver => driver::schema(),
         EventKind::CudaStats => cuda_stats::schema(),
+        EventKind::CudaMemory => cuda_memory::schema(),
     }
 }
 

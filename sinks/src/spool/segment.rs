@@ -45,6 +45,7 @@ fn kind_byte(kind: EventKind) -> u8 {
         EventKind::Cuda => 2,
         EventKind::Driver => 3,
         EventKind::CudaStats => 4,
+        EventKind::CudaMemory => 5,
     }
 }
 

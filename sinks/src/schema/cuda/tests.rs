@@ -134,7 +134,7 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
         (&DataType::Boolean, true)
     );
     // Schema version 5's and 6's columns come after it.
-    let last: Vec<&str> = schema.fields()[schema.fields().len() - 8..]
+    let last: Vec<&str> = schema.fields()[schema.fields().len() - 10..]
         .iter()
         .map(|f| f.name().as_str())
         .collect();
@@ -148,7 +148,9 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
             "kernel_name_demangled",
             "gpu_uuid",
             "pci_bus_id",
-            "gpu_index"
+            "gpu_index",
+            "held_memory",
+            "largest_allocations"
         ]
     );
     assert_eq!(batch.num_columns(), schema.fields().len());
@@ -246,5 +248,81 @@ fn a_calls_gpu_fills_three_columns_and_an_unknown_one_three_nulls() {
     assert_eq!(
         index.iter().collect::<Vec<_>>(),
         [Some(i32::MAX), None, None]
+    );
+}
+
+#[test]
+fn held_memory_is_on_its_row_only_and_null_elsewhere() {
+    let held = HeldMemory {
+        bytes: [1, 2, 3, 4, u64::MAX],
+        seen_from_start: true,
+        largest: vec![
+            LargeAllocation {
+                address: u64::MAX,
+                bytes: Some(u64::MAX),
+                kind: "physical",
+                function: "cuMemCreate".into(),
+                time_ns: i64::MIN,
+            },
+            LargeAllocation {
+                address: 0x7f00_0000_0000,
+                bytes: None,
+                kind: "device",
+                function: "cuMemAllocPitch_v2".into(),
+                time_ns: 5,
+            },
+        ],
+    };
+    let mut builder = CudaBatchBuilder::new(identity(), 3);
+    builder.append(&row("cuLaunchKernel"));
+    let mut failed = row("cuMemAlloc_v2");
+    failed.objects.memory = Some(&held);
+    builder.append(&failed);
+    builder.append(&row("cuLaunchKernel"));
+    let batch = builder.finish().unwrap();
+    let column = batch.column_by_name("held_memory").unwrap().as_struct();
+    assert_eq!(
+        (0..3).map(|i| column.is_valid(i)).collect::<Vec<_>>(),
+        [false, true, false]
+    );
+    let kinds: Vec<u64> = MEMORY_KINDS
+        .iter()
+        .map(|kind| {
+            column
+                .column_by_name(&format!("{kind}_bytes"))
+                .unwrap()
+                .as_primitive::<UInt64Type>()
+                .value(1)
+        })
+        .collect();
+    assert_eq!(kinds, [1, 2, 3, 4, u64::MAX]);
+    let list = batch
+        .column_by_name("largest_allocations")
+        .unwrap()
+        .as_list::<i32>();
+    assert_eq!(
+        (0..3).map(|i| list.is_valid(i)).collect::<Vec<_>>(),
+        [false, true, false]
+    );
+    let items = list.value(1);
+    let items = items.as_struct();
+    assert_eq!(items.len(), 2);
+    let bytes = items
+        .column_by_name("bytes")
+        .unwrap()
+        .as_primitive::<UInt64Type>();
+    assert_eq!(bytes.iter().collect::<Vec<_>>(), [Some(u64::MAX), None]);
+    let functions = items.column_by_name("function").unwrap().as_string::<i32>();
+    assert_eq!(
+        functions.iter().collect::<Vec<_>>(),
+        [Some("cuMemCreate"), Some("cuMemAllocPitch_v2")]
+    );
+    // A second batch starts without it.
+    let mut builder2 = CudaBatchBuilder::new(identity(), 1);
+    builder2.append(&row("cuLaunchKernel"));
+    let batch2 = builder2.finish().unwrap();
+    assert_eq!(
+        batch2.column_by_name("held_memory").unwrap().null_count(),
+        1
     );
 }
