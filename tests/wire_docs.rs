@@ -115,6 +115,11 @@ fn filler(field: &Field) -> ArrayRef {
                 None,
             ))
         }
+        // A struct (an out-of-memory row's held memory): every field filled.
+        DataType::Struct(fields) => {
+            let children: Vec<ArrayRef> = fields.iter().map(|f| filler(f)).collect();
+            Arc::new(arrow_array::StructArray::new(fields.clone(), children, None))
+        }
         // The histogram is not sent as an attribute; a null stands in.
         DataType::List(_) if field.is_nullable() => {
             arrow_array::new_null_array(field.data_type(), 1)
@@ -150,6 +155,7 @@ fn otlp_type(value: &Value) -> &'static str {
             Some(Value::KvlistValue(_)) => "Array<Map>",
             _ => "Array",
         },
+        Value::KvlistValue(_) => "Map",
         _ => "other",
     }
 }
@@ -160,6 +166,7 @@ fn kind_of_heading(heading: &str) -> Option<EventKind> {
         ("`cuda.call`", EventKind::Cuda),
         ("`gpu.driver.call`", EventKind::Driver),
         ("`cuda.call.stats`", EventKind::CudaStats),
+        ("`cuda.memory.held`", EventKind::CudaMemory),
     ]
     .into_iter()
     .find(|(name, _)| heading.contains(name))
