@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::support;
 use crate::support::agent::{data_dir, Agent};
-use crate::support::lake::{duckdb, fake_gpu_dir};
+use crate::support::lake::{duckdb, fake_gpu_dir, rca_query};
 use crate::support::metrics::scrape;
 use crate::support::{wait_until, Fixtures};
 
@@ -151,6 +151,34 @@ fn held_bytes_per_process_gpu_and_kind_and_the_out_of_memory_row() {
             &(2u64 << 20).to_string(),
             "true",
             &largest.join(", ")
+        ])]
+    );
+    // docs/rca.md's queries read the same.
+    let lake = data.path().display().to_string();
+    let oom_query = duckdb(&rca_query("oom", "gpuship-data", &lake));
+    assert_eq!(oom_query.len(), 1, "{oom_query:?}");
+    assert_eq!(
+        oom_query[0][5..],
+        strings(&[
+            UUID0,
+            &((3u64 << 20) + 8192 + (2 << 20)).to_string(),
+            "True",
+            "device 3145728 by cuMemAlloc_v2, physical 2097152 by cuMemCreate, host_pinned 131072 by cuMemHostAlloc, managed 65536 by cuMemAllocManaged, pool 8192 by cuMemAllocAsync"
+        ])[..]
+    );
+    let holders = duckdb(&rca_query("holders", "gpuship-data", &lake));
+    assert_eq!(
+        holders,
+        [strings(&[
+            &pid.to_string(),
+            "cuda_workload",
+            UUID0,
+            &(3u64 << 20).to_string(),
+            "8192",
+            &(2u64 << 20).to_string(),
+            "65536",
+            "131072",
+            "True"
         ])]
     );
     // Every other row has none.

@@ -118,7 +118,11 @@ fn filler(field: &Field) -> ArrayRef {
         // A struct (an out-of-memory row's held memory): every field filled.
         DataType::Struct(fields) => {
             let children: Vec<ArrayRef> = fields.iter().map(|f| filler(f)).collect();
-            Arc::new(arrow_array::StructArray::new(fields.clone(), children, None))
+            Arc::new(arrow_array::StructArray::new(
+                fields.clone(),
+                children,
+                None,
+            ))
         }
         // The histogram is not sent as an attribute; a null stands in.
         DataType::List(_) if field.is_nullable() => {

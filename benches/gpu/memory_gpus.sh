@@ -22,8 +22,15 @@ rm -rf "$WORK"
 mkdir -p "$WORK/rows" "$WORK/fleet"
 grep -h "GPU UUID\|Bus Location" /proc/driver/nvidia/gpus/*/information | sed 's/^/   node: /'
 
+# Part 1 sees the node's GPU beside a second, made-up one: with two GPUs listed, the agent's
+# "the node has one GPU" fallback is off, so every GPU a row carries came from its thread's
+# context (cuDeviceGetUuid, cuDevicePrimaryCtxRetain, cuCtxSetCurrent).
+mkdir -p "$WORK/gpus/0000:ff:00.0"
+cp -r /proc/driver/nvidia/gpus/* "$WORK/gpus/"
+printf 'Model: \t\t made-up\nGPU UUID: \t GPU-00000000-0000-0000-0000-0000000000ff\nBus Location: \t 0000:ff:00.0\n' \
+	>"$WORK/gpus/0000:ff:00.0/information"
 parquet_config "$WORK/rows/agent.toml" "$WORK/rows"
-printf '[sources.cuda]\nstats = []\nstats_interval_secs = 2\n' >>"$WORK/rows/agent.toml"
+printf '[sources.cuda]\nstats = []\nstats_interval_secs = 2\n[enrich]\nnvidia_proc_dir = "%s"\n' "$WORK/gpus" >>"$WORK/rows/agent.toml"
 agent_start "$WORK/rows/agent.toml" "$WORK/rows/agent.log"
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 - >"$WORK/rows/vmm.out" <<'PY'
 import os, time, torch
@@ -78,6 +85,10 @@ for label, info in (("expandable segments", vmm), ("default allocator + OOM", oo
     rows = [r for r in calls if r["pid"] == pid]
     uuids = collections.Counter(r["gpu_uuid"] for r in rows)
     print(f"== {label}: pid {pid}, {len(rows)} CUDA rows; gpu_uuid: {dict(uuids)}")
+    contexts = collections.Counter(r["function"] for r in rows if r["function"].startswith(("cuCtx", "cuDevice")))
+    print(f"   device and context calls: {dict(sorted(contexts.items()))}")
+    threads = collections.Counter((r["tid"], r["gpu_uuid"]) for r in rows)
+    print(f"   rows per (thread, gpu_uuid): {dict(threads)}")
     funcs = collections.Counter(r["function"] for r in rows if r["function"].startswith("cuMem"))
     print(f"   memory calls: {dict(sorted(funcs.items()))}")
     mine = sorted((r for r in memory if r["pid"] == pid), key=lambda r: r["time_ns"])
