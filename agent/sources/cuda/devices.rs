@@ -157,6 +157,8 @@ impl ProcessDevices {
 #[derive(Debug, Default)]
 pub struct CallDevices {
     gpus: Arc<GpuDirectory>,
+    /// The node's GPU when it has exactly one (made once: rows share it).
+    node: Option<Arc<CallGpu>>,
     processes: HashMap<i32, Arc<ProcessDevices>>,
     /// The GPU answered last, for (pid, tid), until the next change.
     last: Option<(i32, i32, Option<Arc<CallGpu>>)>,
@@ -165,8 +167,10 @@ pub struct CallDevices {
 impl CallDevices {
     /// Devices resolved against the node's GPUs.
     pub fn new(gpus: Arc<GpuDirectory>) -> Self {
+        let node = node_gpu(&gpus);
         Self {
             gpus,
+            node,
             ..Self::default()
         }
     }
@@ -180,16 +184,6 @@ impl CallDevices {
             index: listed.map(|(_, identity)| identity.index),
             uuid,
         })
-    }
-
-    /// The node's GPU, when it has exactly one.
-    fn node_gpu(&self) -> Option<Arc<CallGpu>> {
-        let (bus_id, identity) = self.gpus.only()?;
-        Some(Arc::new(CallGpu {
-            uuid: identity.uuid.clone(),
-            pci_bus_id: Some(bus_id.to_string()),
-            index: Some(identity.index),
-        }))
     }
 
     /// Learns from a row of `role` (`uuid`: the UUID its record returned) and gives the row's
@@ -241,7 +235,7 @@ impl CallDevices {
             }
         }
         let gpu = resolve(self.processes.get(&pid).map(|p| &**p), tid, || {
-            self.node_gpu()
+            self.node.clone()
         });
         self.last = Some((pid, tid, gpu.clone()));
         gpu
@@ -263,6 +257,16 @@ impl CallDevices {
         }
         gone
     }
+}
+
+/// The node's GPU, when `gpus` lists exactly one.
+pub fn node_gpu(gpus: &GpuDirectory) -> Option<Arc<CallGpu>> {
+    let (bus_id, identity) = gpus.only()?;
+    Some(Arc::new(CallGpu {
+        uuid: identity.uuid.clone(),
+        pci_bus_id: Some(bus_id.to_string()),
+        index: Some(identity.index),
+    }))
 }
 
 /// A call's GPU from its process's devices, else `node` (the node's only GPU).

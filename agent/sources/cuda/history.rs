@@ -294,13 +294,7 @@ impl CudaLaunchHistory {
                 None
             });
         let decoder = Decoder::new(setup.clocks, functions.clone());
-        let node_gpu = setup.gpus.only().map(|(bus_id, identity)| {
-            Arc::new(CallGpu {
-                uuid: identity.uuid.clone(),
-                pci_bus_id: Some(bus_id.to_string()),
-                index: Some(identity.index),
-            })
-        });
+        let node_gpu = devices::node_gpu(&setup.gpus);
         let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles, node_gpu));
         setup.outputs.attribution.launch_history(history.clone());
         history
