@@ -141,9 +141,10 @@ mod tests {
         }
         assert_eq!(EventKind::Driver.as_str(), "driver");
         assert_eq!(EventKind::CudaStats.as_str(), "cuda_stats");
+        assert_eq!(EventKind::CudaMemory.as_str(), "cuda_memory");
         assert_eq!(
             EventKind::quoted_names(),
-            r#""xid", "cuda", "driver", "cuda_stats""#
+            r#""xid", "cuda", "driver", "cuda_stats", "cuda_memory""#
         );
     }
 

@@ -293,6 +293,9 @@ fn the_start_line_names_the_topic_of_every_kind() {
     });
     assert_eq!(
         topics(&routes),
-        "xid=gpuship.xid,cuda=gpuship.cuda,driver=gpuship.driver,cuda_stats=gpuship.cuda_stats"
+        concat!(
+            "xid=gpuship.xid,cuda=gpuship.cuda,driver=gpuship.driver,",
+            "cuda_stats=gpuship.cuda_stats,cuda_memory=gpuship.cuda_memory"
+        )
     );
 }
