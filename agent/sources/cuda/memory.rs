@@ -396,5 +396,6 @@ impl ProcessMemory {
     }
 }
 
+pub mod report;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use super::decode::{cuda_event, record_name, returned_uuid, Decoder};
 use super::devices::CallDevices;
 use super::history::CudaLaunchHistory;
 use super::kernels::rows::{self as kernel_rows, Resolved};
-use super::memory::MemoryLedger;
+use super::memory::{report as memory_report, MemoryLedger};
 use super::probes::{self, CudaProbes, ProcessFilter};
 use super::recorder::{self, is_sticky, DumpPlan};
 use super::roles::{memory_role, MemoryRole, RoleTable};
@@ -241,60 +241,15 @@ impl<'obj> CudaCapture<'obj> {
             return;
         }
         self.memory_reported_at = now;
-        let holders = self.memory.holders();
-        let time_ns = crate::enrich::now_ns(libc::CLOCK_REALTIME);
-        let mut builder = gpuship_sinks::schema::CudaMemoryBatchBuilder::new(self.identity.clone());
-        let mut per_gpu: std::collections::BTreeMap<crate::health::xids::GpuLabels, [u64; 5]> =
-            std::collections::BTreeMap::new();
-        // A process that exited gave its memory back with it.
-        let alive = |pid: i32| self.proc_dir.join(pid.to_string()).exists();
-        for holder in holders.into_iter().filter(|h| alive(h.pid)) {
-            let labels = crate::health::xids::GpuLabels {
-                uuid: holder
-                    .gpu
-                    .as_ref()
-                    .map_or(String::new(), |g| g.uuid.clone()),
-                pci_bus_id: holder
-                    .gpu
-                    .as_ref()
-                    .and_then(|g| g.pci_bus_id.clone())
-                    .unwrap_or_default(),
-                index: holder
-                    .gpu
-                    .as_ref()
-                    .and_then(|g| g.index)
-                    .map_or(String::new(), |i| i.to_string()),
-            };
-            let sums = per_gpu.entry(labels).or_default();
-            for (sum, bytes) in sums.iter_mut().zip(holder.held.bytes) {
-                *sum = sum.saturating_add(bytes);
-            }
-            builder.append(gpuship_sinks::schema::CudaMemoryRow {
-                time_ns,
-                pid: holder.pid,
-                comm: holder.comm,
-                gpu: holder.gpu,
-                bytes: holder.held.bytes,
-                allocations: holder.held.allocations,
-                seen_from_start: holder.complete,
-                workload: self.workloads.resolve(holder.pid).cloned(),
-            });
-        }
-        self.view.memory(
-            per_gpu
-                .into_iter()
-                .map(|(gpu, bytes)| crate::health::GpuMemoryHealth { gpu, bytes })
-                .collect(),
+        let (batch, per_gpu) = memory_report::report(
+            self.memory.holders(),
+            &self.proc_dir,
+            self.identity.clone(),
+            &mut self.workloads,
         );
-        if builder.is_empty() {
-            return;
-        }
-        match builder.finish() {
-            Ok(records) => self.outputs.batches.emit(gpuship_sinks::EventBatch::new(
-                gpuship_sinks::EventKind::CudaMemory,
-                records,
-            )),
-            Err(err) => tracing::error!(%err, "cuda_memory rows could not be built"),
+        self.view.memory(per_gpu);
+        if let Some(batch) = batch {
+            self.outputs.batches.emit(batch);
         }
     }
 

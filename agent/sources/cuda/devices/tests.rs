@@ -11,24 +11,14 @@ const UUID1: [u8; 16] = [
 
 fn row(pid: i32, tid: i32, handle: Option<u64>, parent: Option<u64>) -> CudaRow<'static> {
     CudaRow {
-        time_ns: 1,
         pid,
         tid,
-        comm: "w",
-        function: "f",
-        duration_ns: 1,
-        result: 0,
-        result_name: "CUDA_SUCCESS",
-        bytes: None,
-        device_ptr: None,
-        stream: None,
-        launch: None,
-        workload: None,
         objects: CallObjects {
             handle,
             parent_handle: parent,
             ..CallObjects::default()
         },
+        ..gpuship_sinks::test_support::cuda_row()
     }
 }
 
