@@ -5,7 +5,8 @@
 //! `cargo bench --bench load` runs every scenario (root and a BPF-capable kernel required).
 //! Under `cargo test` (no `--bench` flag) it runs one small scenario as a smoke test.
 //! `LOAD_SCENARIO=<text>` keeps only the scenarios whose name contains it, e.g.
-//! `LOAD_SCENARIO="2 threads, parquet" cargo bench --bench load`. `LOAD_RUNS=N` runs each
+//! `LOAD_SCENARIO="2 threads, parquet" cargo bench --bench load` (a full name keeps that scenario
+//! alone). `LOAD_RUNS=N` runs each
 //! scenario N times in turn and reports the median run (by CPU per event) with the range of
 //! CPU per event and events/s, and the most lost and the highest peak RSS of any run: a shared
 //! VM's runs vary by a fifth.
@@ -202,9 +203,18 @@ fn main() {
         }]
     };
     let wanted = std::env::var("LOAD_SCENARIO").unwrap_or_default();
+    // A name given in full keeps that scenario alone ("2 threads, parquet" is also the start of
+    // four other names); otherwise every name containing the text.
+    let exact = scenarios.iter().any(|s| s.name == wanted);
     let scenarios: Vec<Scenario> = scenarios
         .into_iter()
-        .filter(|s| s.name.contains(wanted.as_str()))
+        .filter(|s| {
+            if exact {
+                s.name == wanted
+            } else {
+                s.name.contains(wanted.as_str())
+            }
+        })
         .collect();
     assert!(
         !scenarios.is_empty(),

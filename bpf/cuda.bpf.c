@@ -23,6 +23,7 @@
 #include <bpf/bpf_core_read.h>
 #include "gpuship_events.h"
 #include "gpuship_count.h"
+#include "gpuship_thread.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -94,11 +95,6 @@ const volatile __u32 call_slot_mask = CALL_SLOTS - 1;
 
 struct call_slot {
 	__u64 owner;
-	/* The name of thread comm_tid, read in stats generation comm_generation: `stats` calls
-	 * take it from here, so a thread's name is read once per interval, not once per call. */
-	__u32 comm_tid;
-	__u32 comm_generation;
-	char comm[GPUSHIP_COMM_LEN];
 	struct call_entry entry;
 };
 
@@ -180,25 +176,6 @@ static __always_inline int submit_at_entry(const struct cuda_event *event)
 	return 0;
 }
 
-/* A `stats` call's thread name: from the thread's slot, read again when another thread had
- * the slot or a new statistics interval began (a thread that renames itself shows its new
- * name from the next interval on); read directly on the hash-table path. */
-static __always_inline void name_thread(struct call_slot *slot, struct call_entry *entry, __u32 tid)
-{
-	__u32 generation = stats_generation;
-
-	if (!slot) {
-		bpf_get_current_comm(entry->event.comm, sizeof(entry->event.comm));
-		return;
-	}
-	if (slot->comm_tid != tid || slot->comm_generation != generation) {
-		bpf_get_current_comm(slot->comm, sizeof(slot->comm));
-		slot->comm_tid = tid;
-		slot->comm_generation = generation;
-	}
-	__builtin_memcpy(entry->event.comm, slot->comm, sizeof(slot->comm));
-}
-
 /*
  * Every byte of a call is written to memory that no other task can reach while this program
  * runs, because uprobe programs can be preempted (migration is disabled, preemption is not): the
@@ -223,8 +200,6 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
 	fill_entry(ctx, entry, pid_tgid, cookie, stats);
-	if (stats)
-		name_thread(slot, entry, (__u32)pid_tgid);
 	if (entry_only && stats) {
 		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
 		entry->event.result = GPUSHIP_RESULT_NOT_CAPTURED;

@@ -16,6 +16,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "gpuship_events.h"
+#include "gpuship_thread.h"
 #include "gpuship_count.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -139,7 +140,7 @@ int handle_ioctl_exit(struct trace_event_raw_sys_exit *ctx)
 	event->request = start->request;
 	event->major = start->major;
 	event->minor = start->minor;
-	bpf_get_current_comm(event->comm, sizeof(event->comm));
+	gpuship_thread_name(event->comm);
 	bpf_map_delete_elem(&ioctl_inflight, &tid);
 	bpf_ringbuf_submit(event, BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);
@@ -180,7 +181,7 @@ static __always_inline int slot_exit(__u32 slot)
 	event->duration_ns = bpf_ktime_get_boot_ns() - *start;
 	event->pid = pid_tgid >> 32;
 	event->tid = (__u32)pid_tgid;
-	bpf_get_current_comm(event->comm, sizeof(event->comm));
+	gpuship_thread_name(event->comm);
 	bpf_map_delete_elem(&call_inflight, &key);
 	bpf_ringbuf_submit(event, BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);

@@ -11,6 +11,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "gpuship_events.h"
+#include "gpuship_thread.h"
 #include "gpuship_count.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -85,7 +86,7 @@ int handle_nvidia_dev_xid(void *ctx)
 	event->flags = 0;
 	event->error_code = 0;
 	bpf_probe_read_kernel(&event->error_code, sizeof(event->error_code), ctx + error_code_field_offset);
-	bpf_get_current_comm(event->comm, sizeof(event->comm));
+	gpuship_thread_name(event->comm);
 	event->dev_len = copy_data_loc(ctx, dev_field_offset, event->dev, sizeof(event->dev), &dev_truncated);
 	event->msg_len = copy_data_loc(ctx, msg_field_offset, event->msg, sizeof(event->msg), &msg_truncated);
 	if (msg_truncated)

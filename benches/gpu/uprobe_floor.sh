@@ -9,6 +9,9 @@
 #
 #   FIXTURES=target/gpu/fixtures GPUSHIP=target/gpu/gpuship bash benches/gpu/uprobe_floor.sh [N] [ROUNDS]
 #
+# GPUSHIP_BEFORE=path/to/older/gpuship adds a mode `before_default`: that build with the defaults,
+# in the same rounds, for an A/B of a change to the probes.
+#
 # Leaves nothing behind: its uprobe events and trace instance are removed on exit, and tracefs
 # is unmounted again if it was not mounted.
 set -euo pipefail
@@ -16,6 +19,7 @@ N=${1:-200000}
 ROUNDS=${2:-5}
 FX=${FIXTURES:-target/gpu/fixtures}
 BIN=${GPUSHIP:-target/gpu/gpuship}
+BEFORE=${GPUSHIP_BEFORE:-}
 LIB=$(readlink -f "$FX/libcuda.so.1")
 TRACEFS=/sys/kernel/tracing
 MOUNTED=
@@ -73,7 +77,7 @@ floor_off() {
     for e in entry ret; do echo "-:gpuship_floor/$e" >> "$TRACEFS/uprobe_events" 2>/dev/null || true; done
 }
 
-gpuship_on() { # default (launches in stats mode, entry-only) | stats_return (with their return) | rows
+gpuship_on() { # default (launches in stats mode, entry-only) | stats_return (with their return) | rows; [binary]
     local stats_entry_only='["cuLaunchKernel*"]' stats='["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]'
     [ "$1" = stats_return ] && stats_entry_only='[]'
     [ "$1" = rows ] && stats='[]'
@@ -96,7 +100,7 @@ stats_entry_only = $stats_entry_only
 [[sinks]]
 type = "blackhole"
 TOML
-    "$BIN" run --config "$WORK/floor.toml" 2> "$WORK/agent.log" &
+    "${2:-$BIN}" run --config "$WORK/floor.toml" 2> "$WORK/agent.log" &
     AGENT=$!
     for _ in $(seq 1 300); do grep -q "capture started" "$WORK/agent.log" && return; sleep 0.1; done
     echo "gpuship did not start:"; cat "$WORK/agent.log"; exit 1
@@ -105,6 +109,7 @@ TOML
 gpuship_off() { kill -INT "$AGENT"; wait "$AGENT" || true; AGENT=; }
 
 MODES=(untraced floor_entry floor_entry_return gpuship_default gpuship_stats_return gpuship_rows)
+[ -n "$BEFORE" ] && MODES+=(before_default)
 declare -A P50 P99
 for ((round = 0; round < ROUNDS; round++)); do
     for ((i = 0; i < ${#MODES[@]}; i++)); do
@@ -116,6 +121,7 @@ for ((round = 0; round < ROUNDS; round++)); do
             gpuship_stats_return) gpuship_on stats_return; result=$(latency); gpuship_off ;;
             gpuship_default) gpuship_on default; result=$(latency); gpuship_off ;;
             gpuship_rows) gpuship_on rows; result=$(latency); gpuship_off ;;
+            before_default) gpuship_on default "$BEFORE"; result=$(latency); gpuship_off ;;
         esac
         P50[$mode]+="${result% *} "
         P99[$mode]+="${result#* } "

@@ -20,7 +20,7 @@ pub fn start_agent(dir: &Path, libcuda: &Path, cuda_extra: &str, sink: &str) -> 
     );
     let path = dir.join("load.toml");
     std::fs::write(&path, config).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
+    let mut child = Command::new(super::fixtures::agent_binary())
         .args(["run", "--config"])
         .arg(&path)
         .arg("--summary-json")

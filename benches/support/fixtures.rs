@@ -1,5 +1,7 @@
-//! Building the stand-in libcuda.so.1 and workload for the benches that drive real probes.
+//! Building the stand-in libcuda.so.1 and workload for the benches that drive real probes, and
+//! the agent binary they run.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 
@@ -15,4 +17,10 @@ pub fn build_fixtures(out: &Path) {
         .status()
         .expect("make");
     assert!(status.success(), "building the fixtures failed");
+}
+
+/// The agent the benches run: this build's `gpuship`, or `GPUSHIP_AGENT=/path/to/gpuship` (an
+/// A/B against another commit's build with the same harness and workload).
+pub fn agent_binary() -> OsString {
+    std::env::var_os("GPUSHIP_AGENT").unwrap_or_else(|| env!("CARGO_BIN_EXE_gpuship").into())
 }

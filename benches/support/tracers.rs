@@ -50,7 +50,7 @@ pub fn start_gpuship_with(
         launches(stats),
     );
     std::fs::write(dir.join("overhead.toml"), config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuship"))
+    let mut child = Command::new(super::fixtures::agent_binary())
         .args(["run", "--config"])
         .arg(dir.join("overhead.toml"))
         .arg("--summary-json")

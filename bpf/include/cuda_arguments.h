@@ -114,7 +114,7 @@ static __always_inline void complete_deferred(struct call_entry *entry)
  * `stats` call (`lean`) takes only what is in registers: most of its calls become no row, so
  * what needs a user-memory read (stack-passed launch arguments, a CUlaunchConfig) waits in
  * `entry` for complete_deferred(), which only calls that become rows (or flight-recorder
- * slots, with recorder_launch_details) pay for; its thread name comes from name_thread().
+ * slots, with recorder_launch_details) pay for.
  */
 static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *entry, __u64 pid_tgid,
 				       __u64 cookie, bool lean)
@@ -174,10 +174,9 @@ static __always_inline void fill_entry(struct pt_regs *ctx, struct call_entry *e
 		entry->deferred_launch = GPUSHIP_LAUNCH_KERNEL_EX;
 		break;
 	}
-	if (!lean) {
+	if (!lean)
 		complete_deferred(entry);
-		bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-	}
+	gpuship_thread_name(ev->comm);
 	/* Taken last so that argument decoding is not part of the measured duration. */
 	ev->start_boot_ns = bpf_ktime_get_boot_ns();
 }

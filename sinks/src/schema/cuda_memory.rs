@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray, UInt64Array};
-use arrow_schema::{ArrowError, DataType, Field, Schema};
+use arrow_array::{ArrayRef, BooleanArray, Int32Array, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
 
-use super::common::{common_fields, CommonColumns, HostIdentity};
+use super::common::common_fields;
 use super::cuda::{CallGpu, MEMORY_KINDS};
-use super::workload::{workload_fields, Workload, WorkloadColumns};
+use super::row_batch::{KindRows, RowBatchBuilder};
+use super::workload::{workload_fields, Workload};
 use crate::EventKind;
 
 /// What one process holds on one GPU.
@@ -57,58 +58,24 @@ pub fn schema() -> Arc<Schema> {
     super::with_metadata(EventKind::CudaMemory, fields)
 }
 
-/// Accumulates [`CudaMemoryRow`]s into a `cuda_memory` [`RecordBatch`].
-#[derive(Debug)]
-pub struct CudaMemoryBatchBuilder {
-    schema: Arc<Schema>,
-    common: CommonColumns,
-    rows: Vec<CudaMemoryRow>,
-}
+/// Accumulates [`CudaMemoryRow`]s into a `cuda_memory` [`RecordBatch`](arrow_array::RecordBatch).
+pub type CudaMemoryBatchBuilder = RowBatchBuilder<CudaMemoryRow>;
 
-impl CudaMemoryBatchBuilder {
-    /// A builder whose rows carry `identity`.
-    pub fn new(identity: HostIdentity) -> Self {
-        Self {
-            schema: schema(),
-            common: CommonColumns::new(identity, 16),
-            rows: Vec::new(),
-        }
+impl KindRows for CudaMemoryRow {
+    const TYPICAL_ROWS: usize = 16;
+    const SCHEMA: fn() -> Arc<Schema> = schema;
+
+    fn time_and_workload(&self) -> (i64, Option<&Workload>) {
+        (self.time_ns, self.workload.as_deref())
     }
 
-    /// Appends one row.
-    pub fn append(&mut self, row: CudaMemoryRow) {
-        self.common.append(row.time_ns);
-        self.rows.push(row);
-    }
-
-    /// Rows waiting.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// True when no row waits.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The rows so far as one batch; the builder starts empty again.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let [time, time_ns, host, boot_id] = self.common.finish();
-        let rows = std::mem::take(&mut self.rows);
+    fn columns(rows: &[Self]) -> Vec<ArrayRef> {
         let gpu_text = |f: &dyn Fn(&CallGpu) -> Option<&str>| -> ArrayRef {
             Arc::new(StringArray::from_iter(
                 rows.iter().map(|r| r.gpu.as_deref().and_then(f)),
             ))
         };
-        let mut workload = WorkloadColumns::new();
-        for row in &rows {
-            workload.append(row.workload.as_deref());
-        }
         let mut columns: Vec<ArrayRef> = vec![
-            time,
-            time_ns,
-            host,
-            boot_id,
             Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.pid))),
             Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.comm))),
             gpu_text(&|g| Some(&g.uuid)),
@@ -128,8 +95,7 @@ impl CudaMemoryBatchBuilder {
         columns.push(Arc::new(BooleanArray::from_iter(
             rows.iter().map(|r| Some(r.seen_from_start)),
         )));
-        columns.extend(workload.finish());
-        RecordBatch::try_new(self.schema.clone(), columns)
+        columns
     }
 }
 

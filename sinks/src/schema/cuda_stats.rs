@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StructBuilder, UInt64Builder};
-use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
-use arrow_schema::{ArrowError, DataType, Field, Fields, Schema};
+use arrow_array::{ArrayRef, Int32Array, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Fields, Schema};
 
-use super::common::{common_fields, CommonColumns, HostIdentity};
-use super::workload::{workload_fields, Workload, WorkloadColumns};
+use super::common::common_fields;
+use super::row_batch::{KindRows, RowBatchBuilder};
+use super::workload::{workload_fields, Workload};
 use crate::EventKind;
 
 /// One histogram bucket: calls that took `from_ns <= duration < to_ns` (the last bucket's
@@ -108,44 +109,18 @@ pub fn schema() -> Arc<Schema> {
     super::with_metadata(EventKind::CudaStats, fields)
 }
 
-/// Accumulates [`CudaStatsRow`]s into a `cuda_stats` [`RecordBatch`].
-#[derive(Debug)]
-pub struct CudaStatsBatchBuilder {
-    schema: Arc<Schema>,
-    common: CommonColumns,
-    rows: Vec<CudaStatsRow>,
-}
+/// Accumulates [`CudaStatsRow`]s into a `cuda_stats` [`RecordBatch`](arrow_array::RecordBatch).
+pub type CudaStatsBatchBuilder = RowBatchBuilder<CudaStatsRow>;
 
-impl CudaStatsBatchBuilder {
-    /// A builder whose rows carry `identity`.
-    pub fn new(identity: HostIdentity) -> Self {
-        Self {
-            schema: schema(),
-            common: CommonColumns::new(identity, 64),
-            rows: Vec::new(),
-        }
+impl KindRows for CudaStatsRow {
+    const TYPICAL_ROWS: usize = 64;
+    const SCHEMA: fn() -> Arc<Schema> = schema;
+
+    fn time_and_workload(&self) -> (i64, Option<&Workload>) {
+        (self.time_ns, self.workload.as_deref())
     }
 
-    /// Appends one row.
-    pub fn append(&mut self, row: CudaStatsRow) {
-        self.common.append(row.time_ns);
-        self.rows.push(row);
-    }
-
-    /// Rows waiting.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// True when no row waits.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The rows so far as one batch; the builder starts empty again.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let [time, time_ns, host, boot_id] = self.common.finish();
-        let rows = std::mem::take(&mut self.rows);
+    fn columns(rows: &[Self]) -> Vec<ArrayRef> {
         let u64s = |f: &dyn Fn(&CudaStatsRow) -> Option<u64>| -> ArrayRef {
             Arc::new(UInt64Array::from_iter(rows.iter().map(f)))
         };
@@ -155,15 +130,7 @@ impl CudaStatsBatchBuilder {
         let durations = |f: &dyn Fn(&DurationStats) -> u64| -> ArrayRef {
             u64s(&|r| r.durations.as_ref().map(f))
         };
-        let mut workload = WorkloadColumns::new();
-        for row in &rows {
-            workload.append(row.workload.as_deref());
-        }
-        let mut columns: Vec<ArrayRef> = vec![
-            time,
-            time_ns,
-            host,
-            boot_id,
+        vec![
             u64s(&|r| Some(r.interval_ns)),
             Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.pid))),
             text(&|r| &r.comm),
@@ -178,9 +145,7 @@ impl CudaStatsBatchBuilder {
             durations(&|d| d.p50_ns),
             durations(&|d| d.p99_ns),
             buckets_column(&rows),
-        ];
-        columns.extend(workload.finish());
-        RecordBatch::try_new(self.schema.clone(), columns)
+        ]
     }
 }
 
@@ -217,6 +182,7 @@ fn buckets_column(rows: &[CudaStatsRow]) -> ArrayRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::HostIdentity;
     use arrow_array::cast::AsArray;
     use arrow_array::types::UInt64Type;
     use arrow_array::Array;

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::{
-    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
-};
-use arrow_schema::{ArrowError, DataType, Field, Schema};
+use arrow_array::{ArrayRef, Int32Array, Int64Array, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
 
-use super::common::{common_fields, CommonColumns, HostIdentity};
-use super::workload::{workload_fields, Workload, WorkloadColumns};
+use super::common::common_fields;
+use super::row_batch::{KindRows, RowBatchBuilder};
+use super::workload::{workload_fields, Workload};
 use crate::EventKind;
 
 /// One driver operation.
@@ -80,59 +79,25 @@ pub fn schema() -> Arc<Schema> {
     super::with_metadata(EventKind::Driver, fields)
 }
 
-/// Accumulates [`DriverRow`]s into a `driver` [`RecordBatch`].
-#[derive(Debug)]
-pub struct DriverBatchBuilder {
-    schema: Arc<Schema>,
-    common: CommonColumns,
-    rows: Vec<DriverRow>,
-}
+/// Accumulates [`DriverRow`]s into a `driver` [`RecordBatch`](arrow_array::RecordBatch).
+pub type DriverBatchBuilder = RowBatchBuilder<DriverRow>;
 
-impl DriverBatchBuilder {
-    /// A builder whose rows carry `identity`.
-    pub fn new(identity: HostIdentity) -> Self {
-        Self {
-            schema: schema(),
-            common: CommonColumns::new(identity, 64),
-            rows: Vec::new(),
-        }
+impl KindRows for DriverRow {
+    const TYPICAL_ROWS: usize = 64;
+    const SCHEMA: fn() -> Arc<Schema> = schema;
+
+    fn time_and_workload(&self) -> (i64, Option<&Workload>) {
+        (self.time_ns, self.workload.as_deref())
     }
 
-    /// Appends one row.
-    pub fn append(&mut self, row: DriverRow) {
-        self.common.append(row.time_ns);
-        self.rows.push(row);
-    }
-
-    /// Rows waiting.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// True when no row waits.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The rows so far as one batch; the builder starts empty again.
-    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        let [time, time_ns, host, boot_id] = self.common.finish();
-        let rows = std::mem::take(&mut self.rows);
+    fn columns(rows: &[Self]) -> Vec<ArrayRef> {
         let text = |f: &dyn Fn(&DriverRow) -> Option<&str>| -> ArrayRef {
             Arc::new(StringArray::from_iter(rows.iter().map(f)))
         };
         let u32s = |f: &dyn Fn(&DriverRow) -> Option<u32>| -> ArrayRef {
             Arc::new(UInt32Array::from_iter(rows.iter().map(f)))
         };
-        let mut workload = WorkloadColumns::new();
-        for row in &rows {
-            workload.append(row.workload.as_deref());
-        }
-        let mut columns: Vec<ArrayRef> = vec![
-            time,
-            time_ns,
-            host,
-            boot_id,
+        vec![
             Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.pid))),
             Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.tid))),
             text(&|r| Some(r.comm.as_str())),
@@ -151,15 +116,14 @@ impl DriverBatchBuilder {
                 rows.iter().map(|r| r.duration_ns),
             )),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.result))),
-        ];
-        columns.extend(workload.finish());
-        RecordBatch::try_new(self.schema.clone(), columns)
+        ]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::HostIdentity;
     use arrow_array::cast::AsArray;
 
     #[test]

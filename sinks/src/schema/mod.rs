@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod cuda_memory;
 pub mod cuda_stats;
 pub mod driver;
+mod row_batch;
 pub mod workload;
 pub mod xid;
 
@@ -24,6 +25,7 @@ pub use cuda::{
 pub use cuda_memory::{CudaMemoryBatchBuilder, CudaMemoryRow};
 pub use cuda_stats::{CudaStatsBatchBuilder, CudaStatsRow, DurationBucket, DurationStats};
 pub use driver::{DriverBatchBuilder, DriverRow};
+pub use row_batch::{KindRows, RowBatchBuilder};
 pub use workload::{Workload, WORKLOAD_COLUMNS};
 pub use xid::{
     batch_of as xid_batch_of, GpuIdentity, KernelSuspect, XidAnnotations, XidBatchBuilder,
