@@ -10,7 +10,7 @@
 //! the node's GPU when it has exactly one. Anything else is no GPU (null columns), never a
 //! guess: a process started before the agent, or a device whose UUID it never asked for.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -54,11 +54,11 @@ pub fn uuid_string(bytes: &[u8; 16]) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct ProcessDevices {
     /// CUDA ordinal -> its GPU.
-    gpus: HashMap<i64, Arc<CallGpu>>,
+    gpus: FxHashMap<i64, Arc<CallGpu>>,
     /// Context -> the ordinal it was made on.
-    contexts: HashMap<u64, i64>,
+    contexts: FxHashMap<u64, i64>,
     /// Thread -> its context stack (current on top, last).
-    threads: HashMap<i32, Vec<u64>>,
+    threads: FxHashMap<i32, Vec<u64>>,
 }
 
 impl ProcessDevices {
@@ -159,7 +159,7 @@ pub struct CallDevices {
     gpus: Arc<GpuDirectory>,
     /// The node's GPU when it has exactly one (made once: rows share it).
     node: Option<Arc<CallGpu>>,
-    processes: HashMap<i32, Arc<ProcessDevices>>,
+    processes: FxHashMap<i32, Arc<ProcessDevices>>,
     /// The GPU answered last, for (pid, tid), until the next change.
     last: Option<(i32, i32, Option<Arc<CallGpu>>)>,
 }

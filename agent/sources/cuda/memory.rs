@@ -10,8 +10,10 @@
 //! never seen allocated is counted, not subtracted. Pitched allocations have no byte count (the
 //! probe does not read the pitch): they are counted as allocations with 0 bytes known.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use gpuship_sinks::schema::{CallGpu, CudaRow, HeldMemory, LargeAllocation};
 
@@ -76,11 +78,11 @@ impl Held {
 /// One process's memory.
 #[derive(Debug, Default)]
 struct ProcessMemory {
-    allocations: HashMap<u64, Allocation>,
-    physical: HashMap<u64, Physical>,
+    allocations: FxHashMap<u64, Allocation>,
+    physical: FxHashMap<u64, Physical>,
     /// Mapped address -> (physical handle, size).
     mappings: BTreeMap<u64, (u64, u64)>,
-    held: HashMap<GpuKey, Held>,
+    held: HeldByGpu,
     /// Its `cuInit` was seen: everything it holds was seen allocated.
     seen_from_start: bool,
     /// Something it allocated was not followed (the bound), or a free named an unknown pointer.
@@ -103,7 +105,7 @@ pub struct HolderSnapshot {
 /// Every traced process's memory.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
-    processes: HashMap<i32, ProcessMemory>,
+    processes: FxHashMap<i32, ProcessMemory>,
     /// Some allocation or free function is aggregated (`stats`): no process is complete.
     partial: bool,
     entries: usize,
@@ -166,8 +168,7 @@ impl MemoryLedger {
                 };
                 process
                     .held
-                    .entry(allocation.gpu.clone())
-                    .or_default()
+                    .on(&allocation.gpu)
                     .add(kind, allocation.bytes.unwrap_or(0));
                 added += 1;
                 // A pointer handed out again: its old allocation was freed unseen.
@@ -192,11 +193,7 @@ impl MemoryLedger {
                     return None;
                 }
                 let bytes = row.bytes.unwrap_or(0);
-                process
-                    .held
-                    .entry(gpu.clone())
-                    .or_default()
-                    .add(MemoryKind::Physical, bytes);
+                process.held.on(&gpu).add(MemoryKind::Physical, bytes);
                 let physical = Physical {
                     bytes,
                     gpu,
@@ -270,7 +267,7 @@ impl MemoryLedger {
         };
         let on_gpu = |key: &GpuKey| key.is_none() || gpu.is_none() || key.as_ref() == gpu;
         let mut bytes = [0u64; 5];
-        for (_, held) in process.held.iter().filter(|(key, _)| on_gpu(key)) {
+        for (_, held) in process.held.0.iter().filter(|(key, _)| on_gpu(key)) {
             for (sum, value) in bytes.iter_mut().zip(held.bytes) {
                 *sum = sum.saturating_add(value);
             }
@@ -319,6 +316,7 @@ impl MemoryLedger {
             .flat_map(|(pid, process)| {
                 process
                     .held
+                    .0
                     .iter()
                     .filter(|(_, held)| held.allocations > 0)
                     .map(move |(gpu, held)| HolderSnapshot {
@@ -364,12 +362,37 @@ impl MemoryLedger {
     }
 }
 
+/// What a process holds per GPU. A process uses a handful of GPUs, so a list found by pointer
+/// first (rows of one GPU share its `Arc`) costs less per row than hashing the GPU's strings.
+#[derive(Debug, Default)]
+struct HeldByGpu(Vec<(GpuKey, Held)>);
+
+impl HeldByGpu {
+    fn position(&self, gpu: &GpuKey) -> Option<usize> {
+        self.0.iter().position(|(key, _)| match (key, gpu) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            (None, None) => true,
+            _ => false,
+        })
+    }
+
+    /// The figures of `gpu`, started at zero when it had none.
+    fn on(&mut self, gpu: &GpuKey) -> &mut Held {
+        let index = self.position(gpu).unwrap_or_else(|| {
+            self.0.push((gpu.clone(), Held::default()));
+            self.0.len() - 1
+        });
+        &mut self.0[index].1
+    }
+}
+
 impl ProcessMemory {
     fn forget(&mut self, gpu: &GpuKey, kind: MemoryKind, bytes: u64) {
-        if let Some(held) = self.held.get_mut(gpu) {
+        if let Some(index) = self.held.position(gpu) {
+            let held = &mut self.held.0[index].1;
             held.remove(kind, bytes);
             if held.allocations == 0 {
-                self.held.remove(gpu);
+                self.held.0.swap_remove(index);
             }
         }
     }
