@@ -144,7 +144,7 @@ impl KindRows for CudaStatsRow {
             durations(&|d| d.max_ns),
             durations(&|d| d.p50_ns),
             durations(&|d| d.p99_ns),
-            buckets_column(&rows),
+            buckets_column(rows),
         ]
     }
 }
