@@ -283,7 +283,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		/* Completed in the slot or hash entry, which only this thread touches until release. */
 		entry->event.duration_ns = now - entry->event.start_boot_ns;
 		add_to_stats(&entry->event, (__u32)ret, true);
-		if ((__u32)ret == 0 && (slow_call_ns == 0 || entry->event.duration_ns < slow_call_ns)) {
+		if ((__u32)ret == 0 && (slow_call_ns == 0 || entry->event.duration_ns < slow_call_ns) &&
+		    (!((cookie >> GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT) & 1) || answer_sent_before(entry))) {
 			/* No row: the flight recorder keeps it. */
 			entry->event.result = 0;
 			record_call(entry);

@@ -178,9 +178,14 @@ mod defaults {
     /// The hot calls of a training or inference loop: thousands per second per process,
     /// low value one by one (their failures and slow ones are still rows).
     pub fn stats_functions() -> Vec<String> {
-        ["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]
-            .map(String::from)
-            .to_vec()
+        [
+            "cuLaunchKernel*",
+            "cuMemcpyAsync*",
+            "cuGraphLaunch*",
+            "cuKernelGetFunction",
+        ]
+        .map(String::from)
+        .to_vec()
     }
     /// The stats-mode functions probed without their return: launches (docs/performance.md).
     pub fn stats_entry_only() -> Vec<String> {

@@ -158,7 +158,12 @@ fn stats_mode_keys_are_checked() {
     let config = parse("").unwrap();
     assert_eq!(
         config.sources.cuda.stats,
-        ["cuLaunchKernel*", "cuMemcpyAsync*", "cuGraphLaunch*"]
+        [
+            "cuLaunchKernel*",
+            "cuMemcpyAsync*",
+            "cuGraphLaunch*",
+            "cuKernelGetFunction"
+        ]
     );
     assert_eq!(
         (

@@ -10,6 +10,7 @@
 
 use crate::bpf::cuda::types::{
     cuda_event, cuda_named_event, cuda_recorder_slot, cuda_stats_key, cuda_stats_value,
+    sent_answer_key,
 };
 use crate::bpf::driver::types::driver_event;
 use crate::bpf::xid::types::xid_event;
@@ -74,6 +75,13 @@ plain_record!(cuda_stats_key {
     function_id: u32,
     result: u32,
     generation: u32,
+});
+
+plain_record!(sent_answer_key {
+    tgid: u32,
+    function_id: u32,
+    handle: u64,
+    answer: u64,
 });
 
 plain_record!(cuda_stats_value {

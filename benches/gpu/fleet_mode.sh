@@ -45,7 +45,13 @@ AGENT=
 start_agent() { # $1 log name
 	"$GPUSHIP" run --config "$OUT/fleet.toml" >"$OUT/$1.log" 2>&1 &
 	AGENT=$!
-	for _ in $(seq 1 300); do grep -q "capture started" "$OUT/$1.log" && break; sleep 0.1; done
+	for _ in $(seq 1 300); do
+		grep -q "capture started" "$OUT/$1.log" && return
+		# An agent that exited (a bad config, a missing binary) ends the run at once.
+		kill -0 "$AGENT" 2>/dev/null || { echo "the agent exited:"; cat "$OUT/$1.log"; exit 1; }
+		sleep 0.1
+	done
+	echo "the agent did not start in 30 s:"; cat "$OUT/$1.log"; exit 1
 }
 stop_agent() {
 	kill -INT "$AGENT"; wait "$AGENT"; AGENT=

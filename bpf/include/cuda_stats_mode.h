@@ -43,6 +43,49 @@ struct {
 	__type(value, struct cuda_stats_value);
 } call_stats SEC(".maps");
 
+/*
+ * Answers already sent as rows by functions whose repeats are only counted (cookie bit
+ * GPUSHIP_COOKIE_ROW_IF_NEW): (process, function, handle asked about, answer). LRU: an answer
+ * evicted under churn costs one repeated row, never a missing one. The agent deletes a
+ * process's entries once it exits, so that a reused pid learns its handles again.
+ */
+struct sent_answer_key {
+	__u32 tgid;
+	__u32 function_id;
+	__u64 handle;
+	__u64 answer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sent_answer_key);
+	__type(value, __u8);
+} sent_answers SEC(".maps");
+
+/* Makes the key visible to libbpf-cargo: the agent deletes exited processes' entries. */
+struct sent_answer_key sent_answer_key_layout = {};
+
+/* True when this successful call's answer was sent before; else remembers it (the call then
+ * becomes a row). An answer that cannot be read is treated as new. */
+static __always_inline bool answer_sent_before(const struct call_entry *entry)
+{
+	struct sent_answer_key key = {
+		.tgid = entry->event.pid,
+		.function_id = entry->event.function_id,
+		.handle = entry->event.handle,
+	};
+	__u8 one = 1;
+
+	if (!entry->out_ptr ||
+	    bpf_probe_read_user(&key.answer, sizeof(key.answer), (void *)entry->out_ptr) < 0)
+		return false;
+	if (bpf_map_lookup_elem(&sent_answers, &key))
+		return true;
+	bpf_map_update_elem(&sent_answers, &key, &one, BPF_ANY);
+	return false;
+}
+
 /* The value a new call_stats entry starts from (comm and counts are filled in place). */
 const struct cuda_stats_value empty_stats = {};
 

@@ -145,6 +145,9 @@ enum gpuship_driver_hook {
  * Attach cookie of a CUDA probe: which function it is and where its arguments are.
  * bits  0..23  function id
  * bits 24..27  argument index holding a name to read (a kernel's), 0xF = none
+ * bit  28      with stats: a successful call is a row only when its answer (the value read
+ *              through the out pointer) is new for (process, function, handle); repeats are
+ *              only counted (cuKernelGetFunction, asked for the same kernel on every step)
  * bits 32..35  argument index (0-based) holding a byte count, 0xF = none
  * bits 36..39  argument index holding a device pointer, 0xF = none
  * bits 40..43  argument index holding a pointer to the device pointer to read at return
@@ -164,6 +167,7 @@ enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_NONE = 0xF,
 	GPUSHIP_COOKIE_FUNCTION_MASK = 0xFFFFFF,
 	GPUSHIP_COOKIE_NAME_SHIFT = 24,
+	GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT = 28,
 	GPUSHIP_COOKIE_BYTES_SHIFT = 32,
 	GPUSHIP_COOKIE_DEVICE_PTR_SHIFT = 36,
 	GPUSHIP_COOKIE_OUT_PTR_SHIFT = 40,

@@ -93,11 +93,13 @@ pub fn plan_probes(
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
             let stats_bit =
                 u64::from(in_stats) << gpuship_cookie_layout::GPUSHIP_COOKIE_STATS_SHIFT.0;
+            let row_if_new_bit = u64::from(in_stats && repeats_are_counted(name))
+                << gpuship_cookie_layout::GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT.0;
             plan.probes.push(PlannedProbe {
                 library: library.clone(),
                 symbol: name.to_string(),
                 file_offset: function.file_offset,
-                cookie: spec.cookie(id) | entry_only_bit | stats_bit,
+                cookie: spec.cookie(id) | entry_only_bit | stats_bit | row_if_new_bit,
                 entry_only: at_entry,
                 stats: in_stats,
             });
@@ -168,8 +170,17 @@ impl<'a> Selection<'a> {
     }
 
     fn in_stats(&self, name: &str) -> bool {
-        !keeps_its_return(name) && self.stats.iter().any(|p| p.matches(name))
+        (!keeps_its_return(name) || repeats_are_counted(name))
+            && self.stats.iter().any(|p| p.matches(name))
     }
+}
+
+/// Functions that keep their return but may still be in `stats` mode: the same question gets
+/// the same answer again and again (the CUDA 13 runtime asks `cuKernelGetFunction` for the
+/// same kernels on every training step), so the return program makes a row only of an answer
+/// it has not sent for that (process, handle) and counts the repeats.
+fn repeats_are_counted(name: &str) -> bool {
+    kernel_role(name) == KernelRole::FunctionOfKernel
 }
 
 /// Functions whose rows keep state beside the rows stay rows with their return whatever the

@@ -12,6 +12,7 @@ use super::attach;
 use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
 use super::recorder::RecorderSize;
+use crate::bpf::cuda::types::sent_answer_key;
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
 use crate::config::CudaSourceConfig;
 pub use crate::sources::source::ProcessFilter;
@@ -45,6 +46,23 @@ impl CudaProbes<'_> {
     pub fn detach(&self) {
         self.return_links.borrow_mut().clear();
         self.entry_links.borrow_mut().clear();
+    }
+
+    /// Deletes the answers remembered for processes that no longer exist under `proc_dir`
+    /// (`sent_answers`), so that a reused pid sends its own again; returns how many.
+    pub fn forget_exited_answers(&self, proc_dir: &std::path::Path) -> usize {
+        let map = &self.skel.maps.sent_answers;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut forgotten = 0;
+        for raw_key in keys {
+            let Ok(key) = bytemuck::try_pod_read_unaligned::<sent_answer_key>(&raw_key) else {
+                continue;
+            };
+            if !proc_dir.join(key.tgid.to_string()).exists() && map.delete(&raw_key).is_ok() {
+                forgotten += 1;
+            }
+        }
+        forgotten
     }
 
     /// A handle on the map of traced processes, for [`ProcessFilter::Selected`].

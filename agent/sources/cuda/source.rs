@@ -440,6 +440,7 @@ impl RunningRing for CudaCapture<'_> {
             state.forget_exited(&self.proc_dir);
             self.devices.forget_exited(&self.proc_dir);
             self.memory.forget_exited(&self.proc_dir);
+            self.probes.forget_exited_answers(&self.proc_dir);
             self.kernels_expired_at = now;
             self.accounting.ring(Ring::Cuda).kernel_names_dropped.store(
                 state.kernels.dropped(),

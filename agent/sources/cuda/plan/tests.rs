@@ -204,7 +204,7 @@ fn same_symbol_in_two_libraries_shares_an_id() {
 }
 
 #[test]
-fn calls_that_make_kernel_handles_stay_rows_with_their_return() {
+fn calls_that_make_kernel_handles_keep_their_return_and_only_lookups_of_functions_aggregate() {
     let lib = library(&[
         "cuLibraryGetKernel",
         "cuModuleGetFunction",
@@ -221,22 +221,37 @@ fn calls_that_make_kernel_handles_stay_rows_with_their_return() {
         &["cu*".into()],
         &["cu*".into()],
     );
-    let modes: Vec<(&str, bool, bool)> = plan
+    let row_if_new = 1u64 << gpuship_cookie_layout::GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT.0;
+    let modes: Vec<(&str, bool, bool, bool)> = plan
         .probes
         .iter()
-        .map(|p| (p.symbol.as_str(), p.stats, p.entry_only))
+        .map(|p| {
+            (
+                p.symbol.as_str(),
+                p.stats,
+                p.entry_only,
+                p.cookie & row_if_new != 0,
+            )
+        })
         .collect();
     // The function ids are the table's, whatever the argument bits above them.
     let ids: Vec<u32> = plan.probes.iter().map(PlannedProbe::function_id).collect();
     assert_eq!(ids, [0, 1, 2, 3, 4]);
+    // cuKernelGetFunction may be aggregated with its return: new answers stay rows.
     assert_eq!(
         modes,
         [
-            ("cuLibraryGetKernel", false, false),
-            ("cuModuleGetFunction", false, false),
-            ("cuKernelGetFunction", false, false),
-            ("cuLibraryUnload", false, false),
-            ("cuLaunchKernel", true, true),
+            ("cuLibraryGetKernel", false, false, false),
+            ("cuModuleGetFunction", false, false, false),
+            ("cuKernelGetFunction", true, false, true),
+            ("cuLibraryUnload", false, false, false),
+            ("cuLaunchKernel", true, true, false),
         ]
     );
+    // Out of `stats`, it is a plain row again.
+    let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
+    assert!(plan
+        .probes
+        .iter()
+        .all(|p| !p.stats && p.cookie & row_if_new == 0));
 }
