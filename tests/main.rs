@@ -27,6 +27,7 @@ mod health_metrics;
 mod hostile_output;
 mod jsonl;
 mod kafka;
+mod kernel_function_repeats;
 mod kernel_names;
 mod kubernetes;
 mod lake_binary;

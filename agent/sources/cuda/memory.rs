@@ -18,6 +18,8 @@ use rustc_hash::FxHashMap;
 use gpuship_sinks::schema::{CallGpu, CudaRow, HeldMemory, LargeAllocation};
 
 use super::roles::{MemoryKind, MemoryRole};
+pub use held::Held;
+use held::HeldByGpu;
 
 /// Outstanding allocations, physical handles and mappings kept over all processes; beyond, new
 /// ones are not followed (counted in `untracked`, and their process's rows say incomplete).
@@ -30,7 +32,7 @@ pub const LARGEST_LISTED: usize = 8;
 const OUT_OF_MEMORY: u32 = 2;
 
 /// The GPU memory is held on (None: not known).
-type GpuKey = Option<Arc<CallGpu>>;
+pub type GpuKey = Option<Arc<CallGpu>>;
 
 #[derive(Debug, Clone)]
 struct Allocation {
@@ -49,30 +51,6 @@ struct Physical {
     mappings: u32,
     time_ns: i64,
     function_id: u32,
-}
-
-/// Bytes held per kind (`MemoryKind::ALL` order) and outstanding allocations.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Held {
-    pub bytes: [u64; 5],
-    pub allocations: u64,
-}
-
-impl Held {
-    fn add(&mut self, kind: MemoryKind, bytes: u64) {
-        self.bytes[kind as usize] = self.bytes[kind as usize].saturating_add(bytes);
-        self.allocations += 1;
-    }
-
-    fn remove(&mut self, kind: MemoryKind, bytes: u64) {
-        self.bytes[kind as usize] = self.bytes[kind as usize].saturating_sub(bytes);
-        self.allocations = self.allocations.saturating_sub(1);
-    }
-
-    /// Bytes of `kind`.
-    pub fn of(&self, kind: MemoryKind) -> u64 {
-        self.bytes[kind as usize]
-    }
 }
 
 /// One process's memory.
@@ -362,30 +340,6 @@ impl MemoryLedger {
     }
 }
 
-/// What a process holds per GPU. A process uses a handful of GPUs, so a list found by pointer
-/// first (rows of one GPU share its `Arc`) costs less per row than hashing the GPU's strings.
-#[derive(Debug, Default)]
-struct HeldByGpu(Vec<(GpuKey, Held)>);
-
-impl HeldByGpu {
-    fn position(&self, gpu: &GpuKey) -> Option<usize> {
-        self.0.iter().position(|(key, _)| match (key, gpu) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            (None, None) => true,
-            _ => false,
-        })
-    }
-
-    /// The figures of `gpu`, started at zero when it had none.
-    fn on(&mut self, gpu: &GpuKey) -> &mut Held {
-        let index = self.position(gpu).unwrap_or_else(|| {
-            self.0.push((gpu.clone(), Held::default()));
-            self.0.len() - 1
-        });
-        &mut self.0[index].1
-    }
-}
-
 impl ProcessMemory {
     fn forget(&mut self, gpu: &GpuKey, kind: MemoryKind, bytes: u64) {
         if let Some(index) = self.held.position(gpu) {
@@ -419,6 +373,7 @@ impl ProcessMemory {
     }
 }
 
+mod held;
 pub mod report;
 #[cfg(test)]
 mod tests;
