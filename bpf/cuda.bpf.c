@@ -309,6 +309,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		ev = bpf_ringbuf_reserve(&cuda_ring, sizeof(*ev), 0);
 	if (!ev) {
 		count(GPUSHIP_STAT_RESERVE_FAILED);
+		if ((cookie >> GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT) & 1)
+			forget_answer(entry);
 		release(slot, &key);
 		return 0;
 	}

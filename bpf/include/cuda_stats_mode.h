@@ -66,24 +66,40 @@ struct {
 /* Makes the key visible to libbpf-cargo: the agent deletes exited processes' entries. */
 struct sent_answer_key sent_answer_key_layout = {};
 
+/* The key of this call's answer; false when the answer cannot be read. */
+static __always_inline bool answer_key(const struct call_entry *entry, struct sent_answer_key *key)
+{
+	key->tgid = entry->event.pid;
+	key->function_id = entry->event.function_id;
+	key->handle = entry->event.handle;
+	key->answer = 0;
+	return entry->out_ptr &&
+	       bpf_probe_read_user(&key->answer, sizeof(key->answer), (void *)entry->out_ptr) == 0;
+}
+
 /* True when this successful call's answer was sent before; else remembers it (the call then
  * becomes a row). An answer that cannot be read is treated as new. */
 static __always_inline bool answer_sent_before(const struct call_entry *entry)
 {
-	struct sent_answer_key key = {
-		.tgid = entry->event.pid,
-		.function_id = entry->event.function_id,
-		.handle = entry->event.handle,
-	};
+	struct sent_answer_key key;
 	__u8 one = 1;
 
-	if (!entry->out_ptr ||
-	    bpf_probe_read_user(&key.answer, sizeof(key.answer), (void *)entry->out_ptr) < 0)
+	if (!answer_key(entry, &key))
 		return false;
 	if (bpf_map_lookup_elem(&sent_answers, &key))
 		return true;
 	bpf_map_update_elem(&sent_answers, &key, &one, BPF_ANY);
 	return false;
+}
+
+/* Forgets the answer of a row that could not be sent (the ring was full): the next call with
+ * it is then a row again, so the answer is not lost for good. */
+static __always_inline void forget_answer(const struct call_entry *entry)
+{
+	struct sent_answer_key key;
+
+	if (answer_key(entry, &key))
+		bpf_map_delete_elem(&sent_answers, &key);
 }
 
 /* The value a new call_stats entry starts from (comm and counts are filled in place). */
