@@ -156,7 +156,14 @@ impl QueueReceiver {
             .is_some_and(|t| t.elapsed() >= shared.shutdown_timeout)
             && state.spool.is_some()
         {
-            shared.spool_store(&mut state, batch, bytes);
+            // Past the deadline: straight to the spool, said as spool_the_rest says it.
+            let events = batch.len();
+            let (spooled, dropped) = if shared.spool_store(&mut state, batch, bytes) {
+                (events, 0)
+            } else {
+                (0, events)
+            };
+            tracing::warn!(sink = %shared.name, spooled, dropped, "shutdown timeout: undelivered events left in the spool, the rest dropped (counted by reason)");
         } else {
             // XIDs handed back are journaled again: the entry they had is released with the
             // others the sink was handed.
