@@ -174,7 +174,7 @@ impl HistoryState {
     /// Forgets processes that no longer exist under `proc_dir` and were already gone at the
     /// previous call (one check interval of grace).
     pub fn forget_exited(&mut self, proc_dir: &Path) {
-        let alive = |pid: &i32| proc_dir.join(pid.to_string()).exists();
+        let alive = |pid: &i32| super::process_exists(proc_dir, pid);
         let gone_before = std::mem::take(&mut self.gone);
         for pid in gone_before.iter().filter(|pid| !alive(pid)) {
             self.kernels.forget_process(*pid);

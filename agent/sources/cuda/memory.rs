@@ -333,7 +333,7 @@ impl MemoryLedger {
         let gone: Vec<i32> = self
             .processes
             .keys()
-            .filter(|pid| !proc_dir.join(pid.to_string()).exists())
+            .filter(|pid| !super::process_exists(proc_dir, pid))
             .copied()
             .collect();
         self.forget(&gone);

@@ -30,3 +30,9 @@ pub mod source;
 pub mod stats;
 
 pub use source::CudaSource;
+
+/// Whether process `pid` still exists under `proc_dir` (`/proc` on a host): how the per-process
+/// tables (names, history, devices, memory, answers sent) tell exited processes.
+pub fn process_exists(proc_dir: &std::path::Path, pid: impl std::fmt::Display) -> bool {
+    proc_dir.join(pid.to_string()).exists()
+}

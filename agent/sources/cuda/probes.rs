@@ -58,7 +58,7 @@ impl CudaProbes<'_> {
             let Ok(key) = bytemuck::try_pod_read_unaligned::<sent_answer_key>(&raw_key) else {
                 continue;
             };
-            if !proc_dir.join(key.tgid.to_string()).exists() && map.delete(&raw_key).is_ok() {
+            if !super::process_exists(proc_dir, key.tgid) && map.delete(&raw_key).is_ok() {
                 forgotten += 1;
             }
         }

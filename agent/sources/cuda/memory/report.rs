@@ -23,7 +23,7 @@ pub fn report(
     let time_ns = crate::enrich::now_ns(libc::CLOCK_REALTIME);
     let mut builder = CudaMemoryBatchBuilder::new(identity);
     let mut per_gpu: BTreeMap<GpuLabels, [u64; 5]> = BTreeMap::new();
-    let alive = |pid: i32| proc_dir.join(pid.to_string()).exists();
+    let alive = |pid: i32| crate::sources::cuda::process_exists(proc_dir, pid);
     for holder in holders.into_iter().filter(|h| alive(h.pid)) {
         let gpu = holder.gpu.as_deref();
         let labels = GpuLabels {
