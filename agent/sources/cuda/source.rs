@@ -15,9 +15,9 @@ use super::decode::{cuda_event, record_name, returned_uuid, Decoder};
 use super::devices::CallDevices;
 use super::history::CudaLaunchHistory;
 use super::kernels::rows::{self as kernel_rows, Resolved};
-use super::memory::{report as memory_report, MemoryLedger};
+use super::memory::MemoryLedger;
 use super::probes::{self, CudaProbes, ProcessFilter};
-use super::recorder::{self, is_sticky, DumpPlan};
+use super::recorder::{is_sticky, DumpPlan};
 use super::roles::{memory_role, MemoryRole, RoleTable};
 use super::stats::StatsDrain;
 use crate::accounting::{Accounting, Ring};
@@ -189,138 +189,6 @@ impl<'obj> CudaCapture<'obj> {
         }
     }
 
-    /// Flips the statistics generation when an interval ends and sends the rows of the one
-    /// that ended before (every generation when `all`: the probes are detached).
-    fn poll_stats(&mut self, now: Instant, all: bool) {
-        let Some(stats) = self.stats.as_mut() else {
-            return;
-        };
-        let polled = stats.poll(
-            now,
-            all,
-            &self.probes.skel.maps.call_stats,
-            &self.probes.functions,
-            &mut self.workloads,
-            self.accounting.ring(Ring::Cuda),
-        );
-        // Their successful calls count in the summary and the live view like rows do (their
-        // failures came as rows).
-        for entry in &polled.succeeded {
-            let name = self
-                .probes
-                .functions
-                .name(entry.function_id)
-                .unwrap_or("unknown");
-            self.calls.record_aggregate(
-                entry.function_id,
-                name,
-                entry.calls,
-                entry.duration_sum_ns,
-                entry.bytes_sum,
-                &entry.durations,
-            );
-            self.view.calls(entry.pid, &entry.comm, entry.calls);
-        }
-        if let Some(generation) = polled.flipped {
-            match self.probes.skel.maps.bss_data.as_deref_mut() {
-                Some(bss) => bss.stats_generation = generation,
-                None => tracing::error!(
-                    "the CUDA program has no .bss: statistics intervals cannot advance"
-                ),
-            }
-        }
-        if let Some(batch) = polled.batch {
-            self.outputs.batches.emit(batch);
-        }
-    }
-
-    /// Writes what each process holds per GPU (`cuda_memory` rows) and the per-GPU sums (the
-    /// memory metric), once an interval has passed or when `all`.
-    fn report_memory(&mut self, now: Instant, all: bool) {
-        if !all && now.duration_since(self.memory_reported_at) < self.memory_interval {
-            return;
-        }
-        self.memory_reported_at = now;
-        let (batch, per_gpu) = memory_report::report(
-            self.memory.holders(),
-            &self.proc_dir,
-            self.identity.clone(),
-            &mut self.workloads,
-        );
-        self.view.memory(per_gpu);
-        if let Some(batch) = batch {
-            self.outputs.batches.emit(batch);
-        }
-    }
-
-    /// Writes the flight recorder's calls of every process an incident just started for.
-    fn write_flight_recorder(&mut self) {
-        let Some(plan) = self.recorder.as_mut() else {
-            return;
-        };
-        for (pid, incident, xid_ns) in self.outputs.attribution.incident_links() {
-            plan.xid_incident(pid, incident, xid_ns);
-        }
-        let dumps = plan.take();
-        if dumps.is_empty() {
-            return;
-        }
-        let (calls, torn) = recorder::read_calls(&self.probes.skel.maps.recorder);
-        let Self {
-            decoder,
-            batcher,
-            workloads,
-            outputs,
-            accounting,
-            history,
-            devices,
-            ..
-        } = self;
-        let mut unknown_launches = 0;
-        for dump in &dumps {
-            let mut rows = 0u64;
-            for event in calls.iter().filter(|e| e.pid as i32 == dump.pid) {
-                let comm = c_chars(&event.comm);
-                let Ok(mut row) = decoder.cuda_row(event, &comm) else {
-                    continue;
-                };
-                if !(dump.from_ns..=dump.until_ns).contains(&row.time_ns) {
-                    continue;
-                }
-                row.workload = workloads.resolve(row.pid).map(|w| &**w);
-                let role = history.role(event.function_id);
-                let resolved = kernel_rows::resolve_at(&history.lock().kernels, role, &row);
-                unknown_launches += u64::from(resolved == Resolved::Unknown);
-                kernel_rows::apply(&mut row, &resolved);
-                let gpu = devices.gpu_of(row.pid, row.tid);
-                row.objects.gpu = gpu.as_deref();
-                if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
-                    outputs.batches.emit(batch);
-                }
-                rows += 1;
-            }
-            accounting
-                .ring(Ring::Cuda)
-                .flight_recorded
-                .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(
-                pid = dump.pid,
-                incident_id = %dump.incident,
-                rows,
-                torn_slots = torn,
-                "flight recorder: the process's calls before the incident written"
-            );
-        }
-        accounting
-            .ring(Ring::Cuda)
-            .unknown_kernel_launches
-            .fetch_add(unknown_launches, std::sync::atomic::Ordering::Relaxed);
-        // Sent at once: an incident's rows should not wait for the batch timeout.
-        if let Some(batch) = batcher.flush() {
-            outputs.batches.emit(batch);
-        }
-    }
-
     /// The row of one record, counted and batched; a full batch when one is due.
     #[inline]
     fn batch_record(&mut self, raw: &[u8]) -> Result<Option<EventBatch>, DecodeError> {
@@ -401,6 +269,8 @@ impl<'obj> CudaCapture<'obj> {
         Ok(batcher.push(&row))
     }
 }
+
+mod periodic;
 
 impl RunningRing for CudaCapture<'_> {
     fn rings(&self) -> anyhow::Result<Vec<RingMaps>> {
