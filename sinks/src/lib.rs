@@ -46,6 +46,8 @@ pub mod spool;
 pub mod stats;
 pub mod template;
 
+#[cfg(test)]
+mod small_disk;
 /// Rows, identities and batches for tests and benches (the `test-support` feature).
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

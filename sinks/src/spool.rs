@@ -10,7 +10,7 @@
 //! [`secure_fs`] (no symlink followed).
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use enum_map::EnumMap;
@@ -20,8 +20,10 @@ use crate::secure_fs;
 use crate::{EventBatch, EventKind};
 
 mod segment;
+mod write;
 
-use segment::{claimed, read_header, read_segment, HEADER_LEN};
+use segment::{claimed, read_header, read_segment};
+pub use write::{SegmentWrite, WrittenSegment};
 
 /// When segments reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -47,6 +49,10 @@ pub struct SpoolConfig {
     /// When segments reach the disk.
     #[serde(default)]
     pub fsync: FsyncPolicy,
+    /// Bytes (Arrow memory) of batches bound for the spool that may wait for the disk: the
+    /// spool is written by its own thread, so a slow disk fills this, not the kernel's ring.
+    #[serde(default = "default_write_buffer")]
+    pub write_buffer: u64,
 }
 
 fn yes() -> bool {
@@ -57,12 +63,20 @@ fn default_max_size() -> u64 {
     1 << 30
 }
 
+fn default_write_buffer() -> u64 {
+    32 << 20
+}
+
+/// The range `write_buffer` must be in.
+pub const WRITE_BUFFER_RANGE: std::ops::RangeInclusive<u64> = (1 << 20)..=(16 << 30);
+
 impl Default for SpoolConfig {
     fn default() -> Self {
         Self {
             enabled: true,
             max_size: default_max_size(),
             fsync: FsyncPolicy::default(),
+            write_buffer: default_write_buffer(),
         }
     }
 }
@@ -70,10 +84,19 @@ impl Default for SpoolConfig {
 impl SpoolConfig {
     /// Every problem with the values, as `(key, message)` pairs (keys relative to the sink).
     pub fn problems(&self) -> Vec<(&'static str, String)> {
-        crate::limits::out_of_range(self.max_size, 1..=16 << 40)
-            .map(|message| ("spool.max_size", message))
-            .into_iter()
-            .collect()
+        [
+            (
+                "spool.max_size",
+                crate::limits::out_of_range(self.max_size, 1..=16 << 40),
+            ),
+            (
+                "spool.write_buffer",
+                crate::limits::out_of_range(self.write_buffer, WRITE_BUFFER_RANGE),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, message)| Some((key, message?)))
+        .collect()
     }
 }
 
@@ -261,46 +284,42 @@ impl Spool {
 
     /// Appends `batch` as the newest segment; returns the bytes written.
     pub fn store(&mut self, batch: &EventBatch) -> Result<u64, SpoolError> {
-        let (header, payload) = segment::encode(batch)
-            .map_err(|e| corrupt(&self.dir, &format!("encoding the batch: {e}")))?;
-        let seq = self.next_seq;
-        let path = self.dir.join(format!("{seq:016x}.seg"));
-        let temp = self.dir.join(format!("{seq:016x}.seg.tmp"));
-        // O_EXCL|O_NOFOLLOW: a file or symlink planted at this name is refused, never written
-        // through; the name is skipped, so it costs this batch only.
-        let mut file = secure_fs::create_new_private(&temp).map_err(|e| {
-            self.next_seq += 1;
-            private(&temp, e)
-        })?;
-        let written = file
-            .write_all(&header)
-            .and_then(|()| file.write_all(&payload))
-            .and_then(|()| match self.config.fsync {
-                FsyncPolicy::Always => file.sync_all(),
-                FsyncPolicy::Never => Ok(()),
-            });
-        drop(file);
-        if let Err(err) = written {
-            // Ours (created just now): remove it, or the next store at this name would fail.
-            let _ = fs::remove_file(&temp);
-            return Err(io_err(&temp)(err));
-        }
-        fs::rename(&temp, &path).map_err(io_err(&path))?;
-        if self.config.fsync == FsyncPolicy::Always {
-            secure_fs::sync_dir(&self.dir).map_err(|e| private(&self.dir, e))?;
-        }
-        let bytes = (HEADER_LEN + payload.len()) as u64;
-        self.next_seq += 1;
-        self.bytes += bytes;
-        self.pending[batch.kind] += batch.len() as u64;
-        self.segments.push_back(Segment {
-            seq,
-            path,
-            bytes,
-            kind: batch.kind,
-            events: batch.len() as u64,
-        });
+        let written = self.reserve().write(batch)?;
+        let bytes = written.bytes;
+        self.commit(written);
         Ok(bytes)
+    }
+
+    /// The name of the next segment, to be written by [`SegmentWrite::write`] without this
+    /// spool (another thread may write it while the spool is used) and then
+    /// [`commit`](Self::commit)ted. A reserved name that is never committed is skipped.
+    pub fn reserve(&mut self) -> SegmentWrite {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        SegmentWrite {
+            seq,
+            dir: self.dir.clone(),
+            fsync: self.config.fsync,
+        }
+    }
+
+    /// Adds a written segment to the index, in sequence order (a segment written meanwhile
+    /// by another path may have been committed first).
+    pub fn commit(&mut self, written: WrittenSegment) {
+        let WrittenSegment { segment, .. } = written;
+        self.bytes += segment.bytes;
+        self.pending[segment.kind] += segment.events;
+        let at = self
+            .segments
+            .iter()
+            .rposition(|s| s.seq < segment.seq)
+            .map_or(0, |i| i + 1);
+        self.segments.insert(at, segment);
+    }
+
+    /// Bytes of Arrow memory that may wait for the disk (`write_buffer`).
+    pub fn write_buffer(&self) -> u64 {
+        self.config.write_buffer
     }
 
     /// Reads the oldest segment without removing it. Corrupt segments are quarantined and

@@ -258,29 +258,6 @@ mod tests {
         );
     }
 
-    /// A small tmpfs, unmounted when dropped (tests run as root; elsewhere `None`).
-    struct SmallDisk(tempfile::TempDir);
-
-    impl SmallDisk {
-        fn mount(size: &str) -> Option<SmallDisk> {
-            let dir = tempfile::tempdir().unwrap();
-            let status = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-                .arg(dir.path())
-                .status()
-                .ok()?;
-            status.success().then_some(SmallDisk(dir))
-        }
-    }
-
-    impl Drop for SmallDisk {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg(self.0.path())
-                .status();
-        }
-    }
-
     fn parsed_lines(path: &Path) -> usize {
         let text = std::fs::read_to_string(path).unwrap();
         assert!(text.is_empty() || text.ends_with('\n'), "ends mid-line");
@@ -295,11 +272,11 @@ mod tests {
 
     #[test]
     fn on_a_full_disk_every_line_is_whole_and_counted() {
-        let Some(disk) = SmallDisk::mount("64k") else {
+        let Some(disk) = crate::small_disk::SmallDisk::mount("64k") else {
             eprintln!("no tmpfs (not root?): skipped");
             return;
         };
-        let path = disk.0.path().join("events.jsonl");
+        let path = disk.path().join("events.jsonl");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

@@ -66,6 +66,8 @@ pub(super) fn open_journal(name: &str, spool: &Spool, stats: &SinkStats) -> Opti
         enabled: true,
         max_size: u64::MAX,
         fsync: crate::spool::FsyncPolicy::Always,
+        // Written by the producer itself (written ahead), never through a spill lane.
+        ..crate::spool::SpoolConfig::default()
     };
     match Spool::open(&dir, config) {
         Ok(mut journal) => {

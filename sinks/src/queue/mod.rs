@@ -13,7 +13,8 @@
 //!   `drop_oldest` drops the oldest queued ones; both count `buffer_full`.
 //! - With a spool, a full memory queue spills to disk instead of waiting, whatever the policy:
 //!   capture waits (`block`) or drops (`drop_*`) only when memory and spool are both full, or
-//!   when there is no spool. Once the spool holds anything, every new CUDA/driver batch goes
+//!   when there is no spool. The spool is written by its own thread behind a bounded spill
+//!   lane (see [`spill`]), so the producer never waits for the disk. Once the spool holds anything, every new CUDA/driver batch goes
 //!   behind it, so order is kept; it is replayed, oldest first, once memory is empty, and
 //!   survives restarts. A full spool drops CUDA and driver batches (`spool_full`, by the
 //!   policy), never XIDs.
@@ -41,8 +42,8 @@ use enum_map::EnumMap;
 use tokio::sync::Notify;
 
 use crate::spool::Spool;
-use crate::stats::{DropReason, SinkStats};
-use crate::{EventBatch, EventKind, Retention};
+use crate::stats::SinkStats;
+use crate::{EventBatch, EventKind};
 
 /// Retry delays after a failed delivery: doubling from the first to the last, each with a
 /// random jitter of up to itself added (capped at the last), so sinks that failed together
@@ -72,118 +73,16 @@ pub(crate) struct Queued {
 }
 
 #[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) xid: VecDeque<Queued>,
-    pub(crate) cuda: VecDeque<Queued>,
-    pub(crate) events: usize,
-    /// `events` by kind (kept as batches come and go, so publishing is not a scan).
-    pub(crate) events_by_kind: EnumMap<EventKind, u64>,
-    pub(crate) bytes: usize,
-    pub(crate) senders: usize,
-    pub(crate) receiver_alive: bool,
-    pub(crate) spool: Option<Spool>,
-    /// XIDs written ahead, until the sink settles them (only with a spool).
-    pub(crate) journal: Option<Spool>,
-    /// Journal entries of XID batches handed to the sink and not yet known settled.
-    pub(crate) journal_handed: Vec<u64>,
-    /// Events handed to the sink (taken), and handed back by it (rejected), by kind.
-    pub(crate) handed: EnumMap<EventKind, u64>,
-    pub(crate) returned: EnumMap<EventKind, u64>,
-    /// The last take or acknowledgement (or the start), for stall detection.
-    pub(crate) last_progress: Instant,
-    /// Since when the sink holds XIDs it has not settled.
-    pub(crate) xid_unsettled_since: Option<Instant>,
-    /// Set while the sink holds work and acknowledges nothing for the stall timeout.
-    pub(crate) stalled: bool,
-    /// False from a rejected batch until the next delivered one.
-    pub(crate) sink_healthy: bool,
-    /// The delays of the retries to come.
-    pub(crate) backoff: ExponentialBackoff,
-    pub(crate) retry_at: Option<Instant>,
-    pub(crate) closed_at: Option<Instant>,
-}
-
-impl State {
-    pub(crate) fn push(&mut self, queued: Queued, front: bool) {
-        self.events += queued.batch.len();
-        self.events_by_kind[queued.batch.kind] += queued.batch.len() as u64;
-        self.bytes += queued.bytes;
-        // Droppable kinds (CUDA, driver) share the policy-governed lane.
-        let lane = match queued.batch.kind.retention() {
-            Retention::Kept => &mut self.xid,
-            Retention::Droppable => &mut self.cuda,
-        };
-        if front {
-            lane.push_front(queued);
-        } else {
-            lane.push_back(queued);
-        }
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<Queued> {
-        let queued = self.xid.pop_front().or_else(|| self.cuda.pop_front())?;
-        self.forget(&queued);
-        Some(queued)
-    }
-
-    /// Takes the oldest XID batch only.
-    pub(crate) fn pop_xid(&mut self) -> Option<Queued> {
-        let queued = self.xid.pop_front()?;
-        self.forget(&queued);
-        Some(queued)
-    }
-
-    /// Takes the oldest CUDA/driver batch only (dropped by `drop_oldest`).
-    pub(crate) fn pop_oldest_cuda(&mut self) -> Option<Queued> {
-        let queued = self.cuda.pop_front()?;
-        self.forget(&queued);
-        Some(queued)
-    }
-
-    /// Uncounts a batch that left memory.
-    fn forget(&mut self, queued: &Queued) {
-        self.events -= queued.batch.len();
-        self.events_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
-        self.bytes -= queued.bytes;
-    }
-
-    pub(crate) fn has_room(&self, config: &BufferConfig, events: usize, bytes: usize) -> bool {
-        // An oversized batch is still admitted into an empty queue, or nothing could pass.
-        self.events == 0
-            || (self.events + events <= config.max_events && self.bytes + bytes <= config.max_bytes)
-    }
-
-    pub(crate) fn spool_backlog(&self) -> bool {
-        self.spool.as_ref().is_some_and(|s| !s.is_empty())
-    }
-
-    /// Events of `kind` handed to the sink that it has not yet settled (delivered, failed,
-    /// refused or handed back).
-    pub(crate) fn in_sink(&self, stats: &SinkStats, kind: EventKind) -> u64 {
-        let settled = stats.delivered.get(kind)
-            + stats.failed.get(kind)
-            + stats.dropped(DropReason::Rejected, kind);
-        self.handed[kind]
-            .saturating_sub(self.returned[kind])
-            .saturating_sub(settled)
-    }
-
-    /// Counts `events` of `kind` handed to the sink.
-    pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
-        self.handed[kind] += events as u64;
-        self.last_progress = now;
-        if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
-            self.xid_unsettled_since = Some(now);
-        }
-    }
-}
-
-#[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) name: String,
     pub(crate) state: Mutex<State>,
     pub(crate) room: Condvar,
     pub(crate) ready: Notify,
+    /// Wakes the spool's writer thread.
+    pub(crate) spill_ready: Condvar,
+    /// Held by a test to stall the writer thread before each write, as a stalled disk does.
+    #[cfg(test)]
+    pub(crate) writer_gate: Mutex<()>,
     pub(crate) config: BufferConfig,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) stats: Arc<SinkStats>,
@@ -199,15 +98,19 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Publishes the queue's gauges; batches on their way to the spool count as queued.
     pub(crate) fn publish(&self, state: &State) {
+        let unwritten: u64 = EventKind::all().map(|kind| state.unwritten(kind)).sum();
         self.stats
             .queued_events
-            .store(state.events as u64, Ordering::Relaxed);
-        self.stats
-            .queued_bytes
-            .store(state.bytes as u64, Ordering::Relaxed);
+            .store(state.events as u64 + unwritten, Ordering::Relaxed);
+        self.stats.queued_bytes.store(
+            (state.bytes + state.spilling_bytes) as u64,
+            Ordering::Relaxed,
+        );
         for (kind, &events) in &state.events_by_kind {
-            self.stats.set_queued_events(kind, events);
+            self.stats
+                .set_queued_events(kind, events + state.unwritten(kind));
         }
         if let Some(spool) = &state.spool {
             for kind in EventKind::all() {
@@ -263,47 +166,6 @@ impl Shared {
         let suppressed = std::mem::take(&mut limit.suppressed);
         limit.last = Some(now);
         tracing::error!(sink = %self.name, %err, suppressed, "{message}");
-    }
-
-    /// Writes `batch` to the spool (the caller checked it is enabled), applying the policy when
-    /// the spool is full: droppable batches (CUDA, driver) are dropped (`drop_oldest` drops old
-    /// droppable segments instead), XIDs are always kept.
-    /// True when the batch is on disk.
-    pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) -> bool {
-        let kind = batch.kind;
-        let events = batch.len() as u64;
-        let Some(spool) = state.spool.as_mut() else {
-            self.stats
-                .drop_events(DropReason::SinkStopped, kind, events);
-            return false;
-        };
-        if kind.droppable() && !spool.has_room(bytes as u64) {
-            if self.config.when_full == WhenFull::DropOldest {
-                while !spool.has_room(bytes as u64) {
-                    let Some((dropped_kind, dropped)) = spool.drop_oldest_droppable() else {
-                        break;
-                    };
-                    self.stats
-                        .drop_events(DropReason::SpoolFull, dropped_kind, dropped);
-                }
-            }
-            if !spool.has_room(bytes as u64) {
-                self.stats.drop_events(DropReason::SpoolFull, kind, events);
-                return false;
-            }
-        }
-        match spool.store(&batch) {
-            Ok(_) => {
-                self.stats.spooled.add(kind, events);
-                true
-            }
-            Err(err) => {
-                self.warn_limited(&self.spool_warning, "cannot spool; events dropped", &err);
-                self.stats
-                    .drop_events(DropReason::SpoolFailed, kind, events);
-                false
-            }
-        }
     }
 }
 
@@ -366,6 +228,11 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         senders: 1,
         receiver_alive: true,
         spool,
+        spilling: VecDeque::new(),
+        spilling_bytes: 0,
+        spilling_by_kind: EnumMap::default(),
+        writing: None,
+        spool_writer: true,
         journal: None,
         journal_handed: Vec::new(),
         handed: EnumMap::default(),
@@ -386,6 +253,9 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         state: Mutex::new(state),
         room: Condvar::new(),
         ready: Notify::new(),
+        spill_ready: Condvar::new(),
+        #[cfg(test)]
+        writer_gate: Mutex::new(()),
         config: options.buffer,
         shutdown_timeout: options.shutdown_timeout,
         stats,
@@ -393,6 +263,17 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         journal_warning: Mutex::new(RateLimit::default()),
     });
     shared.publish(&shared.lock());
+    if shared.lock().spool.is_some() {
+        let writer = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("gpuship-spool".into())
+            .spawn(move || spill::write_spilled(writer));
+        if let Err(err) = spawned {
+            // Without the thread the queue spools on the producer's thread, as it used to.
+            tracing::error!(sink = %shared.name, %err, "cannot start the spool writer thread; spooling on the capture thread");
+            shared.lock().spool_writer = false;
+        }
+    }
     (
         QueueSender {
             shared: shared.clone(),
@@ -416,10 +297,16 @@ mod config;
 mod journal;
 mod receiver;
 mod sender;
+mod spill;
+mod state;
+
+pub(crate) use state::State;
 
 pub use config::{BufferConfig, WhenFull, STALL_TIMEOUT_MS_RANGE};
 use journal::{count_corrupt_at_open, open_journal, replay_journal};
 pub use journal::{journaled_xids, JOURNAL_DIR};
 
+#[cfg(test)]
+mod spill_tests;
 #[cfg(test)]
 mod tests;

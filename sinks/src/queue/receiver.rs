@@ -93,31 +93,41 @@ impl QueueReceiver {
                 .stats
                 .drop_events(DropReason::SpoolCorrupt, kind, events);
         }
-        let batch = batch?;
-        spool.pop();
+        let batch = match batch {
+            Some(batch) => {
+                spool.pop();
+                shared.stats.replayed.add(batch.kind, batch.len() as u64);
+                batch
+            }
+            // The spool is empty: the spill lane's oldest batch, straight from memory, unless
+            // an older one is being written (it comes back from the spool once committed).
+            None if state.writing.is_none() => state.unspill()?.batch,
+            None => return None,
+        };
         state.hand(batch.kind, batch.len(), Instant::now());
-        shared.stats.replayed.add(batch.kind, batch.len() as u64);
         shared.publish(state);
-        // Room in the spool for a producer waiting on a full one.
+        // Room in the spool or the lane for a producer waiting on a full one.
         shared.room.notify_all();
         Some(batch)
     }
 
     pub(crate) fn spool_the_rest(&self, state: &mut State) {
         let shared = &*self.shared;
-        let (mut spooled, mut dropped) = (0, 0);
+        // The spill lane first (the writer thread cannot take from it meanwhile: this holds
+        // the lock), then memory.
+        let (mut spooled, mut dropped) = shared.write_lane_now(state);
         while let Some(queued) = state.pop() {
             let Queued {
                 batch,
                 bytes,
                 journal,
             } = queued;
-            let events = batch.len();
+            let events = batch.len() as u64;
             if state.spool.is_none() {
                 dropped += events;
                 shared
                     .stats
-                    .drop_events(DropReason::ShutdownTimeout, batch.kind, events as u64);
+                    .drop_events(DropReason::ShutdownTimeout, batch.kind, events);
             } else if shared.spool_store(state, batch, bytes) {
                 spooled += events;
                 // Now in the spool: the journal entry has done its job.
@@ -222,7 +232,10 @@ impl QueueReceiver {
 impl Drop for QueueReceiver {
     fn drop(&mut self) {
         let shared = &*self.shared;
-        let mut state = shared.lock();
+        // Batches bound for the spool reach it (the next run sends them): the writer's
+        // current one, then the rest of the lane on this thread.
+        let mut state = shared.wait_for_writer(shared.lock());
+        shared.write_lane_now(&mut state);
         state.receiver_alive = false;
         // Journaled XIDs stay journaled: the next run delivers them.
         while let Some(queued) = state.pop() {
@@ -235,5 +248,7 @@ impl Drop for QueueReceiver {
         shared.publish(&state);
         drop(state);
         shared.room.notify_all();
+        // The writer thread ends.
+        shared.spill_ready.notify_all();
     }
 }

@@ -70,7 +70,17 @@ impl QueueSender {
                         if state.stalled {
                             shared.stats.count_error("stalled", batch.len() as u64);
                         }
-                        shared.spool_store(&mut state, batch, bytes);
+                        if state.spool_writer {
+                            // The writer thread writes it: this thread never waits for the disk.
+                            state.spill(Queued {
+                                batch,
+                                bytes,
+                                journal: None,
+                            });
+                            shared.spill_ready.notify_one();
+                        } else {
+                            shared.spool_store(&mut state, batch, bytes);
+                        }
                     }
                     shared.publish(&state);
                     drop(state);
@@ -107,14 +117,17 @@ fn admit(
 ) -> Admission {
     let fits = state.has_room(&shared.config, events, bytes);
     shared.check_stall(state, Instant::now());
+    let backlog = state.spool_backlog();
     if let Some(spool) = &state.spool {
-        let backlog = !spool.is_empty();
         if backlog || (!fits && kind.droppable()) {
             // A full spool under `block` waits for the replay to make room, keeping order;
-            // the drop policies drop there (counted by `spool_store` as `spool_full`).
-            let spool_full = !spool.has_room(bytes as u64);
+            // the drop policies drop there (counted as `spool_full` when it is written).
+            let spool_full = !spool.has_room((state.spilling_bytes + bytes) as u64);
             if spool_full && kind.droppable() && shared.config.when_full == WhenFull::Block {
                 return Admission::Wait;
+            }
+            if kind.droppable() && state.spool_writer && !state.lane_has_room(bytes) {
+                return lane_full(shared, state, kind, events, bytes);
             }
             return Admission::Spooled;
         }
@@ -142,6 +155,39 @@ fn admit(
                 );
             }
             Admission::Memory
+        }
+    }
+}
+
+/// A batch bound for the spool finds the spill lane full (the disk is slower than the
+/// load): the policy decides, as for a full memory queue (`buffer_full`).
+fn lane_full(
+    shared: &Shared,
+    state: &mut State,
+    kind: EventKind,
+    events: usize,
+    bytes: usize,
+) -> Admission {
+    match shared.config.when_full {
+        WhenFull::Block => Admission::Wait,
+        WhenFull::DropNewest => {
+            shared
+                .stats
+                .drop_events(DropReason::BufferFull, kind, events as u64);
+            Admission::Dropped
+        }
+        WhenFull::DropOldest => {
+            while !state.lane_has_room(bytes) {
+                let Some(old) = state.unspill() else {
+                    break;
+                };
+                shared.stats.drop_events(
+                    DropReason::BufferFull,
+                    old.batch.kind,
+                    old.batch.len() as u64,
+                );
+            }
+            Admission::Spooled
         }
     }
 }

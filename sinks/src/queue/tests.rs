@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::*;
+use crate::stats::DropReason;
 use crate::test_support::{cuda_batch as cuda, result_tag as tag, xid_batch as xid};
 
 fn config(max_events: usize, when_full: WhenFull) -> BufferConfig {
@@ -169,6 +170,7 @@ fn a_failing_sink_spills_to_the_spool_and_replays_in_order_with_xids_first() {
     tx.send_blocking(cuda(4, 3)); // memory full: spooled, not blocked
     tx.send_blocking(xid()); // journaled, kept in memory ahead of everything
     tx.send_blocking(cuda(4, 4)); // behind the backlog
+    tx.wait_until_written();
     assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
     assert_eq!(stats.spool_pending(EventKind::Xid), 0);
     assert_eq!(stats.queued_events_of(EventKind::Xid), 1);
@@ -283,10 +285,12 @@ fn a_sink_that_stops_taking_is_stalled_and_block_spills_instead_of_waiting() {
     for t in 0..4 {
         tx.send_blocking(cuda(4, t));
     }
+    tx.wait_until_written();
     assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
     assert!(stats.healthy(), "not yet past the stall timeout");
     std::thread::sleep(Duration::from_millis(150));
     tx.send_blocking(cuda(4, 9));
+    tx.wait_until_written();
     assert!(
         !stats.healthy(),
         "stalled: events waiting, nothing taken or acknowledged"
@@ -384,6 +388,7 @@ fn a_full_spool_drops_driver_batches_as_it_drops_cuda_ones() {
         let (tx, _rx) = queue_with(options, stats.clone());
         tx.send_blocking(cuda(4, 1)); // memory now full; the spool takes nothing (1 byte)
         tx.send_blocking(driver(3));
+        tx.wait_until_written();
         assert_eq!(
             stats.dropped(DropReason::SpoolFull, EventKind::Driver),
             3,
@@ -416,6 +421,7 @@ fn drop_oldest_evicts_spooled_driver_segments_for_room() {
     };
     let (tx, _rx) = queue_with(options, stats.clone());
     tx.send_blocking(driver(5)); // behind the backlog: the old segment makes room
+    tx.wait_until_written();
     assert_eq!(stats.dropped(DropReason::SpoolFull, EventKind::Driver), 5);
     assert_eq!(stats.spooled.get(EventKind::Driver), 5 + 5);
     assert_eq!(segments(dir.path()), 1);

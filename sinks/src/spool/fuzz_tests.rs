@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::schema::schema_for;
 use crate::test_support::{cuda_batch, xid_batch};
+use segment::HEADER_LEN;
 
 // The Arrow IPC panic this harness found (a payload changed under a valid checksum) replays
 // from its seed in `sinks/proptest-regressions/spool_fuzz_tests.txt`.

@@ -1,0 +1,217 @@
+//! Writing a queue's spool: the spill lane and its writer thread, and the synchronous writes
+//! of the shutdown paths.
+//!
+//! A batch the queue decides to spool goes into the *spill lane* (memory, bounded by the
+//! spool's `write_buffer`) and one thread per spool writes it to disk, so the producer (the
+//! capture thread) never waits for the disk, and the queue's lock is not held during a write.
+//! A slow or stalled disk fills the lane; only a full lane makes the producer wait (`block`)
+//! or drop (`buffer_full`), as a full memory queue does.
+//!
+//! Order is kept: the lane holds the newest batches bound for the spool, the spool the older
+//! ones, and the receiver takes spooled segments first, then (once the spool is empty and no
+//! write is in flight) the lane's oldest batch straight from memory.
+
+use std::sync::Arc;
+
+use super::{Queued, Shared, State, WhenFull};
+use crate::stats::DropReason;
+use crate::{EventBatch, EventKind};
+
+/// A batch taken from the lane by the writer, until its segment is committed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Writing {
+    pub(crate) kind: EventKind,
+    pub(crate) events: u64,
+}
+
+impl State {
+    /// Puts a batch in the spill lane (the writer thread writes it).
+    pub(crate) fn spill(&mut self, queued: Queued) {
+        self.spilling_bytes += queued.bytes;
+        self.spilling_by_kind[queued.batch.kind] += queued.batch.len() as u64;
+        self.spilling.push_back(queued);
+    }
+
+    /// Takes the lane's oldest batch.
+    pub(crate) fn unspill(&mut self) -> Option<Queued> {
+        let queued = self.spilling.pop_front()?;
+        self.spilling_bytes -= queued.bytes;
+        self.spilling_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
+        Some(queued)
+    }
+
+    /// Whether the lane has room for `bytes` more of a droppable kind (XIDs always fit).
+    pub(crate) fn lane_has_room(&self, bytes: usize) -> bool {
+        let limit = self.spool.as_ref().map_or(0, |s| s.write_buffer());
+        // An oversized batch still enters an empty lane, or nothing could pass.
+        self.spilling.is_empty() || (self.spilling_bytes + bytes) as u64 <= limit
+    }
+
+    /// Events of `kind` waiting for the disk: in the lane, or being written.
+    pub(crate) fn unwritten(&self, kind: EventKind) -> u64 {
+        let writing = self
+            .writing
+            .filter(|w| w.kind == kind)
+            .map_or(0, |w| w.events);
+        self.spilling_by_kind[kind] + writing
+    }
+}
+
+impl Shared {
+    /// Makes room in the spool for a batch of `bytes` under the policy (`drop_oldest` drops
+    /// old droppable segments); false when a droppable batch still does not fit (counted as
+    /// `spool_full`). XIDs always fit.
+    fn spool_room(&self, state: &mut State, kind: EventKind, events: u64, bytes: usize) -> bool {
+        let Some(spool) = state.spool.as_mut() else {
+            return false;
+        };
+        if !kind.droppable() || spool.has_room(bytes as u64) {
+            return true;
+        }
+        if self.config.when_full == WhenFull::DropOldest {
+            while !spool.has_room(bytes as u64) {
+                let Some((dropped_kind, dropped)) = spool.drop_oldest_droppable() else {
+                    break;
+                };
+                self.stats
+                    .drop_events(DropReason::SpoolFull, dropped_kind, dropped);
+            }
+        }
+        if spool.has_room(bytes as u64) {
+            return true;
+        }
+        self.stats.drop_events(DropReason::SpoolFull, kind, events);
+        false
+    }
+
+    /// Writes `batch` to the spool now, on this thread (the shutdown paths), applying the
+    /// policy when the spool is full: droppable batches (CUDA, driver) are dropped
+    /// (`drop_oldest` drops old droppable segments instead), XIDs are always kept.
+    /// True when the batch is on disk.
+    pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) -> bool {
+        let kind = batch.kind;
+        let events = batch.len() as u64;
+        if state.spool.is_none() {
+            self.stats
+                .drop_events(DropReason::SinkStopped, kind, events);
+            return false;
+        }
+        if !self.spool_room(state, kind, events, bytes) {
+            return false;
+        }
+        let Some(spool) = state.spool.as_mut() else {
+            return false;
+        };
+        match spool.store(&batch) {
+            Ok(_) => {
+                self.stats.spooled.add(kind, events);
+                true
+            }
+            Err(err) => {
+                self.warn_limited(&self.spool_warning, "cannot spool; events dropped", &err);
+                self.stats
+                    .drop_events(DropReason::SpoolFailed, kind, events);
+                false
+            }
+        }
+    }
+
+    /// Waits until the writer thread has no write in flight (the shutdown paths then write
+    /// the rest themselves).
+    pub(crate) fn wait_for_writer<'a>(
+        &'a self,
+        mut state: std::sync::MutexGuard<'a, State>,
+    ) -> std::sync::MutexGuard<'a, State> {
+        while state.writing.is_some() {
+            state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state
+    }
+
+    /// Writes what is left in the lane, on this thread; returns (spooled, dropped) events.
+    pub(crate) fn write_lane_now(&self, state: &mut State) -> (u64, u64) {
+        let (mut spooled, mut dropped) = (0, 0);
+        while let Some(Queued { batch, bytes, .. }) = state.unspill() {
+            let events = batch.len() as u64;
+            if self.spool_store(state, batch, bytes) {
+                spooled += events;
+            } else {
+                dropped += events;
+            }
+        }
+        (spooled, dropped)
+    }
+}
+
+/// The spool's writer thread: writes the lane's batches oldest first until the receiver is
+/// gone and the lane is empty.
+pub(crate) fn write_spilled(shared: Arc<Shared>) {
+    let mut state = shared.lock();
+    loop {
+        let Some(Queued { batch, bytes, .. }) = state.unspill() else {
+            if !state.receiver_alive {
+                return;
+            }
+            state = shared
+                .spill_ready
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        let (kind, events) = (batch.kind, batch.len() as u64);
+        let reserved = if shared.spool_room(&mut state, kind, events, bytes) {
+            state.spool.as_mut().map(|spool| spool.reserve())
+        } else {
+            None
+        };
+        let Some(segment) = reserved else {
+            shared.publish(&state);
+            shared.room.notify_all();
+            continue;
+        };
+        state.writing = Some(Writing { kind, events });
+        drop(state);
+        #[cfg(test)]
+        let _gate = shared.writer_gate.lock();
+        let written = segment.write(&batch);
+        drop(batch);
+        state = shared.lock();
+        state.writing = None;
+        match written {
+            Ok(written) => {
+                if let Some(spool) = state.spool.as_mut() {
+                    spool.commit(written);
+                }
+                shared.stats.spooled.add(kind, events);
+            }
+            Err(err) => {
+                shared.warn_limited(&shared.spool_warning, "cannot spool; events dropped", &err);
+                shared
+                    .stats
+                    .drop_events(DropReason::SpoolFailed, kind, events);
+            }
+        }
+        shared.publish(&state);
+        // Room in the lane for a waiting producer; a segment (or the end of a write) for a
+        // waiting receiver.
+        shared.room.notify_all();
+        shared.ready.notify_one();
+    }
+}
+
+#[cfg(test)]
+impl super::QueueSender {
+    /// Waits until every batch bound for the spool is written (or dropped), for tests that
+    /// look at the spool right after sending.
+    pub(crate) fn wait_until_written(&self) {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        while !state.spilling.is_empty() || state.writing.is_some() {
+            state = shared
+                .room
+                .wait_timeout(state, std::time::Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}

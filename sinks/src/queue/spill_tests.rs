@@ -1,0 +1,240 @@
+//! Tests of the spill lane: a stalled spool disk (the writer thread held before each write)
+//! never blocks the producer until the lane is full, the policies apply to a full lane, order
+//! is kept between memory, lane and spool, and the lane reaches the disk at shutdown.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::*;
+use crate::stats::DropReason;
+use crate::test_support::{cuda_batch as cuda, result_tag as tag};
+
+fn config(max_events: usize, when_full: WhenFull) -> BufferConfig {
+    BufferConfig {
+        max_events,
+        max_bytes: usize::MAX,
+        when_full,
+        ..BufferConfig::default()
+    }
+}
+
+fn spooled_queue(
+    dir: &std::path::Path,
+    buffer: BufferConfig,
+    write_buffer: u64,
+    stats: &Arc<SinkStats>,
+) -> (QueueSender, QueueReceiver) {
+    let spool_config = crate::SpoolConfig {
+        write_buffer,
+        ..crate::SpoolConfig::default()
+    };
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer,
+        spool: Some(crate::Spool::open(dir, spool_config).unwrap()),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    queue_with(options, stats.clone())
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+fn segments(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "seg"))
+        .count()
+}
+
+/// Sends `batch` on another thread; the receiver of the result says when the send returned.
+fn send_in_thread(tx: &QueueSender, batch: EventBatch) -> mpsc::Receiver<()> {
+    let (done, returned) = mpsc::channel();
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        tx.send_blocking(batch);
+        let _ = done.send(());
+    });
+    returned
+}
+
+/// Waits until the writer thread holds a batch (it is then stuck at the gate).
+fn wait_until_writing(tx: &QueueSender) {
+    for _ in 0..1000 {
+        if tx.shared.lock().writing.is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the writer thread never took a batch");
+}
+
+#[test]
+fn a_stalled_spool_disk_never_blocks_the_producer_and_order_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, mut rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 32 << 20, &stats);
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    // The sink takes nothing yet: memory (4 events) fills and the rest goes to the spool,
+    // whose disk is stalled. Every send still returns at once.
+    for t in 0..=10 {
+        let returned = send_in_thread(&tx, cuda(4, t));
+        assert!(
+            returned.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "send {t} waited for the stalled disk"
+        );
+    }
+    assert_eq!(
+        stats.spooled.get(EventKind::Cuda),
+        0,
+        "nothing reached the disk"
+    );
+    assert_eq!(stats.queued_events_of(EventKind::Cuda), 44);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 44);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    assert_eq!(segments(dir.path()), 0);
+    // The disk comes back while the sink takes: every batch comes out once, in order.
+    drop(gate);
+    let mut tags = Vec::new();
+    while tags.len() < 11 {
+        let batch = block_on(rx.recv()).expect("a batch");
+        tags.push(tag(&batch));
+        stats.delivered.add(batch.kind, batch.len() as u64);
+        rx.delivered();
+    }
+    assert_eq!(tags, (0..=10).collect::<Vec<_>>());
+    tx.wait_until_written();
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+    assert_eq!(stats.delivered.get(EventKind::Cuda), 44);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    assert_eq!(
+        segments(dir.path()),
+        0,
+        "every segment replayed and deleted"
+    );
+}
+
+#[test]
+fn a_full_lane_drops_the_newest_batch_as_buffer_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    // A 1-byte lane holds one batch at a time (an oversized batch enters an empty lane).
+    let (tx, _rx) = spooled_queue(dir.path(), config(4, WhenFull::DropNewest), 1, &stats);
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0)); // memory
+    tx.send_blocking(cuda(4, 1)); // lane; the writer takes it and waits at the gate
+    wait_until_writing(&tx);
+    tx.send_blocking(cuda(4, 2)); // lane
+    tx.send_blocking(cuda(4, 3)); // lane full: dropped
+    assert_eq!(stats.dropped(DropReason::BufferFull, EventKind::Cuda), 4);
+    assert_eq!(stats.queued_events_of(EventKind::Cuda), 12);
+    drop(gate);
+    tx.wait_until_written();
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 8);
+    assert_eq!(segments(dir.path()), 2);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 4, "the batch in memory");
+}
+
+#[test]
+fn a_full_lane_makes_block_wait_for_the_disk_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, _rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 1, &stats);
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0));
+    tx.send_blocking(cuda(4, 1));
+    wait_until_writing(&tx);
+    tx.send_blocking(cuda(4, 2));
+    let returned = send_in_thread(&tx, cuda(4, 3));
+    assert!(
+        returned.recv_timeout(Duration::from_millis(300)).is_err(),
+        "block returned while the lane was full"
+    );
+    drop(gate);
+    assert!(returned.recv_timeout(Duration::from_secs(10)).is_ok());
+    tx.wait_until_written();
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 12);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    assert_eq!(segments(dir.path()), 3);
+}
+
+#[test]
+fn the_lane_reaches_the_disk_when_the_sink_ends_and_the_next_run_replays_it_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let stats = Arc::new(SinkStats::default());
+        let (tx, rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 32 << 20, &stats);
+        let gate = tx.shared.writer_gate.lock().unwrap();
+        tx.send_blocking(cuda(4, 0)); // memory: dropped as sink_stopped when the sink ends
+        for t in 1..=5 {
+            tx.send_blocking(cuda(4, t));
+        }
+        wait_until_writing(&tx);
+        // The sink ends while the disk is stalled: its end waits for the write in flight and
+        // writes the rest of the lane itself.
+        let sink_end = std::thread::spawn(move || drop(rx));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !sink_end.is_finished(),
+            "the end did not wait for the write"
+        );
+        drop(gate);
+        sink_end.join().unwrap();
+        assert_eq!(stats.spooled.get(EventKind::Cuda), 20);
+        assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Cuda), 4);
+        assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+        assert_eq!(segments(dir.path()), 5);
+    }
+    let stats = Arc::new(SinkStats::default());
+    let (_tx, mut rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 32 << 20, &stats);
+    let tags: Vec<u32> = (0..5)
+        .map(|_| tag(&block_on(rx.recv()).expect("a replayed batch")))
+        .collect();
+    assert_eq!(tags, vec![1, 2, 3, 4, 5]);
+    assert_eq!(stats.replayed.get(EventKind::Cuda), 20);
+}
+
+#[test]
+fn a_full_spool_disk_counts_every_batch_it_cannot_write_and_keeps_the_rest_whole() {
+    let Some(disk) = crate::small_disk::SmallDisk::mount("64k") else {
+        panic!("mounting a tmpfs needs root, as the tests run in CI");
+    };
+    let dir = disk.path().join("spool");
+    let stats = Arc::new(SinkStats::default());
+    let (tx, _rx) = spooled_queue(&dir, config(4, WhenFull::Block), 32 << 20, &stats);
+    // Nobody takes: one batch in memory, 99 bound for a spool that fills part way.
+    for t in 0..100 {
+        tx.send_blocking(cuda(4, t));
+    }
+    tx.wait_until_written();
+    let spooled = stats.spooled.get(EventKind::Cuda);
+    let failed = stats.dropped(DropReason::SpoolFailed, EventKind::Cuda);
+    assert!(
+        spooled > 0 && failed > 0,
+        "spooled {spooled}, failed {failed}"
+    );
+    assert_eq!(spooled + failed, 99 * 4);
+    assert_eq!(stats.in_flight(EventKind::Cuda), 4, "the batch in memory");
+    assert_eq!(segments(&dir) as u64, spooled / 4);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "partial segments left: {leftovers:?}");
+    // Every segment on disk reads back whole.
+    let mut spool = crate::Spool::open(&dir, crate::SpoolConfig::default()).unwrap();
+    let mut read = 0;
+    while let (Some(batch), corrupt) = spool.peek() {
+        assert!(corrupt.is_empty());
+        read += batch.len() as u64;
+        spool.pop();
+    }
+    assert_eq!(read, spooled);
+}
