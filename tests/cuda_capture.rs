@@ -38,7 +38,7 @@ fn failed(mut c: Call, result: u32, name: &str) -> Call {
 }
 
 /// What `cuda_workload sequence N` calls, with cuCtxSynchronize made to fail with 700.
-fn expected_sequence(iterations: u64) -> Vec<Call> {
+pub(crate) fn expected_sequence(iterations: u64) -> Vec<Call> {
     let mut calls = Vec::new();
     for i in 0..iterations {
         let d1 = BASE + (3 * i) * STEP;
@@ -89,7 +89,7 @@ fn expected_sequence(iterations: u64) -> Vec<Call> {
     calls
 }
 
-const NAMED_EXTRAS: &str = r#"["default", "cuDriverGetVersion", "cuDeviceGetCount"]"#;
+pub(crate) const NAMED_EXTRAS: &str = r#"["default", "cuDriverGetVersion", "cuDeviceGetCount"]"#;
 
 #[test]
 fn every_call_of_the_workload_becomes_one_exact_row() {

@@ -43,6 +43,7 @@ mod otlp;
 mod outage;
 mod outage_load;
 mod preemption;
+mod probe_sites;
 mod query;
 mod report;
 mod run_modes;

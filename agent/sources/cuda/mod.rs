@@ -22,6 +22,7 @@ pub mod kernels;
 pub mod library;
 pub mod memory;
 pub mod plan;
+pub mod probe_sites;
 pub mod probes;
 pub mod recorder;
 pub mod results;

@@ -11,6 +11,7 @@ use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 use super::attach;
 use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
+use super::probe_sites;
 use super::recorder::RecorderSize;
 use crate::bpf::cuda::types::sent_answer_key;
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
@@ -85,10 +86,18 @@ pub fn load<'obj>(
     config: &CudaSourceConfig,
     filter: ProcessFilter,
 ) -> anyhow::Result<Result<CudaProbes<'obj>, String>> {
-    let (libraries, plan) = match plan(config)? {
+    let (libraries, mut plan) = match plan(config)? {
         Ok(planned) => planned,
         Err(reason) => return Ok(Err(reason)),
     };
+    let placement = probe_sites::place_probes(&mut plan.probes);
+    if !placement.single_stepped.is_empty() {
+        tracing::warn!(
+            symbols = placement.single_stepped.len(),
+            first = ?placement.single_stepped.iter().take(16).collect::<Vec<_>>(),
+            "these probes sit on an instruction the kernel single-steps: each call costs a second trap (6-10 us on a VM instead of about 1); see docs/performance.md"
+        );
+    }
     let mut open = CudaSkelBuilder::default()
         .open(storage)
         .context("opening the CUDA BPF object")?;
@@ -145,6 +154,8 @@ pub fn load<'obj>(
         symbols = plan.probes.len(),
         functions = plan.functions.len(),
         stats_symbols = aggregated,
+        past_endbr64 = placement.past_endbr64,
+        single_stepped = placement.single_stepped.len(),
         uprobe_multi = multi,
         "CUDA uprobes attached"
     );
