@@ -3,6 +3,7 @@
 
 mod causes;
 mod checks;
+mod driver_checks;
 
 use serde::Serialize;
 

@@ -4,7 +4,8 @@ Why: an x86 uprobe on an instruction the kernel can emulate (push, nop, jmp, cal
 trap; any other instruction is single-stepped out of line, which costs a second trap. The
 bytes at a function's entry say which case a probe on it is.
 
-Usage: python3 entry_instructions.py LIB NAME [NAME ...]   (NAME may end with * for a prefix)
+Usage: python3 entry_instructions.py [--offsets] LIB NAME [NAME ...]   (NAME may end with * for
+a prefix). With --offsets, prints each function's file offset (what a uprobe attaches to) instead.
 """
 import os
 import struct
@@ -36,14 +37,21 @@ def exported_functions(path):
             name = data[start:data.index(b"\0", start)].decode()
             for vaddr, offset, size in loads:
                 if vaddr <= value < vaddr + size:
-                    out[name] = data[value - vaddr + offset:value - vaddr + offset + 16]
+                    at = value - vaddr + offset
+                    out[name] = (at, data[at:at + 16])
     return out
 
 
-lib = os.path.realpath(sys.argv[1])
+args = sys.argv[1:]
+offsets = args[:1] == ["--offsets"]
+if offsets:
+    args = args[1:]
+lib = os.path.realpath(args[0])
 functions = exported_functions(lib)
-print("library", lib)
-for wanted in sys.argv[2:]:
+if not offsets:
+    print("library", lib)
+for wanted in args[1:]:
     names = sorted(n for n in functions if (n.startswith(wanted[:-1]) if wanted.endswith("*") else n == wanted))
     for name in names:
-        print(f"{name:32} {functions[name].hex(' ')}")
+        at, code = functions[name]
+        print(f"{name} {at:#x}" if offsets else f"{name:32} {code.hex(' ')}")

@@ -10,7 +10,9 @@
 #    The lake's cuda_stats rows of the process give its launches per step and the bytes the
 #    agent shipped per second of traced time.
 #    CUDA_EXTRA adds lines to [sources.cuda] (e.g. 'entry_only = ["cuLaunchKernel*"]');
-#    XID=no skips part 2.
+#    XID=no skips part 2. ON=kernel_floor makes the "on" phases run no agent but the kernel's
+#    own uprobe trace event (tracefs, in a stopped instance) on cuLaunchKernel and
+#    cuLaunchKernelEx of LIBCUDA: the cost of a trap per launch with no BPF program at all.
 # 2. The agent with /metrics on: a scrape, ../shared/gpu/xid_trigger.py (a real XID 31), a
 #    scrape; prints every GPU-health series that moved and by how much.
 set -uo pipefail
@@ -42,7 +44,28 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 nproc
 
 AGENT=
+ON=${ON:-gpuship}
+LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
+TRACEFS=/sys/kernel/tracing
+FLOOR_INSTANCE=$TRACEFS/instances/gpuship_fleet_floor
+floor_on() {
+	[ -e "$TRACEFS/uprobe_events" ] || mount -t tracefs nodev "$TRACEFS"
+	local lib; lib=$(readlink -f "$LIBCUDA")
+	python3 "$HERE/entry_instructions.py" --offsets "$lib" cuLaunchKernel cuLaunchKernelEx |
+		while read -r name offset; do echo "p:gpuship_fleet_floor/$name $lib:$offset" >>"$TRACEFS/uprobe_events"; done
+	mkdir "$FLOOR_INSTANCE"
+	echo 0 >"$FLOOR_INSTANCE/tracing_on"
+	echo 1 >"$FLOOR_INSTANCE/events/gpuship_fleet_floor/enable"
+	AGENT=floor
+}
+floor_off() {
+	echo 0 >"$FLOOR_INSTANCE/events/gpuship_fleet_floor/enable"
+	rmdir "$FLOOR_INSTANCE"
+	for name in cuLaunchKernel cuLaunchKernelEx; do echo "-:gpuship_fleet_floor/$name" >>"$TRACEFS/uprobe_events"; done
+	AGENT=
+}
 start_agent() { # $1 log name
+	[ "$ON" = kernel_floor ] && [ "$1" != xid ] && { floor_on; return; }
 	"$GPUSHIP" run --config "$OUT/fleet.toml" >"$OUT/$1.log" 2>&1 &
 	AGENT=$!
 	for _ in $(seq 1 300); do
@@ -54,7 +77,12 @@ start_agent() { # $1 log name
 	echo "the agent did not start in 30 s:"; cat "$OUT/$1.log"; exit 1
 }
 stop_agent() {
+	[ "$AGENT" = floor ] && { floor_off; return; }
 	kill -INT "$AGENT"; wait "$AGENT"; AGENT=
+}
+agent_cpu() { # clock ticks the agent used so far (none for the kernel floor)
+	[ "$AGENT" = floor ] && { echo 0; return; }
+	awk '{print $14 + $15}' "/proc/$AGENT/stat"
 }
 
 echo "== $PHASES phases of $STEPS MLP steps, agent toggled around one process"
@@ -67,9 +95,9 @@ for phase in $(seq 0 $((PHASES - 1))); do
 	case $((phase % 4)) in 0 | 3) mode=on ;; *) mode=off ;; esac
 	if [ $mode = on ] && [ -z "$AGENT" ]; then
 		start_agent "phase-$phase"
-		AGENT_CPU0=$(awk '{print $14 + $15}' "/proc/$AGENT/stat")
+		AGENT_CPU0=$(agent_cpu)
 	elif [ $mode = off ] && [ -n "$AGENT" ]; then
-		ticks=$(( $(awk '{print $14 + $15}' "/proc/$AGENT/stat") - AGENT_CPU0 ))
+		ticks=$(( $(agent_cpu) - AGENT_CPU0 ))
 		CPU_TOTAL=$((CPU_TOTAL + ticks))
 		stop_agent
 	fi
@@ -78,7 +106,7 @@ for phase in $(seq 0 $((PHASES - 1))); do
 	echo "$result" | tee -a "$OUT/phases.txt"
 done
 if [ -n "$AGENT" ]; then
-	ticks=$(( $(awk '{print $14 + $15}' "/proc/$AGENT/stat") - AGENT_CPU0 ))
+	ticks=$(( $(agent_cpu) - AGENT_CPU0 ))
 	CPU_TOTAL=$((CPU_TOTAL + ticks))
 	stop_agent
 fi

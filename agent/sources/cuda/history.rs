@@ -28,6 +28,7 @@ use super::roles::RoleTable;
 use crate::bpf::cuda::types::cuda_event;
 use crate::sources::output::LaunchHistory;
 use crate::sources::source::SourceSetup;
+use launch::{launch_dims, Launch, Syncs};
 
 /// Most suspects an XID lists (`[sources.xid] suspects`), and launches kept per process.
 pub const MAX_SUSPECTS: usize = 32;
@@ -42,56 +43,6 @@ const MAX_STREAMS: usize = 256;
 /// faulting channel) reads the kernel's slots once, not once each. A read serves only XIDs from
 /// before it was taken, so no launch before an XID is missed.
 const RECORDER_READ_REUSE: Duration = Duration::from_millis(200);
-
-/// One launch, as remembered.
-#[derive(Debug, Clone)]
-struct Launch {
-    time_ns: i64,
-    /// When the launch call returned (its entry time for an entry-only launch).
-    end_ns: i64,
-    tid: i32,
-    function_id: u32,
-    handle: u64,
-    /// None: a handle never announced.
-    name: Option<Arc<KernelName>>,
-    stream: Option<u64>,
-    grid: [Option<u32>; 3],
-    block: [Option<u32>; 3],
-    /// The GPU it ran on, when known.
-    gpu: Option<Arc<CallGpu>>,
-}
-
-impl Launch {
-    /// Whether it may have run on the GPU at `bus_id` (an unknown GPU may be any).
-    fn may_be_on(&self, bus_id: Option<&str>) -> bool {
-        match (
-            bus_id,
-            self.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
-        ) {
-            (Some(wanted), Some(ran_on)) => wanted.eq_ignore_ascii_case(ran_on),
-            _ => true,
-        }
-    }
-}
-
-/// A process's latest successful synchronisations (their entry times, Unix ns): of each
-/// thread's current context (`cuCtxSynchronize` waits for the calling thread's context only, and
-/// which context a thread has is not tracked yet, so it covers that thread's launches), and of
-/// each stream (a stream belongs to one context: it covers launches of any thread).
-#[derive(Debug, Default)]
-struct Syncs {
-    context_by_thread: HashMap<i32, i64>,
-    streams: HashMap<u64, i64>,
-}
-
-impl Syncs {
-    /// Whether a synchronisation that began after `launch` returned covered it.
-    fn covers(&self, launch: &Launch) -> bool {
-        let after = |time: Option<i64>| time.is_some_and(|t| t >= launch.end_ns);
-        after(self.context_by_thread.get(&launch.tid).copied())
-            || after(launch.stream.and_then(|s| self.streams.get(&s).copied()))
-    }
-}
 
 /// What the CUDA thread writes and the XID stage reads, under one lock.
 #[derive(Debug, Default)]
@@ -192,19 +143,6 @@ impl HistoryState {
         known.sort_unstable();
         known.dedup();
         self.gone = known.into_iter().filter(|pid| !alive(pid)).collect();
-    }
-}
-
-fn launch_dims(row: &CudaRow<'_>) -> ([Option<u32>; 3], [Option<u32>; 3]) {
-    match row.launch {
-        Some(dims) => {
-            let z = (!dims.registers_only).then_some(dims.block[2]);
-            (
-                dims.grid.map(Some),
-                [Some(dims.block[0]), Some(dims.block[1]), z],
-            )
-        }
-        None => ([None; 3], [None; 3]),
     }
 }
 
@@ -429,5 +367,6 @@ impl LaunchHistory for CudaLaunchHistory {
     }
 }
 
+mod launch;
 #[cfg(test)]
 mod tests;

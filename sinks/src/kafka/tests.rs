@@ -17,6 +17,9 @@ use crate::queue::{queue_with, BufferConfig, QueueOptions};
 use crate::spool::{Spool, SpoolConfig};
 use crate::stats::SinkStats;
 use crate::test_support::{cuda_batch, identity, xid_batch_with, xid_record};
+use crate::{EventBatch, EventKind};
+use enum_map::EnumMap;
+use rdkafka::message::OwnedHeaders;
 
 struct Run {
     stats: Arc<SinkStats>,
