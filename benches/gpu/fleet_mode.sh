@@ -114,20 +114,9 @@ wait "$LOOP_PID" 2>/dev/null
 echo "== agent CPU over the on phases: ${CPU_TOTAL}0 ms (clock ticks x10)"
 grep -h "final ring accounting ring=\"cuda\"" "$OUT"/phase-*.log | cut -c1-300
 # Each "on" phase against the "off" phase next to it (the order on off off on pairs them), so a
-# drift of the machine over the run cancels: the median, least and most of the on/off ratios.
-python3 - "$OUT/phases.txt" <<'PY'
-import re, statistics, sys
-phases = [dict(re.findall(r"(\w+)=([\w.]+)", line)) for line in open(sys.argv[1])]
-for metric in ("wall_us_per_step", "cpu_us_per_step"):
-    ratios = []
-    for i in range(0, len(phases) - 1, 2):
-        a, b = phases[i], phases[i + 1]
-        on, off = (a, b) if a["mode"] == "on" else (b, a)
-        ratios.append(float(on[metric]) / float(off[metric]))
-    values = [float(p[metric]) for p in phases]
-    print(f"== {metric}: on/off in {len(ratios)} adjacent pairs: median {100 * (statistics.median(ratios) - 1):+.1f}%, "
-          f"range {100 * (min(ratios) - 1):+.1f}% to {100 * (max(ratios) - 1):+.1f}%; phases {min(values):.0f}-{max(values):.0f} us")
-PY
+# drift of the machine over the run cancels: the median of the on/off ratios, its bootstrap
+# interval, and the least and most.
+python3 "$HERE/pair_ratios.py" "$OUT/phases.txt"
 python3 - "$OUT" "$LOOP_PID" "$STEPS" "$PHASES" <<'PY'
 import glob, os, sys
 out, pid, steps, phases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

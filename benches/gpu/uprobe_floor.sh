@@ -11,6 +11,9 @@
 #
 # GPUSHIP_BEFORE=path/to/older/gpuship adds a mode `before_default`: that build with the defaults,
 # in the same rounds, for an A/B of a change to the probes.
+# ONLY="MODE ..." runs those modes only. FIXTURES pointing at a folder holding the CET-built
+# stand-in (tests/fixtures builds it as cet/libcuda.so.1) measures a library whose functions
+# start with endbr64.
 #
 # Leaves nothing behind: its uprobe events and trace instance are removed on exit, and tracefs
 # is unmounted again if it was not mounted.
@@ -110,6 +113,8 @@ gpuship_off() { kill -INT "$AGENT"; wait "$AGENT" || true; AGENT=; }
 
 MODES=(untraced floor_entry floor_entry_return gpuship_default gpuship_stats_return gpuship_rows)
 [ -n "$BEFORE" ] && MODES+=(before_default)
+# ONLY="untraced gpuship_default ..." runs those modes only.
+[ -n "${ONLY:-}" ] && read -ra MODES <<<"$ONLY"
 declare -A P50 P99
 for ((round = 0; round < ROUNDS; round++)); do
     for ((i = 0; i < ${#MODES[@]}; i++)); do

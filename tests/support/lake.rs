@@ -75,6 +75,8 @@ pub fn duckdb_s3(endpoint: &str, sql: &str) -> Vec<Vec<String>> {
 fn duckdb_with_setup(setup: &[&str], sql: &str) -> Vec<Vec<String>> {
     let script = r#"
 import duckdb, glob, json, os, sys
+# A query slower than 2 s (a loaded machine) would print a progress bar into the JSON.
+duckdb.execute("SET enable_progress_bar = false")
 for statement in json.loads(sys.argv[2]):
     if statement == "LOAD_HTTPFS":
         import duckdb_extension_httpfs
@@ -97,7 +99,12 @@ print(json.dumps([[None if v is None else str(v) for v in row] for row in rows])
         String::from_utf8_lossy(&output.stderr)
     );
     let rows: Vec<Vec<Option<String>>> =
-        serde_json::from_slice(&output.stdout).expect("duckdb JSON");
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "duckdb printed no JSON ({err}) for {sql}:\n{}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
     rows.into_iter()
         .map(|r| {
             r.into_iter()
