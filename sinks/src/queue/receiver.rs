@@ -113,9 +113,9 @@ impl QueueReceiver {
 
     pub(crate) fn spool_the_rest(&self, state: &mut State) {
         let shared = &*self.shared;
-        // The spill lane first (the writer thread cannot take from it meanwhile: this holds
-        // the lock), then memory.
-        let (mut spooled, mut dropped) = shared.write_lane_now(state);
+        let (mut spooled, mut dropped) = (0, 0);
+        // Memory first (older than the lane), then the spill lane (the writer thread cannot
+        // take from it meanwhile: this holds the lock).
         while let Some(queued) = state.pop() {
             let Queued {
                 batch,
@@ -140,6 +140,9 @@ impl QueueReceiver {
                 dropped += events;
             }
         }
+        let (lane_spooled, lane_dropped) = shared.write_lane_now(state);
+        spooled += lane_spooled;
+        dropped += lane_dropped;
         shared.publish(state);
         if spooled + dropped > 0 {
             tracing::warn!(sink = %shared.name, spooled, dropped, "shutdown timeout: undelivered events left in the spool, the rest dropped (counted by reason)");
@@ -232,11 +235,12 @@ impl QueueReceiver {
 impl Drop for QueueReceiver {
     fn drop(&mut self) {
         let shared = &*self.shared;
-        // Batches bound for the spool reach it (the next run sends them): the writer's
-        // current one, then the rest of the lane on this thread.
-        let mut state = shared.wait_for_writer(shared.lock());
-        shared.write_lane_now(&mut state);
+        // No more batches come in; those bound for the spool reach it (the next run sends
+        // them): the writer's current one, then the rest of the lane on this thread.
+        let mut state = shared.lock();
         state.receiver_alive = false;
+        let mut state = shared.wait_for_writer(state);
+        shared.write_lane_now(&mut state);
         // Journaled XIDs stay journaled: the next run delivers them.
         while let Some(queued) = state.pop() {
             shared.stats.drop_events(

@@ -178,7 +178,7 @@ fn lane_full(
         }
         WhenFull::DropOldest => {
             while !state.lane_has_room(bytes) {
-                let Some(old) = state.unspill() else {
+                let Some(old) = state.unspill_oldest_droppable() else {
                     break;
                 };
                 shared.stats.drop_events(

@@ -35,9 +35,32 @@ impl State {
     /// Takes the lane's oldest batch.
     pub(crate) fn unspill(&mut self) -> Option<Queued> {
         let queued = self.spilling.pop_front()?;
+        self.uncount_spilled(&queued);
+        Some(queued)
+    }
+
+    /// Takes the lane's oldest batch of a droppable kind (`drop_oldest` on a full lane: an
+    /// XID in the lane, there because its journal write failed, is never dropped by policy).
+    pub(crate) fn unspill_oldest_droppable(&mut self) -> Option<Queued> {
+        let index = self
+            .spilling
+            .iter()
+            .position(|q| q.batch.kind.droppable())?;
+        let queued = self.spilling.remove(index)?;
+        self.uncount_spilled(&queued);
+        Some(queued)
+    }
+
+    /// Puts back a batch the writer took but must not write yet, as the lane's oldest.
+    fn respill_front(&mut self, queued: Queued) {
+        self.spilling_bytes += queued.bytes;
+        self.spilling_by_kind[queued.batch.kind] += queued.batch.len() as u64;
+        self.spilling.push_front(queued);
+    }
+
+    fn uncount_spilled(&mut self, queued: &Queued) {
         self.spilling_bytes -= queued.bytes;
         self.spilling_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
-        Some(queued)
     }
 
     /// Whether the lane has room for `bytes` more of a droppable kind (XIDs always fit).
@@ -57,16 +80,35 @@ impl State {
     }
 }
 
+/// Whether a batch may be written to the spool now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// It fits (or is an XID, which is always kept).
+    Fits,
+    /// The spool is full and the policy is `block`: wait for the replay to make room.
+    Wait,
+    /// The spool is full under a drop policy: counted as `spool_full`.
+    Dropped,
+}
+
 impl Shared {
     /// Makes room in the spool for a batch of `bytes` under the policy (`drop_oldest` drops
-    /// old droppable segments); false when a droppable batch still does not fit (counted as
-    /// `spool_full`). XIDs always fit.
-    fn spool_room(&self, state: &mut State, kind: EventKind, events: u64, bytes: usize) -> bool {
+    /// old droppable segments). A droppable batch that still does not fit waits under `block`
+    /// when `may_wait` (the writer thread), else is dropped and counted as `spool_full`. XIDs
+    /// always fit.
+    fn spool_room(
+        &self,
+        state: &mut State,
+        kind: EventKind,
+        events: u64,
+        bytes: usize,
+        may_wait: bool,
+    ) -> Room {
         let Some(spool) = state.spool.as_mut() else {
-            return false;
+            return Room::Dropped;
         };
         if !kind.droppable() || spool.has_room(bytes as u64) {
-            return true;
+            return Room::Fits;
         }
         if self.config.when_full == WhenFull::DropOldest {
             while !spool.has_room(bytes as u64) {
@@ -78,10 +120,13 @@ impl Shared {
             }
         }
         if spool.has_room(bytes as u64) {
-            return true;
+            return Room::Fits;
+        }
+        if may_wait && self.config.when_full == WhenFull::Block {
+            return Room::Wait;
         }
         self.stats.drop_events(DropReason::SpoolFull, kind, events);
-        false
+        Room::Dropped
     }
 
     /// Writes `batch` to the spool now, on this thread (the shutdown paths), applying the
@@ -96,7 +141,7 @@ impl Shared {
                 .drop_events(DropReason::SinkStopped, kind, events);
             return false;
         }
-        if !self.spool_room(state, kind, events, bytes) {
+        if self.spool_room(state, kind, events, bytes, false) != Room::Fits {
             return false;
         }
         let Some(spool) = state.spool.as_mut() else {
@@ -143,12 +188,17 @@ impl Shared {
     }
 }
 
+/// How long the writer waits for room in a full spool under `block` before looking again.
+const FULL_SPOOL_RECHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The spool's writer thread: writes the lane's batches oldest first until the receiver is
-/// gone and the lane is empty.
+/// gone and the lane is empty. Under `block`, a batch that does not fit in a full spool waits
+/// at the head of the lane until the replay makes room (the lane then fills and the producer
+/// waits, as `block` says); the drop policies drop it (`spool_full`).
 pub(crate) fn write_spilled(shared: Arc<Shared>) {
     let mut state = shared.lock();
     loop {
-        let Some(Queued { batch, bytes, .. }) = state.unspill() else {
+        let Some(queued) = state.unspill() else {
             if !state.receiver_alive {
                 return;
             }
@@ -158,23 +208,47 @@ pub(crate) fn write_spilled(shared: Arc<Shared>) {
                 .unwrap_or_else(|p| p.into_inner());
             continue;
         };
-        let (kind, events) = (batch.kind, batch.len() as u64);
-        let reserved = if shared.spool_room(&mut state, kind, events, bytes) {
-            state.spool.as_mut().map(|spool| spool.reserve())
-        } else {
-            None
-        };
-        let Some(segment) = reserved else {
-            shared.publish(&state);
-            shared.room.notify_all();
+        let (kind, events, bytes) = (queued.batch.kind, queued.batch.len() as u64, queued.bytes);
+        let may_wait = state.receiver_alive;
+        match shared.spool_room(&mut state, kind, events, bytes, may_wait) {
+            Room::Fits => {}
+            Room::Wait => {
+                state.respill_front(queued);
+                shared.publish(&state);
+                state = shared
+                    .room
+                    .wait_timeout(state, FULL_SPOOL_RECHECK)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                continue;
+            }
+            Room::Dropped => {
+                shared.publish(&state);
+                shared.room.notify_all();
+                continue;
+            }
+        }
+        let Some(segment) = state.spool.as_mut().map(|spool| spool.reserve()) else {
             continue;
         };
         state.writing = Some(Writing { kind, events });
         drop(state);
         #[cfg(test)]
         let _gate = shared.writer_gate.lock();
-        let written = segment.write(&batch);
-        drop(batch);
+        // A panic while encoding or writing fails this batch, not the queue: `writing` is
+        // always cleared, or the receiver and the producers would wait for it for ever.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            segment.write(&queued.batch)
+        }))
+        .unwrap_or_else(|_| {
+            Err(crate::spool::corrupt(
+                std::path::Path::new("spool"),
+                "the writer panicked while writing this batch",
+            ))
+        });
+        drop(queued);
+        #[cfg(test)]
+        drop(_gate);
         state = shared.lock();
         state.writing = None;
         match written {

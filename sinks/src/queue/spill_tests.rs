@@ -238,3 +238,139 @@ fn a_full_spool_disk_counts_every_batch_it_cannot_write_and_keeps_the_rest_whole
     }
     assert_eq!(read, spooled);
 }
+
+/// A spool that holds one `cuda(4, _)` segment and has no room for a second batch.
+fn one_segment_spool() -> crate::SpoolConfig {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut spool = crate::Spool::open(scratch.path(), crate::SpoolConfig::default()).unwrap();
+    let one = spool.store(&cuda(4, 0)).unwrap();
+    // Room is checked against a batch's memory size: one more does not fit beside it.
+    let memory = cuda(4, 0).records.get_array_memory_size() as u64;
+    crate::SpoolConfig {
+        max_size: one + memory - 1,
+        ..crate::SpoolConfig::default()
+    }
+}
+
+#[test]
+fn under_block_a_batch_that_finds_the_spool_full_when_written_waits_instead_of_dropping() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(4, WhenFull::Block),
+        spool: Some(crate::Spool::open(dir.path(), one_segment_spool()).unwrap()),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, mut rx) = queue_with(options, stats.clone());
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0)); // memory
+    tx.send_blocking(cuda(4, 1)); // lane; the writer takes it and waits at the gate
+    wait_until_writing(&tx);
+    // The spool is still empty, so this one is admitted; once batch 1 is on disk it does not fit.
+    tx.send_blocking(cuda(4, 2));
+    drop(gate);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0, "block never drops");
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 4);
+    assert_eq!(
+        stats.queued_events_of(EventKind::Cuda),
+        8,
+        "batch 2 waits in the lane"
+    );
+    // The sink comes back: the replay makes room, and every batch comes out once, in order.
+    let mut tags = Vec::new();
+    while tags.len() < 3 {
+        let batch = block_on(rx.recv()).expect("a batch");
+        tags.push(tag(&batch));
+        stats.delivered.add(batch.kind, batch.len() as u64);
+        rx.delivered();
+    }
+    assert_eq!(tags, vec![0, 1, 2]);
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+}
+
+#[test]
+fn drop_oldest_on_a_full_lane_never_drops_an_xid() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the XID journal's folder would be: no journal, so XIDs behind a backlog
+    // take the spill lane like any batch.
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let spool = crate::Spool::open(
+        dir.path(),
+        crate::SpoolConfig {
+            write_buffer: 1,
+            ..crate::SpoolConfig::default()
+        },
+    )
+    .unwrap();
+    std::fs::write(dir.path().join(crate::queue::JOURNAL_DIR), b"not a folder").unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(4, WhenFull::DropOldest),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, _rx) = queue_with(options, stats.clone());
+    assert!(tx.shared.lock().journal.is_none());
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0)); // memory
+    tx.send_blocking(cuda(4, 1)); // lane, taken by the writer
+    wait_until_writing(&tx);
+    tx.send_blocking(crate::test_support::xid_batch()); // behind the backlog: the lane
+    tx.send_blocking(cuda(4, 2)); // the lane is full: only droppable batches may go
+    tx.send_blocking(cuda(4, 3)); // full again: batch 2 goes, the XID stays
+    assert_eq!(stats.dropped_total(EventKind::Xid), 0);
+    assert_eq!(stats.dropped(DropReason::BufferFull, EventKind::Cuda), 4);
+    drop(gate);
+    tx.wait_until_written();
+    assert_eq!(stats.spooled.get(EventKind::Xid), 1);
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 8, "batches 1 and 3");
+}
+
+#[test]
+fn at_the_shutdown_deadline_the_lane_is_written_behind_memory_and_a_write_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let stats = Arc::new(SinkStats::default());
+        let options = QueueOptions {
+            name: "t".into(),
+            buffer: config(4, WhenFull::Block),
+            spool: Some(crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap()),
+            shutdown_timeout: Duration::from_millis(50),
+        };
+        let (tx, mut rx) = queue_with(options, stats.clone());
+        let shared = tx.shared.clone();
+        let gate = shared.writer_gate.lock().unwrap();
+        tx.send_blocking(cuda(4, 0)); // memory
+        for t in 1..=4 {
+            tx.send_blocking(cuda(4, t)); // 1 in flight at the gate, 2..=4 in the lane
+        }
+        wait_until_writing(&tx);
+        drop(tx);
+        // Past the deadline the receiver writes memory and the lane itself, while the
+        // writer is still stuck in batch 1's write.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(block_on(rx.recv()).is_none());
+        assert_eq!(
+            stats.spooled.get(EventKind::Cuda),
+            16,
+            "memory and the lane"
+        );
+        drop(gate);
+        let state = shared.wait_for_writer(shared.lock());
+        assert!(state.spilling.is_empty());
+        drop(state);
+        assert_eq!(stats.spooled.get(EventKind::Cuda), 20);
+        assert_eq!(stats.in_flight(EventKind::Cuda), 0);
+        assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    }
+    let stats = Arc::new(SinkStats::default());
+    let (_tx, mut rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 32 << 20, &stats);
+    let tags: Vec<u32> = (0..5)
+        .map(|_| tag(&block_on(rx.recv()).expect("a replayed batch")))
+        .collect();
+    // Batch 1's name was taken before the deadline's writes: it comes back first.
+    assert_eq!(tags, vec![1, 0, 2, 3, 4]);
+}
