@@ -270,6 +270,15 @@ fn under_block_a_batch_that_finds_the_spool_full_when_written_waits_instead_of_d
     // The spool is still empty, so this one is admitted; once batch 1 is on disk it does not fit.
     tx.send_blocking(cuda(4, 2));
     drop(gate);
+    // Batch 1 reaches the disk; then the writer has batch 2 in hand and no room for it.
+    for _ in 0..2000 {
+        if stats.spooled.get(EventKind::Cuda) == 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 4);
+    // Time to drop it, as the code before this test did; it must wait instead.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stats.dropped_total(EventKind::Cuda), 0, "block never drops");
     assert_eq!(stats.spooled.get(EventKind::Cuda), 4);
@@ -373,4 +382,37 @@ fn at_the_shutdown_deadline_the_lane_is_written_behind_memory_and_a_write_in_fli
         .collect();
     // Batch 1's name was taken before the deadline's writes: it comes back first.
     assert_eq!(tags, vec![1, 0, 2, 3, 4]);
+}
+
+#[test]
+fn a_sink_that_ends_refuses_new_batches_while_it_waits_for_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let (tx, rx) = spooled_queue(dir.path(), config(4, WhenFull::Block), 32 << 20, &stats);
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0)); // memory
+    tx.send_blocking(cuda(4, 1)); // taken by the writer, stuck at the gate
+    wait_until_writing(&tx);
+    let sink_end = std::thread::spawn(move || drop(rx));
+    for _ in 0..2000 {
+        if !tx.shared.lock().receiver_alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The end waits for the stuck write; a batch sent meanwhile is refused at once, counted,
+    // and never joins the lane it would have to wait behind.
+    tx.send_blocking(cuda(4, 2));
+    assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Cuda), 4);
+    assert!(tx.shared.lock().spilling.is_empty());
+    assert!(!sink_end.is_finished());
+    drop(gate);
+    sink_end.join().unwrap();
+    assert_eq!(stats.spooled.get(EventKind::Cuda), 4, "batch 1");
+    assert_eq!(
+        stats.dropped(DropReason::SinkStopped, EventKind::Cuda),
+        8,
+        "batches 0 (memory) and 2"
+    );
+    assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
