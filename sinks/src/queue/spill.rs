@@ -51,6 +51,17 @@ impl State {
         Some(queued)
     }
 
+    /// Takes the lane's oldest batch of a kept kind (an XID), wherever it is.
+    fn unspill_first_kept(&mut self) -> Option<Queued> {
+        let index = self
+            .spilling
+            .iter()
+            .position(|q| !q.batch.kind.droppable())?;
+        let queued = self.spilling.remove(index)?;
+        self.uncount_spilled(&queued);
+        Some(queued)
+    }
+
     /// Puts back a batch the writer took but must not write yet, as the lane's oldest.
     fn respill_front(&mut self, queued: Queued) {
         self.spilling_bytes += queued.bytes;
@@ -210,24 +221,32 @@ pub(crate) fn write_spilled(shared: Arc<Shared>) {
         };
         let (kind, events, bytes) = (queued.batch.kind, queued.batch.len() as u64, queued.bytes);
         let may_wait = state.receiver_alive;
-        match shared.spool_room(&mut state, kind, events, bytes, may_wait) {
-            Room::Fits => {}
+        let queued = match shared.spool_room(&mut state, kind, events, bytes, may_wait) {
+            Room::Fits => queued,
             Room::Wait => {
                 state.respill_front(queued);
-                shared.publish(&state);
-                state = shared
-                    .room
-                    .wait_timeout(state, FULL_SPOOL_RECHECK)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-                continue;
+                // An XID further back (in the lane because its journal write failed) does not
+                // wait in memory for the replay: XIDs always fit, so it is written now.
+                match state.unspill_first_kept() {
+                    Some(xid) => xid,
+                    None => {
+                        shared.publish(&state);
+                        state = shared
+                            .room
+                            .wait_timeout(state, FULL_SPOOL_RECHECK)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                        continue;
+                    }
+                }
             }
             Room::Dropped => {
                 shared.publish(&state);
                 shared.room.notify_all();
                 continue;
             }
-        }
+        };
+        let (kind, events) = (queued.batch.kind, queued.batch.len() as u64);
         let Some(segment) = state.spool.as_mut().map(|spool| spool.reserve()) else {
             continue;
         };

@@ -416,3 +416,40 @@ fn a_sink_that_ends_refuses_new_batches_while_it_waits_for_the_disk() {
     );
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
+
+#[test]
+fn an_xid_behind_a_batch_waiting_for_a_full_spool_is_written_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = crate::Spool::open(dir.path(), one_segment_spool()).unwrap();
+    // No journal (a file where its folder would be): the XID takes the lane.
+    std::fs::write(dir.path().join(crate::queue::JOURNAL_DIR), b"not a folder").unwrap();
+    let stats = Arc::new(SinkStats::default());
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(4, WhenFull::Block),
+        spool: Some(spool),
+        shutdown_timeout: Duration::from_secs(30),
+    };
+    let (tx, _rx) = queue_with(options, stats.clone());
+    let gate = tx.shared.writer_gate.lock().unwrap();
+    tx.send_blocking(cuda(4, 0)); // memory
+    tx.send_blocking(cuda(4, 1)); // taken by the writer: it fills the spool
+    wait_until_writing(&tx);
+    tx.send_blocking(cuda(4, 2)); // will wait for room under block
+    tx.send_blocking(crate::test_support::xid_batch()); // behind it
+    drop(gate);
+    for _ in 0..2000 {
+        if stats.spooled.get(EventKind::Xid) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(stats.spooled.get(EventKind::Xid), 1, "the XID is on disk");
+    assert_eq!(
+        stats.spooled.get(EventKind::Cuda),
+        4,
+        "batch 1; batch 2 waits"
+    );
+    assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
+    assert_eq!(stats.queued_events_of(EventKind::Cuda), 8);
+}
