@@ -332,4 +332,6 @@ impl ParquetSink {
 }
 
 #[cfg(test)]
+mod encoding_tests;
+#[cfg(test)]
 mod tests;

@@ -307,6 +307,12 @@ use journal::{count_corrupt_at_open, open_journal, replay_journal};
 pub use journal::{journaled_xids, JOURNAL_DIR};
 
 #[cfg(test)]
+mod spill_full_tests;
+#[cfg(test)]
 mod spill_tests;
+#[cfg(test)]
+mod spool_tests;
+#[cfg(test)]
+mod test_helpers;
 #[cfg(test)]
 mod tests;

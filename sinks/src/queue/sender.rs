@@ -127,7 +127,7 @@ fn admit(
                 return Admission::Wait;
             }
             if kind.droppable() && state.spool_writer && !state.lane_has_room(bytes) {
-                return lane_full(shared, state, kind, events, bytes);
+                return when_full(shared, state, kind, events, bytes, Full::SpillLane);
             }
             return Admission::Spooled;
         }
@@ -135,38 +135,28 @@ fn admit(
     if !kind.droppable() || fits {
         return Admission::Memory;
     }
-    match shared.config.when_full {
-        WhenFull::Block => Admission::Wait,
-        WhenFull::DropNewest => {
-            shared
-                .stats
-                .drop_events(DropReason::BufferFull, kind, events as u64);
-            Admission::Dropped
-        }
-        WhenFull::DropOldest => {
-            while !state.has_room(&shared.config, events, bytes) {
-                let Some(old) = state.pop_oldest_cuda() else {
-                    break;
-                };
-                shared.stats.drop_events(
-                    DropReason::BufferFull,
-                    old.batch.kind,
-                    old.batch.len() as u64,
-                );
-            }
-            Admission::Memory
-        }
-    }
+    when_full(shared, state, kind, events, bytes, Full::Memory)
 }
 
-/// A batch bound for the spool finds the spill lane full (the disk is slower than the
-/// load): the policy decides, as for a full memory queue (`buffer_full`).
-fn lane_full(
+/// Where a batch that found no room was going.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// The memory queue.
+    Memory,
+    /// The spill lane in front of the spool (the disk is slower than the load).
+    SpillLane,
+}
+
+/// The `when_full` policy for a batch that finds `full` without room: `block` waits,
+/// `drop_newest` drops it, `drop_oldest` drops the oldest droppable batches there until it
+/// fits (all counted as `buffer_full`).
+fn when_full(
     shared: &Shared,
     state: &mut State,
     kind: EventKind,
     events: usize,
     bytes: usize,
+    full: Full,
 ) -> Admission {
     match shared.config.when_full {
         WhenFull::Block => Admission::Wait,
@@ -177,8 +167,19 @@ fn lane_full(
             Admission::Dropped
         }
         WhenFull::DropOldest => {
-            while !state.lane_has_room(bytes) {
-                let Some(old) = state.unspill_oldest_droppable() else {
+            loop {
+                let room = match full {
+                    Full::Memory => state.has_room(&shared.config, events, bytes),
+                    Full::SpillLane => state.lane_has_room(bytes),
+                };
+                if room {
+                    break;
+                }
+                let evicted = match full {
+                    Full::Memory => state.pop_oldest_cuda(),
+                    Full::SpillLane => state.unspill_oldest_droppable(),
+                };
+                let Some(old) = evicted else {
                     break;
                 };
                 shared.stats.drop_events(
@@ -187,7 +188,10 @@ fn lane_full(
                     old.batch.len() as u64,
                 );
             }
-            Admission::Spooled
+            match full {
+                Full::Memory => Admission::Memory,
+                Full::SpillLane => Admission::Spooled,
+            }
         }
     }
 }
