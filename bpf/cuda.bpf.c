@@ -154,6 +154,12 @@ static __always_inline bool is_traced(__u32 tgid)
 
 #include "cuda_arguments.h"
 #include "cuda_stats_mode.h"
+#include "cuda_lookup_memo.h"
+
+/* The kfuncs of a `uprobe.session` program (Linux >= 6.13); weak, so that the object loads
+ * where they are missing (the session program is then not loaded). */
+extern bool bpf_session_is_return(void) __ksym __weak;
+extern __u64 *bpf_session_cookie(void) __ksym __weak;
 
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.
  * `event` is on this program's stack; the ring record is reserved only for the copy, so a
@@ -182,8 +188,9 @@ static __always_inline int submit_at_entry(const struct cuda_event *event)
  * thread's own slot (claimed by compare-and-swap), or this program's stack, which is then
  * copied into the ring (entry-only) or into the hash table under the thread's own key. A
  * per-CPU scratch buffer would be shared with every task that runs on this CPU meanwhile.
+ * `counted_at_entry`: a repeated lookup (cuda_lookup_memo.h), counted like an entry-only call.
  */
-static __always_inline int on_entry(struct pt_regs *ctx)
+static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -191,9 +198,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 				.function_id = cookie & GPUSHIP_COOKIE_FUNCTION_MASK };
 	struct call_entry local, *entry;
 	struct call_slot *slot = NULL;
-	bool entry_only = (cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1;
+	bool entry_only = counted_at_entry || ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1);
 	bool stats = (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1;
 
+	invalidate_lookups(cookie);
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	if (!entry_only)
@@ -255,7 +263,9 @@ static __always_inline void release(struct call_slot *slot, struct call_key *key
 		bpf_map_delete_elem(&inflight, key);
 }
 
-static __always_inline int on_return(struct pt_regs *ctx, long ret)
+/* `stamp`: a lookup's stamp from its session entry (cuda_lookup_memo.h), remembered with its
+ * answer once that is delivered; 0 for every other call. */
+static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -269,7 +279,7 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	bool have_out_value = false;
 	__u32 uuid[4];
 	bool have_uuid = false;
-	__u64 avail;
+	__u64 avail, kernel;
 
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
@@ -279,6 +289,10 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 		count(GPUSHIP_STAT_UNMATCHED_RETURN);
 		return 0;
 	}
+	invalidate_on_failure((__u32)ret);
+	if ((__u32)ret != 0)
+		stamp = 0;
+	kernel = entry->event.parent_handle;
 	if ((cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
 		/* Completed in the slot or hash entry, which only this thread touches until release. */
 		entry->event.duration_ns = now - entry->event.start_boot_ns;
@@ -289,6 +303,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 			entry->event.result = 0;
 			record_call(entry);
 			release(slot, &key);
+			if (stamp)
+				remember_lookup(kernel, stamp);
 			return 0;
 		}
 		/* A row after all: decode what entry left for later. */
@@ -335,6 +351,31 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);
+	if (stamp)
+		remember_lookup(kernel, stamp);
+	return 0;
+}
+
+/* Entry of a lookup under the session program: a repeat (same thread, context and kernel, an
+ * out pointer to write) is counted at entry and its return skipped (returns 1); any other
+ * lookup is recorded as usual and keeps its return (returns 0). An untraced process's lookup
+ * skips its return too. */
+static __always_inline int on_lookup_entry(struct pt_regs *ctx, __u64 *stamp)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct call_args args;
+	__u64 kernel, out;
+
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		return 1;
+	read_args(ctx, &args);
+	kernel = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_PARENT_SHIFT));
+	out = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_OUT_PTR_SHIFT));
+	if (lookup_is_repeat(kernel, stamp) && out) {
+		on_entry(ctx, true);
+		return 1;
+	}
+	on_entry(ctx, false);
 	return 0;
 }
 
@@ -346,25 +387,40 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 SEC("uprobe")
 int BPF_KPROBE(cuda_call_entry)
 {
-	return on_entry(ctx);
+	return on_entry(ctx, false);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cuda_call_return, long ret)
 {
-	return on_return(ctx, ret);
+	return on_return(ctx, ret, 0);
 }
 
 SEC("uprobe.multi")
 int BPF_KPROBE(cuda_call_entry_multi)
 {
-	return on_entry(ctx);
+	return on_entry(ctx, false);
 }
 
 SEC("uretprobe.multi")
 int BPF_KRETPROBE(cuda_call_return_multi, long ret)
 {
-	return on_return(ctx, ret);
+	return on_return(ctx, ret, 0);
+}
+
+/*
+ * Kernel lookups whose repeats skip their return (cuda_lookup_memo.h): one program for entry
+ * and return (Linux >= 6.13), sharing an 8-byte cookie per call that carries the entry's stamp
+ * to the return.
+ */
+SEC("uprobe.session")
+int cuda_lookup_session(struct pt_regs *ctx)
+{
+	__u64 *stamp = bpf_session_cookie();
+
+	if (bpf_session_is_return())
+		return on_return(ctx, PT_REGS_RC(ctx), *stamp);
+	return on_lookup_entry(ctx, stamp);
 }
 
 /* A traced process's children are traced too (gpuship run -- COMMAND traces the whole tree). */

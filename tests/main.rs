@@ -32,6 +32,7 @@ mod kernel_names;
 mod kubernetes;
 mod lake_binary;
 mod layout;
+mod lookup_memo;
 mod makefile;
 mod memory_calls;
 mod memory_held;

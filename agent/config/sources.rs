@@ -193,4 +193,14 @@ pub struct CudaSourceConfig {
     /// false attaches one probe per symbol (slower to attach and to detach).
     #[serde(default = "defaults::yes")]
     pub uprobe_multi: bool,
+    /// A kernel lookup in `stats` mode (`cuKernelGetFunction`, which the CUDA runtime makes
+    /// for the same kernels on every training step) that the calling thread already made in
+    /// its current context is counted at entry, without its return probe (`cuda_stats`
+    /// result NOT_CAPTURED), through a `uprobe.session` program (Linux >= 6.13, with
+    /// `uprobe_multi`). On only while every exported function that can change a lookup's
+    /// answer (context set, push, pop, create, destroy, primary-context release and reset,
+    /// library and module unload) is probed; any call failing with a sticky error makes every
+    /// thread ask again. false: every lookup keeps its return.
+    #[serde(default = "defaults::yes")]
+    pub repeat_lookups_at_entry: bool,
 }

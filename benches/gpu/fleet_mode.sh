@@ -13,6 +13,8 @@
 #    XID=no skips part 2. ON=kernel_floor makes the "on" phases run no agent but the kernel's
 #    own uprobe trace event (tracefs, in a stopped instance) on cuLaunchKernel and
 #    cuLaunchKernelEx of LIBCUDA: the cost of a trap per launch with no BPF program at all.
+#    FLOOR_ENTRY (default "cuLaunchKernel cuLaunchKernelEx") and FLOOR_RETURN (default none)
+#    name the functions that get such an entry or return event.
 # 2. The agent with /metrics on: a scrape, ../shared/gpu/xid_trigger.py (a real XID 31), a
 #    scrape; prints every GPU-health series that moved and by how much.
 set -uo pipefail
@@ -48,11 +50,17 @@ ON=${ON:-gpuship}
 LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
 TRACEFS=/sys/kernel/tracing
 FLOOR_INSTANCE=$TRACEFS/instances/gpuship_fleet_floor
+FLOOR_ENTRY=${FLOOR_ENTRY:-cuLaunchKernel cuLaunchKernelEx}
+FLOOR_RETURN=${FLOOR_RETURN:-}
 floor_on() {
 	[ -e "$TRACEFS/uprobe_events" ] || mount -t tracefs nodev "$TRACEFS"
 	local lib; lib=$(readlink -f "$LIBCUDA")
-	python3 "$HERE/entry_instructions.py" --offsets "$lib" cuLaunchKernel cuLaunchKernelEx |
+	# shellcheck disable=SC2086
+	python3 "$HERE/entry_instructions.py" --offsets "$lib" $FLOOR_ENTRY |
 		while read -r name offset; do echo "p:gpuship_fleet_floor/$name $lib:$offset" >>"$TRACEFS/uprobe_events"; done
+	# shellcheck disable=SC2086
+	[ -z "$FLOOR_RETURN" ] || python3 "$HERE/entry_instructions.py" --offsets "$lib" $FLOOR_RETURN |
+		while read -r name offset; do echo "r:gpuship_fleet_floor/${name}_return $lib:$offset" >>"$TRACEFS/uprobe_events"; done
 	mkdir "$FLOOR_INSTANCE"
 	echo 0 >"$FLOOR_INSTANCE/tracing_on"
 	echo 1 >"$FLOOR_INSTANCE/events/gpuship_fleet_floor/enable"
@@ -61,7 +69,9 @@ floor_on() {
 floor_off() {
 	echo 0 >"$FLOOR_INSTANCE/events/gpuship_fleet_floor/enable"
 	rmdir "$FLOOR_INSTANCE"
-	for name in cuLaunchKernel cuLaunchKernelEx; do echo "-:gpuship_fleet_floor/$name" >>"$TRACEFS/uprobe_events"; done
+	local name
+	for name in $FLOOR_ENTRY; do echo "-:gpuship_fleet_floor/$name" >>"$TRACEFS/uprobe_events"; done
+	for name in $FLOOR_RETURN; do echo "-:gpuship_fleet_floor/${name}_return" >>"$TRACEFS/uprobe_events"; done
 	AGENT=
 }
 start_agent() { # $1 log name

@@ -148,6 +148,10 @@ enum gpuship_driver_hook {
  * bit  28      with stats: a successful call is a row only when its answer (the value read
  *              through the out pointer) is new for (process, function, handle); repeats are
  *              only counted (cuKernelGetFunction, asked for the same kernel on every step)
+ * bit  29      the call changes the calling thread's current context (set, push, pop,
+ *              create): the kernel lookups that thread answered before are asked again
+ * bit  30      the call may change every thread's answers (a context destroyed, a primary
+ *              context released or reset, a library or module unloaded)
  * bits 32..35  argument index (0-based) holding a byte count, 0xF = none
  * bits 36..39  argument index holding a device pointer, 0xF = none
  * bits 40..43  argument index holding a pointer to the device pointer to read at return
@@ -168,6 +172,8 @@ enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_FUNCTION_MASK = 0xFFFFFF,
 	GPUSHIP_COOKIE_NAME_SHIFT = 24,
 	GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT = 28,
+	GPUSHIP_COOKIE_THREAD_CONTEXT_SHIFT = 29,
+	GPUSHIP_COOKIE_ALL_ANSWERS_SHIFT = 30,
 	GPUSHIP_COOKIE_BYTES_SHIFT = 32,
 	GPUSHIP_COOKIE_DEVICE_PTR_SHIFT = 36,
 	GPUSHIP_COOKIE_OUT_PTR_SHIFT = 40,

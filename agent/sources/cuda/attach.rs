@@ -1,7 +1,8 @@
 //! Attaching the planned probes: one uprobe_multi link per library and direction where the
 //! kernel has them (one step to attach and, above all, to detach: per-symbol links cost an RCU
 //! grace period each at detach, 21 s for 168 links on the GPU machine), else one link per
-//! symbol and direction.
+//! symbol and direction. With `sessions`, the lookups whose repeats are counted at entry get
+//! one `uprobe.session` link per library instead (entry and return in one program).
 
 use std::path::Path;
 
@@ -20,17 +21,41 @@ pub struct Links {
     pub ret: Vec<Link>,
 }
 
-/// Attaches every probe of `probes` (grouped by library).
+/// Attaches every probe of `probes` (grouped by library). `sessions` (only with `multi`):
+/// attach the probes with `repeats_at_entry` through the session program. Returns how many
+/// probes got a session link.
 pub fn attach_all(
     skel: &CudaSkel<'_>,
     probes: &[PlannedProbe],
     multi: bool,
+    sessions: bool,
     links: &mut Links,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<usize> {
+    let mut in_sessions = 0;
     let mut libraries: Vec<&Path> = probes.iter().map(|p| p.library.as_path()).collect();
     libraries.dedup();
     for library in libraries {
-        let probes: Vec<&PlannedProbe> = probes.iter().filter(|p| p.library == library).collect();
+        let mut probes: Vec<&PlannedProbe> =
+            probes.iter().filter(|p| p.library == library).collect();
+        if multi && sessions {
+            let (session, rest): (Vec<&PlannedProbe>, Vec<&PlannedProbe>) =
+                probes.iter().partition(|p| p.repeats_at_entry);
+            if !session.is_empty() {
+                match attach_sessions(skel, library, &session) {
+                    Ok(link) => {
+                        // Detached with the returns: its entries then stop counting repeats.
+                        links.ret.push(link);
+                        in_sessions += session.len();
+                        probes = rest;
+                    }
+                    Err(err) => tracing::warn!(
+                        library = %library.display(),
+                        error = format!("{err:#}"),
+                        "uprobe.session attach failed; repeated lookups keep their return probe"
+                    ),
+                }
+            }
+        }
         if multi {
             match attach_multi(skel, library, &probes) {
                 Ok((entry, ret)) => {
@@ -47,7 +72,30 @@ pub fn attach_all(
         }
         attach_single(skel, library, &probes, links)?;
     }
-    Ok(())
+    Ok(in_sessions)
+}
+
+fn attach_sessions(
+    skel: &CudaSkel<'_>,
+    library: &Path,
+    probes: &[&PlannedProbe],
+) -> anyhow::Result<Link> {
+    let opts = UprobeMultiOpts {
+        offsets: probes.iter().map(|p| p.file_offset as usize).collect(),
+        cookies: probes.iter().map(|p| p.cookie).collect(),
+        session: true,
+        ..Default::default()
+    };
+    skel.progs
+        .cuda_lookup_session
+        .attach_uprobe_multi_with_opts(-1, library, "", opts)
+        .with_context(|| {
+            format!(
+                "attaching {} uprobe.session to {}",
+                probes.len(),
+                library.display()
+            )
+        })
 }
 
 fn attach_multi(

@@ -183,6 +183,18 @@ pub const DEFAULT_FUNCTIONS: &[(&str, ArgSpec)] = &[
     ("cuCtxPushCurrent_v2", user(0)),
     ("cuCtxPopCurrent_v2", maker(0, None, None)),
     ("cuCtxDestroy_v2", user(0)),
+    // The rest of what changes a kernel lookup's answer (roles::answer_change): rare calls,
+    // probed so that repeated lookups may be counted at entry (cuda_lookup_memo.h). Later
+    // API versions of these generic entries belong to them.
+    ("cuCtxCreate", ArgSpec::GENERIC),
+    ("cuCtxPushCurrent", ArgSpec::GENERIC),
+    ("cuCtxPopCurrent", ArgSpec::GENERIC),
+    ("cuCtxDestroy", ArgSpec::GENERIC),
+    ("cuCtxAttach", ArgSpec::GENERIC),
+    ("cuCtxDetach", ArgSpec::GENERIC),
+    ("cuDevicePrimaryCtxRelease", ArgSpec::GENERIC),
+    ("cuDevicePrimaryCtxReset", ArgSpec::GENERIC),
+    ("cuGreenCtxDestroy", ArgSpec::GENERIC),
     ("cuMemAlloc_v2", spec(Some(1), None, Some(0), None)),
     ("cuMemAllocManaged", spec(Some(1), None, Some(0), None)),
     ("cuMemAllocAsync", spec(Some(1), None, Some(0), Some(2))),
@@ -311,7 +323,13 @@ mod tests {
             default_entry("cuCtxCreate_v4").map(|e| e.0),
             Some("cuCtxCreate_v4")
         );
-        assert_eq!(default_entry("cuCtxCreate_v5"), None);
+        // A later version of a generic entry belongs to it (cuCtxCreate, which changes the
+        // calling thread's context, is one).
+        assert_eq!(
+            default_entry("cuCtxCreate_v5").map(|e| e.0),
+            Some("cuCtxCreate")
+        );
+        assert_eq!(default_entry("cuCtxGetDevice_v5"), None);
         // v1 of a decoded function has 32-bit pointers: not matched.
         assert_eq!(default_entry("cuMemAlloc"), None);
         assert_eq!(default_entry("cuMemAlloc_v3"), None);

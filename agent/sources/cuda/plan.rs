@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::catalog::{default_entry, kernel_role, ArgSpec, KernelRole, DEFAULT_FUNCTIONS};
 use super::library::ExportedFunction;
-use super::roles::{device_role, DeviceRole};
+use super::roles::{answer_change, device_role, AnswerChange, DeviceRole};
 use crate::bpf::cuda::types::gpuship_cookie_layout;
 pub use crate::sources::functions::FunctionTable;
 
@@ -28,6 +28,10 @@ pub struct PlannedProbe {
     /// In `stats` mode: added to the per-interval statistics, a row only when it fails or is
     /// slow.
     pub stats: bool,
+    /// A lookup whose repeats may be counted at entry, without its return
+    /// (`bpf/include/cuda_lookup_memo.h`): attached with the session program when
+    /// [`ProbePlan::answer_changes_unprobed`] is empty and the kernel has it.
+    pub repeats_at_entry: bool,
 }
 
 impl PlannedProbe {
@@ -47,6 +51,9 @@ pub struct ProbePlan {
     pub functions: FunctionTable,
     /// Requested functions (default set entries or exact names) that no library exports.
     pub missing: Vec<String>,
+    /// Exported functions that can change a kernel lookup's answer but are not probed: while
+    /// any is, every lookup keeps its return probe.
+    pub answer_changes_unprobed: Vec<String>,
 }
 
 /// Plans probes for `libraries` (each with its exported functions) given the configured
@@ -78,7 +85,11 @@ pub fn plan_probes(
             }
             let selected = exact_index.is_some()
                 || !excluded && (selection.want_default && entry.is_some() || selection.glob(name));
+            let changes_answers = answer_change(name);
             if !selected {
+                if changes_answers != AnswerChange::None {
+                    plan.answer_changes_unprobed.push(name.to_string());
+                }
                 continue;
             }
             found.default_of(entry);
@@ -93,15 +104,21 @@ pub fn plan_probes(
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
             let stats_bit =
                 u64::from(in_stats) << gpuship_cookie_layout::GPUSHIP_COOKIE_STATS_SHIFT.0;
-            let row_if_new_bit = u64::from(in_stats && repeats_are_counted(name))
-                << gpuship_cookie_layout::GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT.0;
+            let row_if_new = in_stats && repeats_are_counted(name);
+            let row_if_new_bit =
+                u64::from(row_if_new) << gpuship_cookie_layout::GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT.0;
             plan.probes.push(PlannedProbe {
                 library: library.clone(),
                 symbol: name.to_string(),
                 file_offset: function.file_offset,
-                cookie: spec.cookie(id) | entry_only_bit | stats_bit | row_if_new_bit,
+                cookie: spec.cookie(id)
+                    | entry_only_bit
+                    | stats_bit
+                    | row_if_new_bit
+                    | answer_change_bits(changes_answers),
                 entry_only: at_entry,
                 stats: in_stats,
+                repeats_at_entry: row_if_new,
             });
         }
     }
@@ -181,6 +198,17 @@ impl<'a> Selection<'a> {
 /// it has not sent for that (process, handle) and counts the repeats.
 fn repeats_are_counted(name: &str) -> bool {
     kernel_role(name) == KernelRole::FunctionOfKernel
+}
+
+/// The cookie bits that make a call's entry invalidate remembered lookups.
+fn answer_change_bits(change: AnswerChange) -> u64 {
+    match change {
+        AnswerChange::None => 0,
+        AnswerChange::ThisThread => {
+            1 << gpuship_cookie_layout::GPUSHIP_COOKIE_THREAD_CONTEXT_SHIFT.0
+        }
+        AnswerChange::AllThreads => 1 << gpuship_cookie_layout::GPUSHIP_COOKIE_ALL_ANSWERS_SHIFT.0,
+    }
 }
 
 /// Functions whose rows keep state beside the rows stay rows with their return whatever the

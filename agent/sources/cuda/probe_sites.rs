@@ -141,6 +141,7 @@ mod tests {
             cookie: 0,
             entry_only: false,
             stats: false,
+            repeats_at_entry: false,
         }
     }
 

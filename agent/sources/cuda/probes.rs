@@ -133,9 +133,20 @@ pub fn load<'obj>(
     rodata.recorder_shift = recorder.shift;
     rodata.recorder_launch_details = config.flight_recorder_launch_details;
     let multi = config.uprobe_multi && uprobe_multi_supported();
+    let sessions = match repeat_lookups(config, multi, &plan) {
+        Ok(()) => true,
+        Err(reason) => {
+            if plan.probes.iter().any(|p| p.repeats_at_entry) {
+                tracing::info!(reason, "repeated kernel lookups keep their return probe");
+            }
+            false
+        }
+    };
+    rodata.repeat_lookups_at_entry = sessions;
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
     open.progs.cuda_call_return_multi.set_autoload(multi);
+    open.progs.cuda_lookup_session.set_autoload(sessions);
     let skel = open.load().context("loading the CUDA BPF program")?;
 
     let mut links = attach::Links::default();
@@ -147,7 +158,7 @@ pub fn load<'obj>(
                 .context("attaching the fork tracker")?,
         );
     }
-    attach::attach_all(&skel, &plan.probes, multi, &mut links)?;
+    let in_sessions = attach::attach_all(&skel, &plan.probes, multi, sessions, &mut links)?;
     let aggregated = plan.probes.iter().filter(|p| p.stats).count();
     tracing::info!(
         libraries = ?libraries,
@@ -157,6 +168,7 @@ pub fn load<'obj>(
         past_endbr64 = placement.past_endbr64,
         single_stepped = placement.single_stepped.len(),
         uprobe_multi = multi,
+        repeat_lookups_at_entry = in_sessions,
         "CUDA uprobes attached"
     );
     Ok(Ok(CudaProbes {
@@ -210,6 +222,31 @@ fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, Probe
         )));
     }
     Ok(Ok((libraries, plan)))
+}
+
+/// Why repeated kernel lookups cannot be counted at entry here, if they cannot: the setting,
+/// the kernel (uprobe.session programs since Linux 6.13, on uprobe_multi links), or a function
+/// that changes lookups' answers left unprobed (its change would go unseen).
+fn repeat_lookups(config: &CudaSourceConfig, multi: bool, plan: &ProbePlan) -> Result<(), String> {
+    if !plan.probes.iter().any(|p| p.repeats_at_entry) {
+        return Err("no lookup in stats mode".into());
+    }
+    if !config.repeat_lookups_at_entry {
+        return Err("repeat_lookups_at_entry = false".into());
+    }
+    if !multi {
+        return Err("needs uprobe_multi links".into());
+    }
+    if !crate::enrich::kernel_release().is_some_and(|release| kernel_at_least(&release, 6, 13)) {
+        return Err("uprobe.session needs Linux >= 6.13".into());
+    }
+    if !plan.answer_changes_unprobed.is_empty() {
+        return Err(format!(
+            "functions that change lookups' answers are not probed: {:?}",
+            plan.answer_changes_unprobed
+        ));
+    }
+    Ok(())
 }
 
 /// uprobe_multi links exist since Linux 6.6.

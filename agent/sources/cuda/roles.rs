@@ -87,6 +87,47 @@ pub fn device_role(symbol: &str) -> DeviceRole {
     }
 }
 
+/// What a function changes about the answers of kernel lookups (`cuKernelGetFunction`, whose
+/// CUfunction depends on the kernel and the calling thread's current context), for the BPF
+/// memo of repeated lookups (`bpf/include/cuda_lookup_memo.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AnswerChange {
+    /// Nothing.
+    #[default]
+    None,
+    /// The calling thread's current context (set, push, pop, create, attach).
+    ThisThread,
+    /// Any thread's answers: a context destroyed or detached, a primary context released or
+    /// reset, a library or module unloaded (its kernel handles may be reused).
+    AllThreads,
+}
+
+/// The answer change of an exported symbol, whatever its API version (`cuCtxCreate`,
+/// `cuCtxCreate_v4`) and default-stream variant.
+pub fn answer_change(symbol: &str) -> AnswerChange {
+    let base = base_symbol(symbol);
+    let unversioned = match base.rsplit_once("_v") {
+        Some((stem, version))
+            if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            stem
+        }
+        _ => base,
+    };
+    match unversioned {
+        "cuCtxSetCurrent" | "cuCtxPushCurrent" | "cuCtxPopCurrent" | "cuCtxCreate"
+        | "cuCtxAttach" => AnswerChange::ThisThread,
+        "cuCtxDestroy"
+        | "cuCtxDetach"
+        | "cuDevicePrimaryCtxRelease"
+        | "cuDevicePrimaryCtxReset"
+        | "cuGreenCtxDestroy"
+        | "cuLibraryUnload"
+        | "cuModuleUnload" => AnswerChange::AllThreads,
+        _ => AnswerChange::None,
+    }
+}
+
 /// Which kind of memory an allocation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MemoryKind {
@@ -221,6 +262,44 @@ mod tests {
             KernelRole::SyncsStream
         );
         assert_eq!(kernel_role("cuEventSynchronize"), KernelRole::None);
+    }
+
+    #[test]
+    fn answer_changes_follow_the_unversioned_symbol() {
+        for symbol in [
+            "cuCtxSetCurrent",
+            "cuCtxPushCurrent",
+            "cuCtxPushCurrent_v2",
+            "cuCtxPopCurrent_v2",
+            "cuCtxCreate",
+            "cuCtxCreate_v4",
+            "cuCtxAttach",
+        ] {
+            assert_eq!(answer_change(symbol), AnswerChange::ThisThread, "{symbol}");
+        }
+        for symbol in [
+            "cuCtxDestroy",
+            "cuCtxDestroy_v2",
+            "cuCtxDetach",
+            "cuDevicePrimaryCtxRelease_v2",
+            "cuDevicePrimaryCtxReset",
+            "cuGreenCtxDestroy",
+            "cuLibraryUnload",
+            "cuModuleUnload",
+        ] {
+            assert_eq!(answer_change(symbol), AnswerChange::AllThreads, "{symbol}");
+        }
+        for symbol in [
+            "cuCtxGetCurrent",
+            "cuCtxSynchronize_v2",
+            "cuDevicePrimaryCtxRetain",
+            "cuCtxCreate_v",
+            "cuCtxCreate_vx",
+            "cuKernelGetFunction",
+            "",
+        ] {
+            assert_eq!(answer_change(symbol), AnswerChange::None, "{symbol}");
+        }
     }
 
     #[test]

@@ -255,3 +255,66 @@ fn calls_that_make_kernel_handles_keep_their_return_and_only_lookups_of_function
         .iter()
         .all(|p| !p.stats && p.cookie & row_if_new == 0));
 }
+
+#[test]
+fn calls_that_change_lookup_answers_carry_their_bit_and_unprobed_ones_are_named() {
+    let lib = library(&[
+        "cuCtxSetCurrent",
+        "cuCtxPopCurrent",
+        "cuCtxPopCurrent_v2",
+        "cuCtxDestroy_v2",
+        "cuDevicePrimaryCtxRelease_v2",
+        "cuKernelGetFunction",
+        "cuLibraryUnload",
+        "cuMemAlloc_v2",
+    ]);
+    let thread = 1u64 << gpuship_cookie_layout::GPUSHIP_COOKIE_THREAD_CONTEXT_SHIFT.0;
+    let all = 1u64 << gpuship_cookie_layout::GPUSHIP_COOKIE_ALL_ANSWERS_SHIFT.0;
+    let stats = ["cuKernelGetFunction".to_string()];
+    let plan = plan_probes(&lib, &["default".into()], &[], &[], &stats, &[]);
+    let bits: Vec<(&str, bool, bool, bool)> = plan
+        .probes
+        .iter()
+        .map(|p| {
+            (
+                p.symbol.as_str(),
+                p.cookie & thread != 0,
+                p.cookie & all != 0,
+                p.repeats_at_entry,
+            )
+        })
+        .collect();
+    assert_eq!(
+        bits,
+        [
+            ("cuCtxSetCurrent", true, false, false),
+            ("cuCtxPopCurrent", true, false, false),
+            ("cuCtxPopCurrent_v2", true, false, false),
+            ("cuCtxDestroy_v2", false, true, false),
+            ("cuDevicePrimaryCtxRelease_v2", false, true, false),
+            ("cuKernelGetFunction", false, false, true),
+            ("cuLibraryUnload", false, true, false),
+            ("cuMemAlloc_v2", false, false, false),
+        ]
+    );
+    assert!(plan.answer_changes_unprobed.is_empty());
+
+    // Excluded (or not selected) answer changes are named: repeats then keep their return.
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &["cuCtxPop*".into(), "cuLibraryUnload".into()],
+        &[],
+        &stats,
+        &[],
+    );
+    assert_eq!(
+        plan.answer_changes_unprobed,
+        ["cuCtxPopCurrent", "cuCtxPopCurrent_v2", "cuLibraryUnload"]
+    );
+    let plan = plan_probes(&lib, &["cuKernelGetFunction".into()], &[], &[], &stats, &[]);
+    assert_eq!(plan.answer_changes_unprobed.len(), 6);
+    // Out of `stats`, a lookup is a row with its return: nothing to count at entry.
+    let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
+    assert!(plan.probes.iter().all(|p| !p.repeats_at_entry));
+}
