@@ -1,0 +1,76 @@
+"""Per-call cost of cuKernelGetFunction and cuLaunchKernel on the real libcuda, from the calling
+thread's own CPU time: the loop the CUDA runtime makes on every training step (ask for a
+kernel's CUfunction, launch it), without the rest of a training step around it.
+
+Usage: python3 lookup_cost.py [CALLS]   (default 200000 lookups and 100000 launches)
+Prints one line: `lookups_ns=... launches_ns=... lookups_wall_ns=... launches_wall_ns=...`
+(per call; the launch loop synchronises every 1,000 launches, outside the timed part).
+"""
+import ctypes
+import sys
+import time
+
+PTX = b""".version 7.0
+.target sm_50
+.address_size 64
+.visible .entry gpuship_empty()
+{
+	ret;
+}
+"""
+
+
+def check(result, what):
+    if result != 0:
+        sys.exit(f"{what} failed: CUresult {result}")
+
+
+def main():
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
+    cuda = ctypes.CDLL("libcuda.so.1")
+    check(cuda.cuInit(0), "cuInit")
+    device = ctypes.c_int()
+    check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
+    context = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    library = ctypes.c_void_p()
+    check(cuda.cuLibraryLoadData(ctypes.byref(library), ctypes.c_char_p(PTX), None, None, 0, None, None, 0),
+          "cuLibraryLoadData")
+    kernel = ctypes.c_void_p()
+    check(cuda.cuLibraryGetKernel(ctypes.byref(kernel), library, b"gpuship_empty"), "cuLibraryGetKernel")
+    function = ctypes.c_void_p()
+    get_function = cuda.cuKernelGetFunction
+    get_function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    out = ctypes.byref(function)
+    check(get_function(out, kernel), "cuKernelGetFunction")
+    launch = cuda.cuLaunchKernel
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    sync = cuda.cuCtxSynchronize
+
+    # Warm up both paths, then time them.
+    for _ in range(1000):
+        get_function(out, kernel)
+        launch(function, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+    sync()
+    cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+    for _ in range(calls):
+        get_function(out, kernel)
+    lookups_cpu, lookups_wall = time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0
+
+    launches = calls // 2
+    launch_cpu = launch_wall = 0
+    for _ in range(launches // 1000):
+        cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+        for _ in range(1000):
+            launch(function, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+        launch_cpu += time.thread_time_ns() - cpu0
+        launch_wall += time.perf_counter_ns() - wall0
+        check(sync(), "cuCtxSynchronize")
+    print(f"lookups_ns={lookups_cpu / calls:.0f} launches_ns={launch_cpu / launches:.0f} "
+          f"lookups_wall_ns={lookups_wall / calls:.0f} launches_wall_ns={launch_wall / launches:.0f}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
