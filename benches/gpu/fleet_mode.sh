@@ -153,8 +153,12 @@ if stats:
     on_phases = sum(1 for p in range(phases) if p % 4 in (0, 3))
     print(f"== process {pid}: {len(mine)} cuda_stats rows, {calls} aggregated calls, {launches} launches"
           f" = {launches / (steps * on_phases):.1f} launches per step over {on_phases} on phases")
-    for r in sorted(mine, key=lambda r: -r["calls"])[:6]:
-        print("  ", r["function"], r["result_name"], r["calls"], "p50", r["duration_p50_ns"], "p99", r["duration_p99_ns"])
+    by_call = {}
+    for r in mine:
+        key = (r["function"], r["result_name"])
+        by_call[key] = by_call.get(key, 0) + r["calls"]
+    for (function, result), n in sorted(by_call.items(), key=lambda kv: -kv[1]):
+        print(f"   {function} {result}: {n} calls = {n / (steps * on_phases):.2f} per step")
 rows = [pq.read_table(f) for f in files if "/cuda/" in f]
 if rows:
     t = pa.concat_tables(rows, promote_options="default").to_pylist()

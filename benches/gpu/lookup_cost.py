@@ -3,10 +3,12 @@ thread's own CPU time: the loop the CUDA runtime makes on every training step (a
 kernel's CUfunction, launch it), without the rest of a training step around it.
 
 Usage: python3 lookup_cost.py [CALLS]   (default 200000 lookups and 100000 launches)
-Prints one line: `lookups_ns=... launches_ns=... lookups_wall_ns=... launches_wall_ns=...`
-(per call; the launch loop synchronises every 1,000 launches, outside the timed part).
+Prints one line: `lookups_ns=... launches_ns=... lookups_wall_ns=... launches_wall_ns=...`:
+per call, the median of batches of 10,000 lookups and of 1,000 launches (the launch loop
+synchronises after each batch, outside the timed part).
 """
 import ctypes
+import statistics
 import sys
 import time
 
@@ -48,27 +50,30 @@ def main():
     launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     sync = cuda.cuCtxSynchronize
 
-    # Warm up both paths, then time them.
+    # Warm up both paths, then time them in batches; the median batch is the figure, so a
+    # batch the scheduler or the GPU queue interrupted does not move it.
     for _ in range(1000):
         get_function(out, kernel)
         launch(function, 1, 1, 1, 1, 1, 1, 0, None, None, None)
-    sync()
-    cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
-    for _ in range(calls):
-        get_function(out, kernel)
-    lookups_cpu, lookups_wall = time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0
-
-    launches = calls // 2
-    launch_cpu = launch_wall = 0
-    for _ in range(launches // 1000):
+    check(sync(), "cuCtxSynchronize")
+    lookups_cpu, lookups_wall = [], []
+    for _ in range(max(calls // 10000, 1)):
+        cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+        for _ in range(10000):
+            get_function(out, kernel)
+        lookups_cpu.append((time.thread_time_ns() - cpu0) / 10000)
+        lookups_wall.append((time.perf_counter_ns() - wall0) / 10000)
+    launches_cpu, launches_wall = [], []
+    for _ in range(max(calls // 2000, 1)):
         cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         for _ in range(1000):
             launch(function, 1, 1, 1, 1, 1, 1, 0, None, None, None)
-        launch_cpu += time.thread_time_ns() - cpu0
-        launch_wall += time.perf_counter_ns() - wall0
+        launches_cpu.append((time.thread_time_ns() - cpu0) / 1000)
+        launches_wall.append((time.perf_counter_ns() - wall0) / 1000)
         check(sync(), "cuCtxSynchronize")
-    print(f"lookups_ns={lookups_cpu / calls:.0f} launches_ns={launch_cpu / launches:.0f} "
-          f"lookups_wall_ns={lookups_wall / calls:.0f} launches_wall_ns={launch_wall / launches:.0f}",
+    median = statistics.median
+    print(f"lookups_ns={median(lookups_cpu):.0f} launches_ns={median(launches_cpu):.0f} "
+          f"lookups_wall_ns={median(lookups_wall):.0f} launches_wall_ns={median(launches_wall):.0f}",
           flush=True)
 
 

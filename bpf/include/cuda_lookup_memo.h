@@ -7,14 +7,16 @@
  * The CUDA runtime asks cuKernelGetFunction for the same kernels on every training step. The
  * answer (the CUfunction) depends on the kernel and on the calling thread's current context,
  * so a thread that asked for a kernel in its current context before gets the same answer
- * again. Each thread keeps a small direct-mapped table of the kernels it asked for in task
- * storage (freed with the thread, never shared, so a reused tid starts empty) with two stamps:
+ * again. Each thread keeps a direct-mapped table of the kernels it asked for (256 slots, 4 KiB)
+ * in task storage (freed with the thread, never shared, so a reused tid starts empty), with
+ * two stamps:
  * - the thread's generation, bumped when this thread changes its current context (cookie bit
  *   GPUSHIP_COOKIE_THREAD_CONTEXT) or execs;
  * - the node's answer epoch, bumped when any thread may change every thread's answers (a
  *   context destroyed, a primary context released or reset, a library or module unloaded:
  *   GPUSHIP_COOKIE_ALL_ANSWERS), and when any call fails with an error after which the context
- *   is unusable, so that the lookups that then fail are seen.
+ *   is unusable, so that the lookups that then fail are seen (a process failing every call
+ *   that way makes every thread on the node probe its lookups again: slower, never wrong).
  * A lookup whose kernel, generation and epoch all match, with a non-NULL out pointer, is a
  * repeat. Both stamps are taken at the lookup's entry and written with its answer at return,
  * so a change that races with the call makes its answer stale rather than trusted. A table
@@ -30,7 +32,7 @@ const volatile bool repeat_lookups_at_entry = false;
 /* Bumped by any call that may change every thread's answers (see above). */
 volatile __u32 answer_epoch = 0;
 
-#define LOOKUP_MEMO_WAYS 64
+#define LOOKUP_MEMO_WAYS 256
 
 struct answered_lookup {
 	__u64 kernel;
