@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod cuda_rows;
 pub mod cuda_stats;
+pub mod grafana_schema;
 pub mod kafka;
 pub mod lake;
 pub mod metrics;
