@@ -133,7 +133,8 @@ pub fn load<'obj>(
     rodata.recorder_shift = recorder.shift;
     rodata.recorder_launch_details = config.flight_recorder_launch_details;
     let multi = config.uprobe_multi && uprobe_multi_supported();
-    let sessions = match repeat_lookups(config, multi, &plan) {
+    let release = crate::enrich::kernel_release();
+    let sessions = match repeat_lookups(config, multi, release.as_deref(), &plan) {
         Ok(()) => true,
         Err(reason) => {
             if plan.probes.iter().any(|p| p.repeats_at_entry) {
@@ -227,7 +228,12 @@ fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, Probe
 /// Why repeated kernel lookups cannot be counted at entry here, if they cannot: the setting,
 /// the kernel (uprobe.session programs since Linux 6.13, on uprobe_multi links), or a function
 /// that changes lookups' answers left unprobed (its change would go unseen).
-fn repeat_lookups(config: &CudaSourceConfig, multi: bool, plan: &ProbePlan) -> Result<(), String> {
+fn repeat_lookups(
+    config: &CudaSourceConfig,
+    multi: bool,
+    kernel_release: Option<&str>,
+    plan: &ProbePlan,
+) -> Result<(), String> {
     if !plan.probes.iter().any(|p| p.repeats_at_entry) {
         return Err("no lookup in stats mode".into());
     }
@@ -237,7 +243,7 @@ fn repeat_lookups(config: &CudaSourceConfig, multi: bool, plan: &ProbePlan) -> R
     if !multi {
         return Err("needs uprobe_multi links".into());
     }
-    if !crate::enrich::kernel_release().is_some_and(|release| kernel_at_least(&release, 6, 13)) {
+    if !kernel_release.is_some_and(|release| kernel_at_least(release, 6, 13)) {
         return Err("uprobe.session needs Linux >= 6.13".into());
     }
     if !plan.answer_changes_unprobed.is_empty() {
@@ -266,7 +272,65 @@ fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_at_least;
+    use super::{kernel_at_least, repeat_lookups};
+    use crate::sources::cuda::plan::{PlannedProbe, ProbePlan};
+
+    fn plan(repeats_at_entry: bool, unprobed: &[&str]) -> ProbePlan {
+        ProbePlan {
+            probes: vec![PlannedProbe {
+                library: "/lib/libcuda.so.1".into(),
+                symbol: "cuKernelGetFunction".into(),
+                file_offset: 0x1000,
+                cookie: 0,
+                entry_only: false,
+                stats: repeats_at_entry,
+                repeats_at_entry,
+            }],
+            answer_changes_unprobed: unprobed.iter().map(|s| s.to_string()).collect(),
+            ..ProbePlan::default()
+        }
+    }
+
+    #[test]
+    fn repeats_are_counted_at_entry_only_when_everything_allows_it() {
+        let config: crate::config::CudaSourceConfig = toml::from_str("").unwrap();
+        let new = Some("6.18.44-fc-v669");
+        assert_eq!(repeat_lookups(&config, true, new, &plan(true, &[])), Ok(()));
+        assert_eq!(
+            repeat_lookups(&config, true, new, &plan(false, &[])),
+            Err("no lookup in stats mode".into())
+        );
+        let off: crate::config::CudaSourceConfig =
+            toml::from_str("repeat_lookups_at_entry = false").unwrap();
+        assert_eq!(
+            repeat_lookups(&off, true, new, &plan(true, &[])),
+            Err("repeat_lookups_at_entry = false".into())
+        );
+        assert_eq!(
+            repeat_lookups(&config, false, new, &plan(true, &[])),
+            Err("needs uprobe_multi links".into())
+        );
+        for old in [
+            Some("6.12.9"),
+            Some("5.15.0-91-generic"),
+            Some("garbage"),
+            None,
+        ] {
+            assert_eq!(
+                repeat_lookups(&config, true, old, &plan(true, &[])),
+                Err("uprobe.session needs Linux >= 6.13".into()),
+                "{old:?}"
+            );
+        }
+        assert_eq!(
+            repeat_lookups(&config, true, Some("6.13.0"), &plan(true, &[])),
+            Ok(())
+        );
+        assert_eq!(
+            repeat_lookups(&config, true, new, &plan(true, &["cuCtxDetach"])),
+            Err("functions that change lookups' answers are not probed: [\"cuCtxDetach\"]".into())
+        );
+    }
 
     #[test]
     fn kernel_versions_compare_numerically() {
