@@ -4,9 +4,11 @@ so that one process runs with the agent on and off in turn (benches/gpu/fleet_mo
 Usage: python3 phased_loop.py STEPS PHASES
 
 Prints `ready pid=P` after the warm-up, then for each line `go MODE` read from stdin runs STEPS
-training steps and prints `phase I mode=MODE wall_us_per_step=W cpu_us_per_step=C`, where C is
-the main thread's own CPU time (time.thread_time: user + system, so it includes the kernel's
-uprobe trap on every traced launch).
+training steps and prints `phase I mode=MODE wall_us_per_step=W cpu_us_per_step=C
+process_cpu_us_per_step=P`, where C is the main thread's own CPU time (time.thread_time: user +
+system, so it includes the kernel's uprobe trap on each launch it makes) and P the whole
+process's (time.process_time). The backward pass runs in PyTorch's autograd thread for the
+GPU, which makes its launches: only P counts the traps of those.
 """
 import os
 import sys
@@ -42,13 +44,15 @@ for phase in range(phases):
         break
     mode = line[1]
     torch.cuda.synchronize()
-    wall, cpu = time.perf_counter(), time.thread_time()
+    wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    process = time.process_time() - process
     print(
         f"phase {phase} mode={mode} wall_us_per_step={wall / steps * 1e6:.1f}"
-        f" cpu_us_per_step={cpu / steps * 1e6:.1f}",
+        f" cpu_us_per_step={cpu / steps * 1e6:.1f}"
+        f" process_cpu_us_per_step={process / steps * 1e6:.1f}",
         flush=True,
     )
