@@ -69,7 +69,10 @@ struct call_entry {
 	 * stack pointer at entry (cuLaunchKernel) or the CUlaunchConfig (cuLaunchKernelEx). */
 	__u64 deferred_args;
 	__u32 deferred_launch; /* GPUSHIP_LAUNCH_* still to decode from deferred_args, or 0 */
-	__u32 _pad;
+	/* A lookup under the session program: the stamps taken at its entry, remembered with its
+	 * answer at return (cuda_lookup_memo.h); generation 0 for every other call. */
+	__u32 lookup_generation;
+	__u64 lookup_epoch;
 	__u64 name_ptr; /* user address of the name the call takes (read at return), or 0 */
 };
 
@@ -156,10 +159,9 @@ static __always_inline bool is_traced(__u32 tgid)
 #include "cuda_stats_mode.h"
 #include "cuda_lookup_memo.h"
 
-/* The kfuncs of a `uprobe.session` program (Linux >= 6.13); weak, so that the object loads
- * where they are missing (the session program is then not loaded). */
+/* The kfunc of a `uprobe.session` program (Linux >= 6.13); weak, so that the object loads
+ * where it is missing (the session program is then not loaded). */
 extern bool bpf_session_is_return(void) __ksym __weak;
-extern __u64 *bpf_session_cookie(void) __ksym __weak;
 
 /* Entry-only functions (no return probe): the record goes out now, without duration or result.
  * `event` is on this program's stack; the ring record is reserved only for the copy, so a
@@ -188,9 +190,11 @@ static __always_inline int submit_at_entry(const struct cuda_event *event)
  * thread's own slot (claimed by compare-and-swap), or this program's stack, which is then
  * copied into the ring (entry-only) or into the hash table under the thread's own key. A
  * per-CPU scratch buffer would be shared with every task that runs on this CPU meanwhile.
- * `counted_at_entry`: a repeated lookup (cuda_lookup_memo.h), counted like an entry-only call.
+ * `counted_at_entry`: a repeated lookup (cuda_lookup_memo.h), counted like an entry-only call;
+ * `lookup_epoch` and `lookup_generation`: a probed lookup's stamps (0 for any other call).
  */
-static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry)
+static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry, __u64 lookup_epoch,
+				    __u32 lookup_generation)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -208,6 +212,8 @@ static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry)
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
 	fill_entry(ctx, entry, pid_tgid, cookie, stats);
+	entry->lookup_epoch = lookup_epoch;
+	entry->lookup_generation = lookup_generation;
 	if (entry_only && stats) {
 		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
 		entry->event.result = GPUSHIP_RESULT_NOT_CAPTURED;
@@ -263,9 +269,9 @@ static __always_inline void release(struct call_slot *slot, struct call_key *key
 		bpf_map_delete_elem(&inflight, key);
 }
 
-/* `stamp`: a lookup's stamp from its session entry (cuda_lookup_memo.h), remembered with its
- * answer once that is delivered; 0 for every other call. */
-static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
+/* A probed lookup's answer is remembered (cuda_lookup_memo.h) once it is delivered: counted as
+ * an answer sent before, or sent as a row with the answer read. */
+static __always_inline int on_return(struct pt_regs *ctx, long ret)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -279,8 +285,11 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
 	bool have_out_value = false;
 	__u32 uuid[4];
 	bool have_uuid = false;
-	__u64 avail, kernel;
+	__u64 avail;
+	__u64 kernel, lookup_epoch;
+	__u32 lookup_generation;
 
+	invalidate_after(cookie, (__u32)ret);
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
 	slot = held_slot(slot_owner(pid_tgid, cookie));
@@ -289,10 +298,9 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
 		count(GPUSHIP_STAT_UNMATCHED_RETURN);
 		return 0;
 	}
-	invalidate_on_failure((__u32)ret);
-	if ((__u32)ret != 0)
-		stamp = 0;
 	kernel = entry->event.parent_handle;
+	lookup_epoch = entry->lookup_epoch;
+	lookup_generation = (__u32)ret == 0 ? entry->lookup_generation : 0;
 	if ((cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1) {
 		/* Completed in the slot or hash entry, which only this thread touches until release. */
 		entry->event.duration_ns = now - entry->event.start_boot_ns;
@@ -303,8 +311,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
 			entry->event.result = 0;
 			record_call(entry);
 			release(slot, &key);
-			if (stamp)
-				remember_lookup(kernel, stamp);
+			if (lookup_generation)
+				remember_lookup(kernel, lookup_epoch, lookup_generation);
 			return 0;
 		}
 		/* A row after all: decode what entry left for later. */
@@ -351,8 +359,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
 	avail = bpf_ringbuf_query(&cuda_ring, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(ev, avail >= wakeup_threshold_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	count(GPUSHIP_STAT_SUBMITTED);
-	if (stamp)
-		remember_lookup(kernel, stamp);
+	if (lookup_generation && have_out_value)
+		remember_lookup(kernel, lookup_epoch, lookup_generation);
 	return 0;
 }
 
@@ -360,22 +368,23 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret, __u64 stamp)
  * out pointer to write) is counted at entry and its return skipped (returns 1); any other
  * lookup is recorded as usual and keeps its return (returns 0). An untraced process's lookup
  * skips its return too. */
-static __always_inline int on_lookup_entry(struct pt_regs *ctx, __u64 *stamp)
+static __always_inline int on_lookup_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct call_args args;
-	__u64 kernel, out;
+	__u64 kernel, out, epoch;
+	__u32 generation;
 
 	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
 		return 1;
 	read_args(ctx, &args);
 	kernel = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_PARENT_SHIFT));
 	out = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_OUT_PTR_SHIFT));
-	if (lookup_is_repeat(kernel, stamp) && out) {
-		on_entry(ctx, true);
+	if (lookup_is_repeat(kernel, &epoch, &generation) && out) {
+		on_entry(ctx, true, 0, 0);
 		return 1;
 	}
-	on_entry(ctx, false);
+	on_entry(ctx, false, epoch, generation);
 	return 0;
 }
 
@@ -387,40 +396,37 @@ static __always_inline int on_lookup_entry(struct pt_regs *ctx, __u64 *stamp)
 SEC("uprobe")
 int BPF_KPROBE(cuda_call_entry)
 {
-	return on_entry(ctx, false);
+	return on_entry(ctx, false, 0, 0);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cuda_call_return, long ret)
 {
-	return on_return(ctx, ret, 0);
+	return on_return(ctx, ret);
 }
 
 SEC("uprobe.multi")
 int BPF_KPROBE(cuda_call_entry_multi)
 {
-	return on_entry(ctx, false);
+	return on_entry(ctx, false, 0, 0);
 }
 
 SEC("uretprobe.multi")
 int BPF_KRETPROBE(cuda_call_return_multi, long ret)
 {
-	return on_return(ctx, ret, 0);
+	return on_return(ctx, ret);
 }
 
 /*
  * Kernel lookups whose repeats skip their return (cuda_lookup_memo.h): one program for entry
- * and return (Linux >= 6.13), sharing an 8-byte cookie per call that carries the entry's stamp
- * to the return.
+ * and return (Linux >= 6.13); the entry's stamps reach the return in the call's entry.
  */
 SEC("uprobe.session")
 int cuda_lookup_session(struct pt_regs *ctx)
 {
-	__u64 *stamp = bpf_session_cookie();
-
 	if (bpf_session_is_return())
-		return on_return(ctx, PT_REGS_RC(ctx), *stamp);
-	return on_lookup_entry(ctx, stamp);
+		return on_return(ctx, PT_REGS_RC(ctx));
+	return on_lookup_entry(ctx);
 }
 
 /* A traced process's children are traced too (gpuship run -- COMMAND traces the whole tree). */

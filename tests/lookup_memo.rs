@@ -1,8 +1,10 @@
 //! Repeated kernel lookups counted at entry without their return probe
 //! (`bpf/include/cuda_lookup_memo.h`), on real eBPF with the stand-in library: which lookups
 //! the kernel must still probe (a thread's first, and every one after its own context change,
-//! an unload, a sticky error or an exec), and that the setting and an unprobed function that
-//! changes answers turn it off.
+//! an unload, a failed call or an exec, and after an unload that another thread's lookup
+//! overlapped), and that the setting and an unprobed function that changes answers turn it off.
+//! On a kernel without `uprobe.session` (before Linux 6.13) every lookup keeps its return, and
+//! the tests check that instead.
 
 use std::collections::BTreeMap;
 
@@ -12,9 +14,34 @@ use crate::support::cuda_stats::stats_rows;
 use crate::support::lake::read_table;
 use crate::support::Fixtures;
 
+/// Whether this kernel has `uprobe.session` programs (Linux >= 6.13), which the agent needs to
+/// count repeats at entry.
+pub fn sessions_supported() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 13)
+}
+
+/// `(probed, counted at entry)` as expected here: on a kernel without sessions, every lookup
+/// is probed.
+pub fn split(probed: u64, at_entry: u64) -> Vec<(&'static str, u64)> {
+    if sessions_supported() {
+        vec![("CUDA_SUCCESS", probed), ("NOT_CAPTURED", at_entry)]
+    } else {
+        vec![("CUDA_SUCCESS", probed + at_entry)]
+    }
+}
+
 /// Runs `cuda_workload lookup-memo` (which execs into `kernel-functions 2`) under `extra`
 /// config lines; returns the process's `cuKernelGetFunction` calls by result and the log.
 fn lookups_by_result(extra: &str) -> (BTreeMap<String, u64>, String) {
+    lookups_of(extra, &["lookup-memo"], "kernel-functions first=")
+}
+
+/// Runs the workload with `args` under `extra` config lines; its output must contain `done`.
+fn lookups_of(extra: &str, args: &[&str], done: &str) -> (BTreeMap<String, u64>, String) {
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), r#"["default"]"#).replace(
@@ -22,15 +49,9 @@ fn lookups_by_result(extra: &str) -> (BTreeMap<String, u64>, String) {
         &format!("stats = [\"cuKernelGetFunction\"]\nstats_interval_secs = 1\n{extra}"),
     );
     let agent = Agent::start(&config, &[]);
-    let (pid, stdout) = fixtures.run_workload(
-        &["lookup-memo"],
-        &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize_v2=700")],
-    );
-    assert!(stdout.contains("lookup-memo kernel="), "{stdout}");
-    assert!(
-        stdout.contains("kernel-functions first="),
-        "the exec: {stdout}"
-    );
+    let (pid, stdout) =
+        fixtures.run_workload(args, &[("FAKE_CUDA_RESULTS", "cuCtxSynchronize_v2=700")]);
+    assert!(stdout.contains(done), "{stdout}");
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     stopped.assert_nothing_lost("cuda", "cuda");
@@ -45,7 +66,25 @@ fn lookups_by_result(extra: &str) -> (BTreeMap<String, u64>, String) {
 }
 
 fn expected(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
-    pairs.iter().map(|(r, n)| (r.to_string(), *n)).collect()
+    pairs
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| (r.to_string(), *n))
+        .collect()
+}
+
+/// The agent's start log says how many lookups are attached with the session program.
+fn assert_sessions(log: &str, on: bool) {
+    let on = on && sessions_supported();
+    let needle = if on {
+        "repeat_lookups_at_entry=1"
+    } else {
+        "repeat_lookups_at_entry=0"
+    };
+    assert!(log.contains(needle), "{needle}: {log}");
+    if !sessions_supported() {
+        assert!(log.contains("uprobe.session needs Linux >= 6.13"), "{log}");
+    }
 }
 
 /// 18 lookups in the first image, 5 after the exec. Probed (a result): each thread's first,
@@ -57,15 +96,10 @@ fn expected(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 fn repeats_are_counted_at_entry_until_something_changes_the_answer() {
     let _shared = support::shared();
     let (calls, log) = lookups_by_result("");
-    assert!(log.contains("repeat_lookups_at_entry=1"), "{log}");
-    assert_eq!(
-        calls,
-        expected(&[
-            ("CUDA_ERROR_INVALID_VALUE", 2),
-            ("CUDA_SUCCESS", 10),
-            ("NOT_CAPTURED", 11),
-        ])
-    );
+    assert_sessions(&log, true);
+    let mut want = split(10, 11);
+    want.push(("CUDA_ERROR_INVALID_VALUE", 2));
+    assert_eq!(calls, expected(&want));
 }
 
 /// `repeat_lookups_at_entry = false`: every lookup keeps its return.
@@ -73,7 +107,7 @@ fn repeats_are_counted_at_entry_until_something_changes_the_answer() {
 fn the_setting_keeps_every_lookups_return() {
     let _shared = support::shared();
     let (calls, log) = lookups_by_result("repeat_lookups_at_entry = false\n");
-    assert!(log.contains("repeat_lookups_at_entry=0"), "{log}");
+    assert_sessions(&log, false);
     assert!(
         log.contains("reason=\"repeat_lookups_at_entry = false\""),
         "{log}"
@@ -89,10 +123,11 @@ fn the_setting_keeps_every_lookups_return() {
 fn an_unprobed_context_change_keeps_every_lookups_return() {
     let _shared = support::shared();
     let (calls, log) = lookups_by_result("exclude_functions = [\"cuCtxPushCurrent*\"]\n");
-    assert!(log.contains("repeat_lookups_at_entry=0"), "{log}");
+    assert_sessions(&log, false);
     assert!(
-        log.contains(
-            "functions that change lookups' answers are not probed: [\\\"cuCtxPushCurrent_v2\\\"]"
+        !sessions_supported()
+            || log.contains(
+            "functions that change lookups' answers are not probed (or only at entry): [\\\"cuCtxPushCurrent_v2\\\"]"
         ),
         "{log}"
     );
@@ -100,4 +135,22 @@ fn an_unprobed_context_change_keeps_every_lookups_return() {
         calls,
         expected(&[("CUDA_ERROR_INVALID_VALUE", 2), ("CUDA_SUCCESS", 21)])
     );
+}
+
+/// Another thread's lookup answered while an unload runs (the stand-in holds it open) is not
+/// trusted once the unload returns: the epoch moves at the unload's return as well as at its
+/// entry. 4 lookups on that thread: its first, the one during the unload, the first after it
+/// (all probed), and a repeat.
+#[test]
+fn a_lookup_that_overlaps_an_unload_is_asked_again_after_it() {
+    let _shared = support::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_str().expect("utf-8 temp dir");
+    let (calls, log) = lookups_of(
+        "",
+        &["lookup-during-unload", path],
+        "lookup-during-unload kernel=",
+    );
+    assert_sessions(&log, true);
+    assert_eq!(calls, expected(&split(3, 1)));
 }

@@ -199,8 +199,9 @@ pub struct CudaSourceConfig {
     /// result NOT_CAPTURED), through a `uprobe.session` program (Linux >= 6.13, with
     /// `uprobe_multi`). On only while every exported function that can change a lookup's
     /// answer (context set, push, pop, create, destroy, primary-context release and reset,
-    /// library and module unload) is probed; any call failing with a sticky error makes every
-    /// thread ask again. false: every lookup keeps its return.
+    /// library and module unload) is probed, the ones that change every thread's answers with
+    /// their return; any failed call makes every thread ask again. false: every lookup keeps
+    /// its return.
     #[serde(default = "defaults::yes")]
     pub repeat_lookups_at_entry: bool,
 }

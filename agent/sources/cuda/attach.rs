@@ -22,8 +22,9 @@ pub struct Links {
 }
 
 /// Attaches every probe of `probes` (grouped by library). `sessions` (only with `multi`):
-/// attach the probes with `repeats_at_entry` through the session program. Returns how many
-/// probes got a session link.
+/// attach the probes with `repeats_at_entry` through the session program, after every other
+/// probe of every library, so that whatever invalidates a remembered lookup is probed before
+/// any lookup can be remembered. Returns how many probes got a session link.
 pub fn attach_all(
     skel: &CudaSkel<'_>,
     probes: &[PlannedProbe],
@@ -31,48 +32,69 @@ pub fn attach_all(
     sessions: bool,
     links: &mut Links,
 ) -> anyhow::Result<usize> {
-    let mut in_sessions = 0;
+    let sessions = multi && sessions;
     let mut libraries: Vec<&Path> = probes.iter().map(|p| p.library.as_path()).collect();
     libraries.dedup();
-    for library in libraries {
-        let mut probes: Vec<&PlannedProbe> =
-            probes.iter().filter(|p| p.library == library).collect();
-        if multi && sessions {
-            let (session, rest): (Vec<&PlannedProbe>, Vec<&PlannedProbe>) =
-                probes.iter().partition(|p| p.repeats_at_entry);
-            if !session.is_empty() {
-                match attach_sessions(skel, library, &session) {
-                    Ok(link) => {
-                        // Detached with the returns: its entries then stop counting repeats.
-                        links.ret.push(link);
-                        in_sessions += session.len();
-                        probes = rest;
-                    }
-                    Err(err) => tracing::warn!(
-                        library = %library.display(),
-                        error = format!("{err:#}"),
-                        "uprobe.session attach failed; repeated lookups keep their return probe"
-                    ),
-                }
-            }
+    let of = |library: &Path, in_session: bool| -> Vec<&PlannedProbe> {
+        probes
+            .iter()
+            .filter(|p| p.library == library && (sessions && p.repeats_at_entry) == in_session)
+            .collect()
+    };
+    for &library in &libraries {
+        attach_library(skel, library, &of(library, false), multi, links)?;
+    }
+    let mut in_sessions = 0;
+    for &library in libraries.iter().filter(|_| sessions) {
+        let session = of(library, true);
+        if session.is_empty() {
+            continue;
         }
-        if multi {
-            match attach_multi(skel, library, &probes) {
-                Ok((entry, ret)) => {
-                    links.entry.push(entry);
-                    links.ret.extend(ret);
-                    continue;
-                }
-                Err(err) => tracing::warn!(
+        match attach_sessions(skel, library, &session) {
+            Ok(link) => {
+                // Detached with the returns: its entries then stop counting repeats.
+                links.ret.push(link);
+                in_sessions += session.len();
+            }
+            Err(err) => {
+                tracing::warn!(
                     library = %library.display(),
                     error = format!("{err:#}"),
-                    "uprobe_multi attach failed; attaching one probe per symbol"
-                ),
+                    "uprobe.session attach failed; repeated lookups keep their return probe"
+                );
+                attach_library(skel, library, &session, multi, links)?;
             }
         }
-        attach_single(skel, library, &probes, links)?;
     }
     Ok(in_sessions)
+}
+
+/// One library's probes: a uprobe_multi link per direction, else one link per symbol.
+fn attach_library(
+    skel: &CudaSkel<'_>,
+    library: &Path,
+    probes: &[&PlannedProbe],
+    multi: bool,
+    links: &mut Links,
+) -> anyhow::Result<()> {
+    if probes.is_empty() {
+        return Ok(());
+    }
+    if multi {
+        match attach_multi(skel, library, probes) {
+            Ok((entry, ret)) => {
+                links.entry.push(entry);
+                links.ret.extend(ret);
+                return Ok(());
+            }
+            Err(err) => tracing::warn!(
+                library = %library.display(),
+                error = format!("{err:#}"),
+                "uprobe_multi attach failed; attaching one probe per symbol"
+            ),
+        }
+    }
+    attach_single(skel, library, probes, links)
 }
 
 fn attach_sessions(

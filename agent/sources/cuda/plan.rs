@@ -51,8 +51,9 @@ pub struct ProbePlan {
     pub functions: FunctionTable,
     /// Requested functions (default set entries or exact names) that no library exports.
     pub missing: Vec<String>,
-    /// Exported functions that can change a kernel lookup's answer but are not probed: while
-    /// any is, every lookup keeps its return probe.
+    /// Exported functions that can change a kernel lookup's answer but are not probed, or,
+    /// for a change to every thread's answers, are probed at entry only (such a change is
+    /// taken at its return too): while any is, every lookup keeps its return probe.
     pub answer_changes_unprobed: Vec<String>,
 }
 
@@ -100,6 +101,9 @@ pub fn plan_probes(
             let id = plan.functions.intern(&mut ids, name);
             let in_stats = selection.in_stats(name);
             let at_entry = selection.at_entry_only(name, in_stats);
+            if at_entry && changes_answers == AnswerChange::AllThreads {
+                plan.answer_changes_unprobed.push(name.to_string());
+            }
             let entry_only_bit =
                 u64::from(at_entry) << gpuship_cookie_layout::GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT.0;
             let stats_bit =

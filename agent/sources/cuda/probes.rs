@@ -98,43 +98,10 @@ pub fn load<'obj>(
             "these probes sit on an instruction the kernel single-steps: each call costs a second trap (6-10 us on a VM instead of about 1); see docs/performance.md"
         );
     }
-    let mut open = CudaSkelBuilder::default()
-        .open(storage)
-        .context("opening the CUDA BPF object")?;
-    let ring_bytes = config.ring_size_mib.saturating_mul(1024 * 1024);
-    open.maps
-        .cuda_ring
-        .set_max_entries(ring_bytes)
-        .context("sizing the CUDA ring")?;
-    open.maps
-        .call_slots
-        .set_max_entries(config.inflight_slots)
-        .context("sizing the in-flight call slots")?;
-    open.maps
-        .call_stats
-        .set_max_entries(config.stats_max_entries)
-        .context("sizing the call statistics table")?;
     let recorder = RecorderSize::of(config)?;
-    open.maps
-        .recorder
-        .set_max_entries(recorder.entries())
-        .context("sizing the flight recorder")?;
-    let rodata = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .context("CUDA program has no rodata")?;
-    rodata.filter_by_tgid = filter == ProcessFilter::Selected;
-    // Wake the consumer early when a quarter of the ring is waiting.
-    rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
-    rodata.call_slot_mask = config.inflight_slots.saturating_sub(1);
-    rodata.slow_call_ns = config.slow_call_ns;
-    rodata.recorder_enabled = recorder.enabled();
-    rodata.recorder_shift = recorder.shift;
-    rodata.recorder_launch_details = config.flight_recorder_launch_details;
     let multi = config.uprobe_multi && uprobe_multi_supported();
     let release = crate::enrich::kernel_release();
-    let sessions = match repeat_lookups(config, multi, release.as_deref(), &plan) {
+    let mut sessions = match repeat_lookups(config, multi, release.as_deref(), &plan) {
         Ok(()) => true,
         Err(reason) => {
             if plan.probes.iter().any(|p| p.repeats_at_entry) {
@@ -143,12 +110,23 @@ pub fn load<'obj>(
             false
         }
     };
-    rodata.repeat_lookups_at_entry = sessions;
-    // Load only the programs of the attach style this kernel supports.
-    open.progs.cuda_call_entry_multi.set_autoload(multi);
-    open.progs.cuda_call_return_multi.set_autoload(multi);
-    open.progs.cuda_lookup_session.set_autoload(sessions);
-    let skel = open.load().context("loading the CUDA BPF program")?;
+    let load =
+        |storage, sessions| open_and_load(storage, config, filter, recorder, multi, sessions);
+    let skel = match load(storage, sessions) {
+        Ok(skel) => skel,
+        Err(err) if sessions => {
+            // A kernel whose verifier rejects the session program still gets everything else.
+            tracing::warn!(
+                error = format!("{err:#}"),
+                "loading the uprobe.session program failed; repeated kernel lookups keep their return probe"
+            );
+            sessions = false;
+            // The failed attempt keeps `storage` borrowed for 'obj; the retry gets its own
+            // (one pointer, once per run).
+            load(Box::leak(Box::new(MaybeUninit::uninit())), false)?
+        }
+        Err(err) => return Err(err),
+    };
 
     let mut links = attach::Links::default();
     if filter == ProcessFilter::Selected {
@@ -187,6 +165,57 @@ pub fn load<'obj>(
         entry_links: RefCell::new(links.entry),
         return_links: RefCell::new(links.ret),
     }))
+}
+
+/// Opens the CUDA object, sizes its maps, sets its constants and loads the programs of the
+/// attach style in use (`sessions`: the lookups' session program too).
+fn open_and_load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &CudaSourceConfig,
+    filter: ProcessFilter,
+    recorder: RecorderSize,
+    multi: bool,
+    sessions: bool,
+) -> anyhow::Result<CudaSkel<'obj>> {
+    let mut open = CudaSkelBuilder::default()
+        .open(storage)
+        .context("opening the CUDA BPF object")?;
+    let ring_bytes = config.ring_size_mib.saturating_mul(1024 * 1024);
+    open.maps
+        .cuda_ring
+        .set_max_entries(ring_bytes)
+        .context("sizing the CUDA ring")?;
+    open.maps
+        .call_slots
+        .set_max_entries(config.inflight_slots)
+        .context("sizing the in-flight call slots")?;
+    open.maps
+        .call_stats
+        .set_max_entries(config.stats_max_entries)
+        .context("sizing the call statistics table")?;
+    open.maps
+        .recorder
+        .set_max_entries(recorder.entries())
+        .context("sizing the flight recorder")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("CUDA program has no rodata")?;
+    rodata.filter_by_tgid = filter == ProcessFilter::Selected;
+    // Wake the consumer early when a quarter of the ring is waiting.
+    rodata.wakeup_threshold_bytes = u64::from(ring_bytes / 4);
+    rodata.call_slot_mask = config.inflight_slots.saturating_sub(1);
+    rodata.slow_call_ns = config.slow_call_ns;
+    rodata.recorder_enabled = recorder.enabled();
+    rodata.recorder_shift = recorder.shift;
+    rodata.recorder_launch_details = config.flight_recorder_launch_details;
+    rodata.repeat_lookups_at_entry = sessions;
+    // Load only the programs of the attach style this kernel supports.
+    open.progs.cuda_call_entry_multi.set_autoload(multi);
+    open.progs.cuda_call_return_multi.set_autoload(multi);
+    open.progs.cuda_lookup_session.set_autoload(sessions);
+    open.load().context("loading the CUDA BPF program")
 }
 
 /// The libraries to probe and the probe plan, or why there is nothing to probe.
@@ -248,7 +277,7 @@ fn repeat_lookups(
     }
     if !plan.answer_changes_unprobed.is_empty() {
         return Err(format!(
-            "functions that change lookups' answers are not probed: {:?}",
+            "functions that change lookups' answers are not probed (or only at entry): {:?}",
             plan.answer_changes_unprobed
         ));
     }
@@ -328,7 +357,7 @@ mod tests {
         );
         assert_eq!(
             repeat_lookups(&config, true, new, &plan(true, &["cuCtxDetach"])),
-            Err("functions that change lookups' answers are not probed: [\"cuCtxDetach\"]".into())
+            Err("functions that change lookups' answers are not probed (or only at entry): [\"cuCtxDetach\"]".into())
         );
     }
 

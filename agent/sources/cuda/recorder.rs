@@ -29,11 +29,12 @@ const MAX_PROCESSES: usize = 4096;
 
 /// The CUresults after which a context is unusable: an illegal address, a launch that failed,
 /// timed out or hit an illegal instruction, misaligned or invalid address or PC, a hardware
-/// stack error, and the catch-all unknown error (cuda.h's "the context cannot be used").
+/// stack error, a device-side assert, and the catch-all unknown error (cuda.h's "the context
+/// cannot be used").
 pub fn is_sticky(result: u32) -> bool {
     matches!(
         result,
-        700 | 701 | 702 | 714 | 715 | 716 | 717 | 718 | 719 | 999
+        700 | 701 | 702 | 710 | 714 | 715 | 716 | 717 | 718 | 719 | 999
     )
 }
 

@@ -314,6 +314,25 @@ fn calls_that_change_lookup_answers_carry_their_bit_and_unprobed_ones_are_named(
     );
     let plan = plan_probes(&lib, &["cuKernelGetFunction".into()], &[], &[], &stats, &[]);
     assert_eq!(plan.answer_changes_unprobed.len(), 6);
+    // An all-threads change probed at entry only is not seen whole (it is taken at its return
+    // too); a thread's own context change at entry only is, and an unload always keeps its
+    // return (it retires kernel names).
+    let plan = plan_probes(
+        &lib,
+        &["default".into()],
+        &[],
+        &[
+            "cuDevicePrimaryCtxRelease*".into(),
+            "cuLibraryUnload".into(),
+            "cuCtxSetCurrent".into(),
+        ],
+        &stats,
+        &[],
+    );
+    assert_eq!(
+        plan.answer_changes_unprobed,
+        ["cuDevicePrimaryCtxRelease_v2"]
+    );
     // Out of `stats`, a lookup is a row with its return: nothing to count at entry.
     let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
     assert!(plan.probes.iter().all(|p| !p.repeats_at_entry));
