@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whether repeated kernel lookups counted at entry lose an answer when one thread switches
 # between GPUs (needs two): a PyTorch process alternates torch.cuda.set_device(0) and (1) with
-# the same elementwise ops, under the defaults with repeat_lookups_at_entry on and then off.
+# the same MLP training step, under the defaults with repeat_lookups_at_entry on and then off.
 # Each run prints the process's distinct cuKernelGetFunction answers (CUfunction handles) and
 # the kernels they came from; with the skip on, none may be missing (same counts as off), and
 # the start log says how many lookups are attached with the session program.
@@ -13,11 +13,17 @@ trap 'rm -rf "$WORK"' EXIT
 cat >"$WORK/switch.py" <<'PY'
 import os, torch
 assert torch.cuda.device_count() >= 2, "needs two GPUs"
-xs = [torch.ones(1 << 16, device=f"cuda:{d}") for d in (0, 1)]
-for _ in range(200):
+# The MLP step of phased_loop.py (whose optimizer makes the runtime's repeated lookups) on
+# each GPU in turn, from one thread.
+models = [torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU()).cuda(d) for d in (0, 1)]
+optimizers = [torch.optim.Adam(m.parameters(), lr=1e-4) for m in models]
+inputs = [torch.randn(256, 512, device=f"cuda:{d}") for d in (0, 1)]
+for _ in range(100):
     for d in (0, 1):
         torch.cuda.set_device(d)
-        xs[d].mul_(1.0001).add_(0.5).relu_()
+        optimizers[d].zero_grad(set_to_none=True)
+        models[d](inputs[d]).square().mean().backward()
+        optimizers[d].step()
 for d in (0, 1):
     torch.cuda.synchronize(d)
 print(f"switch done pid={os.getpid()}", flush=True)
