@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::support;
 use crate::support::agent::{data_dir, Agent};
 use crate::support::cuda_stats::stats_rows;
-use crate::support::lake::read_table;
+use crate::support::lake::{duckdb, read_table};
 use crate::support::Fixtures;
 
 /// Whether this kernel has `uprobe.session` programs (Linux >= 6.13), which the agent needs to
@@ -37,11 +37,29 @@ pub fn split(probed: u64, at_entry: u64) -> Vec<(&'static str, u64)> {
 /// Runs `cuda_workload lookup-memo` (which execs into `kernel-functions 2`) under `extra`
 /// config lines; returns the process's `cuKernelGetFunction` calls by result and the log.
 fn lookups_by_result(extra: &str) -> (BTreeMap<String, u64>, String) {
-    lookups_of(extra, &["lookup-memo"], "kernel-functions first=")
+    let (calls, log, _) = lookups_of(extra, &["lookup-memo"], "kernel-functions first=");
+    (calls, log)
+}
+
+/// The process's `cuKernelGetFunction` rows as they happened (not the flight recorder's),
+/// in order: (result, CUfunction made).
+fn lookup_rows(data: &std::path::Path, pid: u32) -> Vec<Vec<String>> {
+    duckdb(&format!(
+        "select result_name, coalesce(cast(handle as varchar), 'null') \
+         from read_parquet('{}/cuda/**/*.parquet', hive_partitioning = true) \
+         where pid = {pid} and function = 'cuKernelGetFunction' \
+         and flight_recorder is not true order by time_ns",
+        data.display()
+    ))
 }
 
 /// Runs the workload with `args` under `extra` config lines; its output must contain `done`.
-fn lookups_of(extra: &str, args: &[&str], done: &str) -> (BTreeMap<String, u64>, String) {
+/// Returns the calls by result, the log and the rows (`lookup_rows`).
+fn lookups_of(
+    extra: &str,
+    args: &[&str],
+    done: &str,
+) -> (BTreeMap<String, u64>, String, Vec<Vec<String>>) {
     let fixtures = Fixtures::build();
     let data = data_dir();
     let config = fixtures.cuda_config(data.path(), r#"["default"]"#).replace(
@@ -62,7 +80,8 @@ fn lookups_of(extra: &str, args: &[&str], done: &str) -> (BTreeMap<String, u64>,
     {
         *calls.entry(row.result_name.clone()).or_insert(0u64) += row.calls;
     }
-    (calls, stopped.log)
+    let rows = lookup_rows(data.path(), pid);
+    (calls, stopped.log, rows)
 }
 
 fn expected(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
@@ -95,11 +114,25 @@ fn assert_sessions(log: &str, on: bool) {
 #[test]
 fn repeats_are_counted_at_entry_until_something_changes_the_answer() {
     let _shared = support::shared();
-    let (calls, log) = lookups_by_result("");
+    let (calls, log, rows) = lookups_of("", &["lookup-memo"], "kernel-functions first=");
     assert_sessions(&log, true);
     let mut want = split(10, 11);
     want.push(("CUDA_ERROR_INVALID_VALUE", 2));
     assert_eq!(calls, expected(&want));
+    // Rows: the first image's one answer and its failure; the exec'd image's two answers (its
+    // first kernel's answer has the same value as the first image's, and is a row again) and
+    // its failure.
+    let row = |result: &str, handle: &str| vec![result.to_string(), handle.to_string()];
+    assert_eq!(
+        rows,
+        [
+            row("CUDA_SUCCESS", "1795162113"),
+            row("CUDA_ERROR_INVALID_VALUE", "null"),
+            row("CUDA_SUCCESS", "1795162113"),
+            row("CUDA_SUCCESS", "1795162369"),
+            row("CUDA_ERROR_INVALID_VALUE", "null"),
+        ]
+    );
 }
 
 /// `repeat_lookups_at_entry = false`: every lookup keeps its return.
@@ -146,7 +179,7 @@ fn a_lookup_that_overlaps_an_unload_is_asked_again_after_it() {
     let _shared = support::shared();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_str().expect("utf-8 temp dir");
-    let (calls, log) = lookups_of(
+    let (calls, log, _) = lookups_of(
         "",
         &["lookup-during-unload", path],
         "lookup-during-unload kernel=",

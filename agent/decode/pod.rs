@@ -82,6 +82,7 @@ plain_record!(sent_answer_key {
     function_id: u32,
     handle: u64,
     answer: u64,
+    exec_id: u64,
 });
 
 plain_record!(cuda_stats_value {

@@ -45,8 +45,8 @@ struct {
 
 /*
  * Answers already sent as rows by functions whose repeats are only counted (cookie bit
- * GPUSHIP_COOKIE_ROW_IF_NEW): (process, function, handle asked about, answer). LRU: an answer
- * evicted under churn costs one repeated row, never a missing one. The agent deletes a
+ * GPUSHIP_COOKIE_ROW_IF_NEW): (process image, function, handle asked about, answer). LRU: an
+ * answer evicted under churn costs one repeated row, never a missing one. The agent deletes a
  * process's entries once it exits, so that a reused pid learns its handles again.
  */
 struct sent_answer_key {
@@ -54,6 +54,9 @@ struct sent_answer_key {
 	__u32 function_id;
 	__u64 handle;
 	__u64 answer;
+	/* The process image (task->self_exec_id): after an exec the same pid's handles, even
+	 * when their values repeat, belong to another program, whose answers are new rows. */
+	__u64 exec_id;
 };
 
 struct {
@@ -73,6 +76,7 @@ static __always_inline bool answer_key(const struct call_entry *entry, struct se
 	key->function_id = entry->event.function_id;
 	key->handle = entry->event.handle;
 	key->answer = 0;
+	key->exec_id = bpf_get_current_task_btf()->self_exec_id;
 	return entry->out_ptr &&
 	       bpf_probe_read_user(&key->answer, sizeof(key->answer), (void *)entry->out_ptr) == 0;
 }
