@@ -6,8 +6,8 @@
  * which function fired and where its arguments live (see gpuship_events.h), so adding a function
  * is a table row in the agent, not new BPF code. Entry stores the decoded arguments for
  * (thread, function); return completes the record with the result and duration and submits
- * it. Each thread has a slot in an array (indexed by its tid), claimed with one
- * compare-and-swap and released with one exchange, so the usual call needs no hash-table insert
+ * it. Each thread has a slot in an array (indexed by its tid; cuda_call_slots.h), claimed with
+ * one compare-and-swap and released with one exchange, so the usual call needs no hash-table insert
  * and delete (lock, free list, rehash of the key); only a call whose slot is busy (tids equal
  * modulo the slot count, or a nested call of another probed function) goes through the hash
  * table. Calls are frequent, so submits do not wake the consumer (a wakeup costs over a
@@ -57,83 +57,7 @@ struct {
 	__type(value, __u64);
 } cuda_stats SEC(".maps");
 
-struct call_key {
-	__u32 tid;
-	__u32 function_id;
-};
-
-struct call_entry {
-	struct cuda_event event;
-	__u64 out_ptr; /* user address of the device pointer an allocation writes, or 0 */
-	/* A `stats` call's arguments left in user memory until it is known to need them: the
-	 * stack pointer at entry (cuLaunchKernel) or the CUlaunchConfig (cuLaunchKernelEx). */
-	__u64 deferred_args;
-	__u32 deferred_launch; /* GPUSHIP_LAUNCH_* still to decode from deferred_args, or 0 */
-	/* A lookup under the session program: the stamps taken at its entry, remembered with its
-	 * answer at return (cuda_lookup_memo.h); generation 0 for every other call. */
-	__u32 lookup_generation;
-	__u64 lookup_epoch;
-	__u64 name_ptr; /* user address of the name the call takes (read at return), or 0 */
-};
-
-/*
- * Calls between entry and return. A plain hash, not LRU: LRU maps evict live entries under
- * churn (their free lists are per CPU), which loses the return of a call in progress. A thread
- * killed mid-call leaves one stale entry, overwritten when its tid is reused; a full table is
- * counted (GPUSHIP_STAT_INFLIGHT_FULL), never silent.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct call_key);
-	__type(value, struct call_entry);
-} inflight SEC(".maps");
-
-/* The per-thread fast path for calls in flight. `owner` is (tid << 32 | function_id) of the call
- * holding the slot, 0 when free; tid 0 is never a user thread. A thread killed mid-call leaves
- * its slot held until its tid calls that function again; calls of other threads mapping to that
- * slot meanwhile take the hash table, which is slower, never lossy. */
-#define CALL_SLOTS 16384 /* the default; the agent sizes the map and sets the mask */
-const volatile __u32 call_slot_mask = CALL_SLOTS - 1;
-
-struct call_slot {
-	__u64 owner;
-	struct call_entry entry;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CALL_SLOTS);
-	__type(key, __u32);
-	__type(value, struct call_slot);
-} call_slots SEC(".maps");
-
-static __always_inline __u64 slot_owner(__u64 pid_tgid, __u64 cookie)
-{
-	return ((pid_tgid & 0xffffffff) << 32) | (cookie & GPUSHIP_COOKIE_FUNCTION_MASK);
-}
-
-/* The calling thread's slot if it holds it for this function now, or if it could claim it. */
-static __always_inline struct call_slot *claim_slot(__u64 owner)
-{
-	__u32 index = (__u32)(owner >> 32) & call_slot_mask;
-	struct call_slot *slot = bpf_map_lookup_elem(&call_slots, &index);
-	__u64 previous;
-
-	if (!slot)
-		return NULL;
-	previous = __sync_val_compare_and_swap(&slot->owner, 0, owner);
-	return previous == 0 || previous == owner ? slot : NULL;
-}
-
-/* The calling thread's slot if it holds it for this function. */
-static __always_inline struct call_slot *held_slot(__u64 owner)
-{
-	__u32 index = (__u32)(owner >> 32) & call_slot_mask;
-	struct call_slot *slot = bpf_map_lookup_elem(&call_slots, &index);
-
-	return slot && slot->owner == owner ? slot : NULL;
-}
+#include "cuda_call_slots.h"
 
 /* Processes to record when filter_by_tgid is set; children join through handle_fork. */
 struct {
@@ -190,19 +114,17 @@ static __always_inline int submit_at_entry(const struct cuda_event *event)
  * thread's own slot (claimed by compare-and-swap), or this program's stack, which is then
  * copied into the ring (entry-only) or into the hash table under the thread's own key. A
  * per-CPU scratch buffer would be shared with every task that runs on this CPU meanwhile.
- * `counted_at_entry`: a repeated lookup (cuda_lookup_memo.h), counted like an entry-only call;
- * `lookup_epoch` and `lookup_generation`: a probed lookup's stamps (0 for any other call).
+ * `lookup`: a lookup under the session program (cuda_lookup_memo.h), NULL for any other call;
+ * a repeat is counted like an entry-only call.
  */
-static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry, __u64 lookup_epoch,
-				    __u32 lookup_generation)
+static __always_inline int on_entry(struct pt_regs *ctx, __u64 pid_tgid, __u64 cookie,
+				    const struct lookup_stamp *lookup)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct call_key key = { .tid = (__u32)pid_tgid,
 				.function_id = cookie & GPUSHIP_COOKIE_FUNCTION_MASK };
 	struct call_entry local, *entry;
 	struct call_slot *slot = NULL;
-	bool entry_only = counted_at_entry || ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1);
+	bool entry_only = (lookup && lookup->repeat) || ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1);
 	bool stats = (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1;
 
 	invalidate_lookups(cookie);
@@ -212,8 +134,10 @@ static __always_inline int on_entry(struct pt_regs *ctx, bool counted_at_entry, 
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
 	fill_entry(ctx, entry, pid_tgid, cookie, stats);
-	entry->lookup_epoch = lookup_epoch;
-	entry->lookup_generation = lookup_generation;
+	if (lookup && !lookup->repeat) {
+		entry->lookup_epoch = lookup->epoch;
+		entry->lookup_generation = lookup->generation;
+	}
 	if (entry_only && stats) {
 		add_to_stats(&entry->event, GPUSHIP_RESULT_NOT_CAPTURED, false);
 		entry->event.result = GPUSHIP_RESULT_NOT_CAPTURED;
@@ -260,14 +184,6 @@ static __always_inline struct cuda_event *reserve_named(struct call_entry *entry
 	return &named->call;
 }
 
-/* Frees where a completed call was kept: its slot, or its hash-table entry. */
-static __always_inline void release(struct call_slot *slot, struct call_key *key)
-{
-	if (slot)
-		__sync_lock_test_and_set(&slot->owner, 0);
-	else
-		bpf_map_delete_elem(&inflight, key);
-}
 
 /* A probed lookup's answer is remembered (cuda_lookup_memo.h) once it is delivered: counted as
  * an answer sent before, or sent as a row with the answer read. */
@@ -370,22 +286,20 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
  * skips its return too. */
 static __always_inline int on_lookup_entry(struct pt_regs *ctx)
 {
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct lookup_stamp lookup = {};
 	struct call_args args;
-	__u64 kernel, out, epoch;
-	__u32 generation;
+	__u64 kernel, out;
 
-	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+	if (!is_traced(pid_tgid >> 32))
 		return 1;
 	read_args(ctx, &args);
 	kernel = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_PARENT_SHIFT));
 	out = arg_at(&args, cookie_field(cookie, GPUSHIP_COOKIE_OUT_PTR_SHIFT));
-	if (lookup_is_repeat(kernel, &epoch, &generation) && out) {
-		on_entry(ctx, true, 0, 0);
-		return 1;
-	}
-	on_entry(ctx, false, epoch, generation);
-	return 0;
+	lookup.repeat = lookup_is_repeat(kernel, &lookup.epoch, &lookup.generation) && out;
+	on_entry(ctx, pid_tgid, cookie, &lookup);
+	return lookup.repeat;
 }
 
 /*
@@ -396,7 +310,7 @@ static __always_inline int on_lookup_entry(struct pt_regs *ctx)
 SEC("uprobe")
 int BPF_KPROBE(cuda_call_entry)
 {
-	return on_entry(ctx, false, 0, 0);
+	return on_entry(ctx, bpf_get_current_pid_tgid(), bpf_get_attach_cookie(ctx), NULL);
 }
 
 SEC("uretprobe")
@@ -408,7 +322,7 @@ int BPF_KRETPROBE(cuda_call_return, long ret)
 SEC("uprobe.multi")
 int BPF_KPROBE(cuda_call_entry_multi)
 {
-	return on_entry(ctx, false, 0, 0);
+	return on_entry(ctx, bpf_get_current_pid_tgid(), bpf_get_attach_cookie(ctx), NULL);
 }
 
 SEC("uretprobe.multi")

@@ -60,6 +60,14 @@ struct {
 	__type(value, struct lookup_memo);
 } lookup_memos SEC(".maps");
 
+/* A lookup's entry, for on_entry(): a repeat (counted there, its return skipped), or the
+ * stamps its return remembers the answer under. */
+struct lookup_stamp {
+	__u64 epoch;
+	__u32 generation;
+	bool repeat;
+};
+
 /* CUDA_ERROR_NOT_READY: an asynchronous query's "not yet", not a failure. */
 #define GPUSHIP_CUDA_ERROR_NOT_READY 600
 
