@@ -121,6 +121,7 @@ fn select_cuda(filter: &CudaFilter, batch: &EventBatch, sink: &str) -> EventBatc
 mod tests {
     use super::*;
     use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
+    use gpuship_sinks::test_support::driver_batch;
     use gpuship_sinks::{queue, BufferConfig};
 
     fn cuda_batch(calls: &[(u32, u64)]) -> EventBatch {
@@ -194,37 +195,6 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             2
         );
-    }
-
-    fn driver_batch(rows: usize) -> EventBatch {
-        use gpuship_sinks::schema::{DriverBatchBuilder, DriverRow};
-        let mut builder = DriverBatchBuilder::new(HostIdentity {
-            host: "h".into(),
-            boot_id: "b".into(),
-        });
-        for _ in 0..rows {
-            builder.append(DriverRow {
-                time_ns: 0,
-                pid: 1,
-                tid: 1,
-                comm: "c".into(),
-                hook: "ioctl".into(),
-                device: None,
-                major: None,
-                minor: None,
-                fd: None,
-                request: None,
-                request_dir: None,
-                request_type: None,
-                request_nr: None,
-                request_size: None,
-                request_name: None,
-                duration_ns: 1,
-                result: Some(0),
-                workload: None,
-            });
-        }
-        EventBatch::new(EventKind::Driver, builder.finish().unwrap())
     }
 
     #[test]

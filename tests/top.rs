@@ -101,6 +101,18 @@ fn process_row(screen: &str, pid: u32) -> Option<Vec<String>> {
 const NO_LOSS: &str =
     "lost: kernel 0 sink_dropped 0 sink_failed 0 decode 0 kmsg_gaps 0 unmatched 0 inflight_full 0";
 
+/// An agent on the stand-in with `FUNCTIONS` that also reads the kernel log (XIDs), with its
+/// fixtures and data folder, which must outlive it.
+fn agent_with_kmsg() -> (Fixtures, tempfile::TempDir, Agent) {
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = fixtures
+        .cuda_config(data.path(), FUNCTIONS)
+        .replace("kmsg = false", "kmsg = true");
+    let agent = Agent::start(&config, &[]);
+    (fixtures, data, agent)
+}
+
 fn top_once(agent: &str) -> Output {
     Command::new(binary())
         .args(["top", "--once", "--interval", "200ms", "--agent", agent])
@@ -216,12 +228,7 @@ fn run_named(fixtures: &Fixtures, name: &str) {
 #[test]
 fn once_escapes_control_characters_in_process_names_and_xid_messages() {
     let _shared = support::shared();
-    let fixtures = Fixtures::build();
-    let data = data_dir();
-    let config = fixtures
-        .cuda_config(data.path(), FUNCTIONS)
-        .replace("kmsg = false", "kmsg = true");
-    let agent = Agent::start(&config, &[]);
+    let (fixtures, _data, agent) = agent_with_kmsg();
     let address = agent.metrics_address();
     // Screen clear, CR, DEL, a C1 CSI; and an OSC 52 clipboard write ended by BEL.
     for name in ["\x1b[2J\r\x7f\u{9b}w", "\x1b]52;c;YQ==\x07"] {

@@ -20,21 +20,17 @@ type = "parquet"
 path = "$WORK/lake"
 max_file_age_secs = 1
 TOML
-"$GPUSHIP" run --config "$WORK/agent.toml" >"$WORK/agent.log" 2>&1 &
-AGENT=$!
-trap 'kill -INT $AGENT 2>/dev/null; wait $AGENT 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 1 300); do
-	grep -q "capture started" "$WORK/agent.log" && break
-	kill -0 "$AGENT" 2>/dev/null || { echo "the agent exited:"; cat "$WORK/agent.log"; exit 1; }
-	sleep 0.1
-done
+. "$(dirname "$0")/agent.sh"
+AGENT=
+trap '[ -n "$AGENT" ] && agent_stop; rm -rf "$WORK"' EXIT
+agent_start "$WORK/agent.toml" "$WORK/agent.log" || exit 1
 grep -o "repeat_lookups_at_entry=[0-9]*" "$WORK/agent.log"
 python3 -c "import torch; x = torch.randn(1024, 1024, device='cuda'); y = (x @ x).relu().sum(); torch.cuda.synchronize(); print('torch ok', float(y) > 0)"
 python3 -c "import cupy as cp; x = cp.arange(1 << 20, dtype=cp.float32); print('cupy ok', float((x * 2).sum()) > 0)"
 sleep 3
 python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" |
 	grep '^gpuship_cuda_call_errors_total' || echo "no gpuship_cuda_call_errors_total series"
-kill -INT "$AGENT"; wait "$AGENT"; AGENT=
+agent_stop
 python3 - "$WORK/lake" <<'PY'
 import glob, sys
 import pyarrow as pa, pyarrow.parquet as pq

@@ -33,9 +33,10 @@ $LIBRARIES
 type = "blackhole"
 TOML
 done
+. "$HERE/agent.sh"
 AGENT=
 cleanup() {
-	[ -n "$AGENT" ] && kill -INT "$AGENT" 2>/dev/null && wait "$AGENT"
+	[ -n "$AGENT" ] && agent_stop
 	[ -d "$INSTANCE" ] && { echo 0 >"$INSTANCE/events/gpuship_lookup_floor/enable"; rmdir "$INSTANCE"; }
 	grep -q gpuship_lookup_floor "$TRACEFS/uprobe_events" 2>/dev/null &&
 		for e in lookup lookup_return launch; do echo "-:gpuship_lookup_floor/$e" >>"$TRACEFS/uprobe_events"; done
@@ -56,13 +57,7 @@ start() { # $1 mode
 		echo 1 >"$INSTANCE/events/gpuship_lookup_floor/enable" ;;
 	gpuship | no_skip)
 		local skip=true; [ "$1" = no_skip ] && skip=false
-		"$GPUSHIP" run --config "$WORK/$skip.toml" >"$WORK/$1.log" 2>&1 &
-		AGENT=$!
-		for _ in $(seq 1 300); do
-			grep -q "capture started" "$WORK/$1.log" && break
-			kill -0 "$AGENT" 2>/dev/null || { echo "the agent exited:"; cat "$WORK/$1.log"; AGENT=; exit 1; }
-			sleep 0.1
-		done
+		agent_start "$WORK/$skip.toml" "$WORK/$1.log" || { AGENT=; exit 1; }
 		grep -o "repeat_lookups_at_entry=[0-9]*" "$WORK/$1.log" | head -1 ;;
 	esac
 }
@@ -73,7 +68,7 @@ stop() { # $1 mode
 		echo 0 >"$INSTANCE/events/gpuship_lookup_floor/enable"; rmdir "$INSTANCE"
 		for e in lookup lookup_return launch; do echo "-:gpuship_lookup_floor/$e" >>"$TRACEFS/uprobe_events"; done ;;
 	gpuship | no_skip)
-		kill -INT "$AGENT"; wait "$AGENT"; AGENT=
+		agent_stop
 		grep -o 'aggregated=[0-9]*\|lost_in_kernel=[0-9]*' "$WORK/$1.log" | sort -u | tr '\n' ' '; echo ;;
 	esac
 }

@@ -9,7 +9,9 @@
 set -uo pipefail
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/agent.sh"
+AGENT=
+trap '[ -n "$AGENT" ] && agent_stop; rm -rf "$WORK"' EXIT
 cat >"$WORK/switch.py" <<'PY'
 import os, torch
 assert torch.cuda.device_count() >= 2, "needs two GPUs"
@@ -40,14 +42,12 @@ type = "parquet"
 path = "$WORK/lake-$skip"
 max_file_age_secs = 1
 TOML
-	"$GPUSHIP" run --config "$WORK/$skip.toml" >"$WORK/$skip.log" 2>&1 &
-	AGENT=$!
-	for _ in $(seq 1 300); do grep -q "capture started" "$WORK/$skip.log" && break; sleep 0.1; done
+	agent_start "$WORK/$skip.toml" "$WORK/$skip.log" || exit 1
 	echo "== repeat_lookups_at_entry = $skip: $(grep -o 'repeat_lookups_at_entry=[0-9]*' "$WORK/$skip.log" | head -1)"
 	out=$(python3 "$WORK/switch.py")
 	echo "$out"
 	sleep 2
-	kill -INT "$AGENT"; wait "$AGENT"
+	agent_stop
 	python3 - "$WORK/lake-$skip" "${out##*pid=}" <<'PYX'
 import glob, sys
 import pyarrow as pa, pyarrow.parquet as pq

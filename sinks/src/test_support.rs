@@ -77,6 +77,35 @@ pub fn cuda_batch(rows: usize, tag: u32) -> EventBatch {
     EventBatch::new(EventKind::Cuda, builder.finish().unwrap())
 }
 
+/// `rows` driver ioctls whose time is the row index.
+pub fn driver_batch(rows: usize) -> EventBatch {
+    use crate::schema::{DriverBatchBuilder, DriverRow};
+    let mut builder = DriverBatchBuilder::new(identity());
+    for i in 0..rows {
+        builder.append(DriverRow {
+            time_ns: i as i64,
+            pid: 1,
+            tid: 1,
+            comm: "c".into(),
+            hook: "ioctl".into(),
+            device: None,
+            major: None,
+            minor: None,
+            fd: None,
+            request: None,
+            request_dir: None,
+            request_type: None,
+            request_nr: None,
+            request_size: None,
+            request_name: None,
+            duration_ns: 1,
+            result: Some(0),
+            workload: None,
+        });
+    }
+    EventBatch::new(EventKind::Driver, builder.finish().unwrap())
+}
+
 /// The tag of a batch made by [`cuda_batch`].
 pub fn result_tag(batch: &EventBatch) -> u32 {
     batch

@@ -6,7 +6,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{expected_as_strings, function_totals, process_row, run_sequence, FUNCTIONS, NO_LOSS};
+use super::{
+    agent_with_kmsg, expected_as_strings, function_totals, process_row, run_sequence, FUNCTIONS,
+    NO_LOSS,
+};
 use crate::support;
 use crate::support::agent::{binary, data_dir, Agent};
 use crate::support::{kmsg, Fixtures};
@@ -103,12 +106,7 @@ fn top(agent: &str, interval: &str) -> String {
 #[test]
 fn the_live_view_shows_calls_processes_xids_and_no_loss_and_q_quits() {
     let _shared = support::shared();
-    let fixtures = Fixtures::build();
-    let data = data_dir();
-    let config = fixtures
-        .cuda_config(data.path(), FUNCTIONS)
-        .replace("kmsg = false", "kmsg = true");
-    let agent = Agent::start(&config, &[]);
+    let (fixtures, _data, agent) = agent_with_kmsg();
     let address = agent.metrics_address();
     let tmux = Tmux::start(&top(&address, "200ms"));
     tmux.wait_for("an empty view", |s| {

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use super::test_helpers::{acknowledge, block_on, config, segments, spooled_queue};
+use super::test_helpers::{
+    acknowledge, block_on, config, queue_with_spool, segments, spooled_queue,
+};
 use super::*;
 use crate::stats::DropReason;
-use crate::test_support::{cuda_batch as cuda, result_tag as tag, xid_batch as xid};
+use crate::test_support::{cuda_batch as cuda, driver_batch, result_tag as tag, xid_batch as xid};
 
 #[test]
 fn a_failing_sink_spills_to_the_spool_and_replays_in_order_with_xids_first() {
@@ -156,22 +158,19 @@ fn a_sink_that_stops_taking_is_stalled_and_block_spills_instead_of_waiting() {
     drop(tx);
 }
 
+/// A spool of 1 byte: no batch fits.
+fn no_room() -> crate::SpoolConfig {
+    crate::SpoolConfig {
+        max_size: 1,
+        ..crate::SpoolConfig::default()
+    }
+}
+
 #[test]
 fn block_waits_only_when_memory_and_spool_are_both_full() {
     let dir = tempfile::tempdir().unwrap();
     let stats = Arc::new(SinkStats::default());
-    let spool_config = crate::SpoolConfig {
-        max_size: 1,
-        ..crate::SpoolConfig::default()
-    };
-    let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
-    let options = QueueOptions {
-        name: "t".into(),
-        buffer: config(4, WhenFull::Block),
-        spool: Some(spool),
-        shutdown_timeout: Duration::from_secs(30),
-    };
-    let (tx, mut rx) = queue_with(options, stats.clone());
+    let (tx, mut rx) = queue_with_spool(dir.path(), config(4, WhenFull::Block), no_room(), &stats);
     tx.send_blocking(cuda(4, 1)); // memory now full; the spool takes nothing (1 byte)
     let producer = std::thread::spawn(move || {
         tx.send_blocking(cuda(4, 2)); // waits for room
@@ -191,54 +190,14 @@ fn block_waits_only_when_memory_and_spool_are_both_full() {
     assert_eq!(stats.dropped_total(EventKind::Cuda), 0);
 }
 
-/// `rows` driver ioctls.
-fn driver(rows: usize) -> EventBatch {
-    use crate::schema::{DriverBatchBuilder, DriverRow};
-    let mut builder = DriverBatchBuilder::new(crate::test_support::identity());
-    for i in 0..rows {
-        builder.append(DriverRow {
-            time_ns: i as i64,
-            pid: 1,
-            tid: 1,
-            comm: "c".into(),
-            hook: "ioctl".into(),
-            device: None,
-            major: None,
-            minor: None,
-            fd: None,
-            request: None,
-            request_dir: None,
-            request_type: None,
-            request_nr: None,
-            request_size: None,
-            request_name: None,
-            duration_ns: 1,
-            result: Some(0),
-            workload: None,
-        });
-    }
-    EventBatch::new(EventKind::Driver, builder.finish().unwrap())
-}
-
 #[test]
 fn a_full_spool_drops_driver_batches_as_it_drops_cuda_ones() {
     for when_full in [WhenFull::DropNewest, WhenFull::DropOldest] {
         let dir = tempfile::tempdir().unwrap();
         let stats = Arc::new(SinkStats::default());
-        let spool_config = crate::SpoolConfig {
-            max_size: 1,
-            ..crate::SpoolConfig::default()
-        };
-        let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
-        let options = QueueOptions {
-            name: "t".into(),
-            buffer: config(4, when_full),
-            spool: Some(spool),
-            shutdown_timeout: Duration::from_secs(30),
-        };
-        let (tx, _rx) = queue_with(options, stats.clone());
+        let (tx, _rx) = queue_with_spool(dir.path(), config(4, when_full), no_room(), &stats);
         tx.send_blocking(cuda(4, 1)); // memory now full; the spool takes nothing (1 byte)
-        tx.send_blocking(driver(3));
+        tx.send_blocking(driver_batch(3));
         tx.wait_until_written();
         assert_eq!(
             stats.dropped(DropReason::SpoolFull, EventKind::Driver),
@@ -254,24 +213,22 @@ fn a_full_spool_drops_driver_batches_as_it_drops_cuda_ones() {
 fn drop_oldest_evicts_spooled_driver_segments_for_room() {
     let dir = tempfile::tempdir().unwrap();
     let mut spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
-    let one = spool.store(&driver(5)).unwrap();
+    let one = spool.store(&driver_batch(5)).unwrap();
     drop(spool);
     // Room is checked against the batch's memory size: one more would not fit beside the old.
-    let memory = driver(5).records.get_array_memory_size() as u64;
+    let memory = driver_batch(5).records.get_array_memory_size() as u64;
     let spool_config = crate::SpoolConfig {
         max_size: one + memory - 1,
         ..crate::SpoolConfig::default()
     };
-    let spool = crate::Spool::open(dir.path(), spool_config).unwrap();
     let stats = Arc::new(SinkStats::default());
-    let options = QueueOptions {
-        name: "t".into(),
-        buffer: config(4, WhenFull::DropOldest),
-        spool: Some(spool),
-        shutdown_timeout: Duration::from_secs(30),
-    };
-    let (tx, _rx) = queue_with(options, stats.clone());
-    tx.send_blocking(driver(5)); // behind the backlog: the old segment makes room
+    let (tx, _rx) = queue_with_spool(
+        dir.path(),
+        config(4, WhenFull::DropOldest),
+        spool_config,
+        &stats,
+    );
+    tx.send_blocking(driver_batch(5)); // behind the backlog: the old segment makes room
     tx.wait_until_written();
     assert_eq!(stats.dropped(DropReason::SpoolFull, EventKind::Driver), 5);
     assert_eq!(stats.spooled.get(EventKind::Driver), 5 + 5);
