@@ -267,19 +267,28 @@ fn corrupt_segments_found_at_start_are_counted_as_received_and_dropped() {
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
 
+/// A queue of 100 events under `block`, with the default spool at `dir`, that gives its sink
+/// `shutdown_timeout` to deliver at the end.
+fn deadline_queue(
+    dir: &std::path::Path,
+    shutdown_timeout: Duration,
+    stats: &Arc<SinkStats>,
+) -> (QueueSender, QueueReceiver) {
+    let options = QueueOptions {
+        name: "t".into(),
+        buffer: config(100, WhenFull::Block),
+        spool: Some(crate::Spool::open(dir, crate::SpoolConfig::default()).unwrap()),
+        shutdown_timeout,
+    };
+    queue_with(options, stats.clone())
+}
+
 #[test]
 fn at_the_shutdown_deadline_undelivered_batches_are_spooled_for_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     {
         let stats = Arc::new(SinkStats::default());
-        let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
-        let options = QueueOptions {
-            name: "t".into(),
-            buffer: config(100, WhenFull::Block),
-            spool: Some(spool),
-            shutdown_timeout: Duration::from_millis(300),
-        };
-        let (tx, mut rx) = queue_with(options, stats.clone());
+        let (tx, mut rx) = deadline_queue(dir.path(), Duration::from_millis(300), &stats);
         tx.send_blocking(cuda(3, 1));
         tx.send_blocking(xid());
         drop(tx);
@@ -295,14 +304,7 @@ fn at_the_shutdown_deadline_undelivered_batches_are_spooled_for_the_next_run() {
     }
     // Next run: the spooled rows are offered first.
     let stats = Arc::new(SinkStats::default());
-    let spool = crate::Spool::open(dir.path(), crate::SpoolConfig::default()).unwrap();
-    let options = QueueOptions {
-        name: "t".into(),
-        buffer: config(100, WhenFull::Block),
-        spool: Some(spool),
-        shutdown_timeout: Duration::from_secs(5),
-    };
-    let (tx, mut rx) = queue_with(options, stats.clone());
+    let (tx, mut rx) = deadline_queue(dir.path(), Duration::from_secs(5), &stats);
     assert_eq!(stats.received.get(EventKind::Cuda), 3);
     drop(tx);
     let got: Vec<EventKind> = block_on(async {
