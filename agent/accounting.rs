@@ -10,12 +10,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gpuship_sinks::{DropReason, EventKind, SinkStats};
+use gpuship_sinks::SinkStats;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use crate::bpf::cuda::types::gpuship_ring_stat;
 
+pub mod libraries;
+mod reloads;
+mod sinks;
 mod snapshot;
+pub use reloads::{ReloadCounters, ReloadSnapshot};
 pub use snapshot::{KmsgSnapshot, RingSnapshot, SinkHealth, SinkSnapshot, Snapshot};
 
 /// The BPF rings. Per-ring counters are a table indexed by this enum: a new ring is a new
@@ -104,14 +108,28 @@ pub struct Accounting {
     pub xid_unpaired_kmsg: AtomicU64,
     /// Batches of each kind handed to the fan-out, in events.
     pub batched: gpuship_sinks::sink::KindCounters,
-    /// Each sink's name and counters.
-    pub sinks: Vec<(String, Arc<SinkStats>)>,
+    /// Each sink's counters by name, across reloads (see [`Accounting::add_sink`]).
+    sinks: sinks::SinkTable,
+    /// What became of the configuration reloads.
+    pub reloads: ReloadCounters,
+    /// The CUDA source's libraries and how late they were attached.
+    pub libraries: libraries::LibraryCounters,
     /// The programs' per-CPU counter maps, read live by every snapshot.
     kernel_counters: Mutex<Vec<(Ring, MapHandle)>>,
 }
 
-/// Sums a program's per-CPU counters into `counters`.
-fn read_kernel_counters(map: &MapHandle, counters: &RingCounters) {
+/// The kernel counter slots copied into [`RingCounters`].
+const KERNEL_SLOTS: [gpuship_ring_stat; 6] = [
+    gpuship_ring_stat::GPUSHIP_STAT_SUBMITTED,
+    gpuship_ring_stat::GPUSHIP_STAT_RESERVE_FAILED,
+    gpuship_ring_stat::GPUSHIP_STAT_UNMATCHED_RETURN,
+    gpuship_ring_stat::GPUSHIP_STAT_INFLIGHT_FULL,
+    gpuship_ring_stat::GPUSHIP_STAT_AGGREGATED,
+    gpuship_ring_stat::GPUSHIP_STAT_STATS_FULL,
+];
+
+/// A program's per-CPU counters, summed over CPUs, in [`KERNEL_SLOTS`] order.
+fn read_kernel_counters(map: &MapHandle) -> [u64; KERNEL_SLOTS.len()] {
     let read = |slot: gpuship_ring_stat| -> u64 {
         let key = slot.0.to_ne_bytes();
         match map.lookup_percpu(&key, MapFlags::ANY) {
@@ -123,31 +141,22 @@ fn read_kernel_counters(map: &MapHandle, counters: &RingCounters) {
             _ => 0,
         }
     };
-    let store = |target: &AtomicU64, value: u64| target.store(value, Ordering::Relaxed);
-    store(
+    KERNEL_SLOTS.map(read)
+}
+
+/// Stores counts summed by [`read_kernel_counters`] into `counters`.
+fn store_kernel_counters(counts: &[u64; KERNEL_SLOTS.len()], counters: &RingCounters) {
+    let targets = [
         &counters.submitted,
-        read(gpuship_ring_stat::GPUSHIP_STAT_SUBMITTED),
-    );
-    store(
         &counters.lost_in_kernel,
-        read(gpuship_ring_stat::GPUSHIP_STAT_RESERVE_FAILED),
-    );
-    store(
         &counters.unmatched_returns,
-        read(gpuship_ring_stat::GPUSHIP_STAT_UNMATCHED_RETURN),
-    );
-    store(
         &counters.inflight_full,
-        read(gpuship_ring_stat::GPUSHIP_STAT_INFLIGHT_FULL),
-    );
-    store(
         &counters.aggregated,
-        read(gpuship_ring_stat::GPUSHIP_STAT_AGGREGATED),
-    );
-    store(
         &counters.stats_full,
-        read(gpuship_ring_stat::GPUSHIP_STAT_STATS_FULL),
-    );
+    ];
+    for (target, value) in targets.into_iter().zip(counts) {
+        target.store(*value, Ordering::Relaxed);
+    }
 }
 
 impl RingCounters {
@@ -184,6 +193,8 @@ impl RingCounters {
 impl Accounting {
     /// Registers a program's counter map; snapshots read it from then on (the handle keeps the
     /// map alive after the program is unloaded, so the final snapshot reads the final values).
+    /// A ring's counts are the sum over every program that ran it: a source restarted by a
+    /// reload adds its new program's counts to the old one's.
     pub fn attach_kernel_counters(&self, ring: Ring, map: MapHandle) {
         if let Ok(mut maps) = self.kernel_counters.lock() {
             maps.push((ring, map));
@@ -195,6 +206,24 @@ impl Accounting {
         &self.rings[ring.index()]
     }
 
+    /// Counts `name`'s events in `stats` from now on. A name that ran before (a sink a reload
+    /// replaced) keeps what its earlier instances counted; `opens_spool` says this instance
+    /// took over the spool and journal they left.
+    pub fn add_sink(&self, name: &str, stats: Arc<SinkStats>, opens_spool: bool) {
+        self.sinks.add(name, stats, opens_spool);
+    }
+
+    /// Freezes the counters of `name`'s instance, whose run has ended (a reload removed or
+    /// replaced it); they stay in every snapshot.
+    pub fn retire_sink(&self, name: &str) {
+        self.sinks.retire(name);
+    }
+
+    /// The running sinks' names and counters.
+    pub fn sinks(&self) -> Vec<(String, Arc<SinkStats>)> {
+        self.sinks.running()
+    }
+
     /// Copies every counter. Agent-side counters are read before the kernel's, so a record
     /// counted as received is always already counted as submitted: `pending_in_ring` >= 0.
     pub fn snapshot(&self) -> Snapshot {
@@ -202,10 +231,20 @@ impl Accounting {
         let aggregated_received =
             Ring::ALL.map(|ring| self.ring(ring).aggregated_received.load(Ordering::Acquire));
         if let Ok(maps) = self.kernel_counters.lock() {
-            for (ring, map) in maps.iter() {
-                read_kernel_counters(map, self.ring(*ring));
+            for ring in Ring::ALL {
+                let mut sums = [0; KERNEL_SLOTS.len()];
+                let mut any = false;
+                for (_, map) in maps.iter().filter(|(r, _)| *r == ring) {
+                    let counts = read_kernel_counters(map);
+                    sums.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
+                    any = true;
+                }
+                if any {
+                    store_kernel_counters(&sums, self.ring(ring));
+                }
             }
         }
+        let (sinks, sink_health) = self.sinks.snapshot();
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Snapshot {
             rings: Ring::ALL
@@ -224,39 +263,10 @@ impl Accounting {
                 parse_errors: load(&self.kmsg.parse_errors),
                 lost_gaps: load(&self.kmsg.lost_gaps),
             },
-            sinks: self
-                .sinks
-                .iter()
-                .flat_map(|(name, stats)| {
-                    EventKind::all().map(move |kind| SinkSnapshot {
-                        sink: name.clone(),
-                        kind,
-                        received: stats.received.get(kind),
-                        delivered: stats.delivered.get(kind),
-                        dropped: stats.dropped_total(kind),
-                        filtered: stats.filtered.get(kind),
-                        dropped_by_reason: DropReason::ALL
-                            .iter()
-                            .map(|&r| (r.as_str(), stats.dropped(r, kind)))
-                            .collect(),
-                        spooled: stats.spooled.get(kind),
-                        replayed: stats.replayed.get(kind),
-                        spooled_pending: stats.spool_pending(kind),
-                        failed: stats.failed.get(kind),
-                        in_flight: stats.in_flight(kind),
-                        queued_events: stats.queued_events_of(kind),
-                    })
-                })
-                .collect(),
-            sink_health: self
-                .sinks
-                .iter()
-                .map(|(name, stats)| SinkHealth {
-                    sink: name.clone(),
-                    healthy: stats.healthy(),
-                    errors: stats.errors(),
-                })
-                .collect(),
+            sinks,
+            sink_health,
+            reloads: self.reloads.snapshot(),
+            libraries: self.libraries.snapshot(),
         }
     }
 }

@@ -15,6 +15,10 @@ pub struct Snapshot {
     pub sinks: Vec<SinkSnapshot>,
     /// Per sink: whether its destination works now, and its failed attempts by error.
     pub sink_health: Vec<SinkHealth>,
+    /// The configuration reloads.
+    pub reloads: super::ReloadSnapshot,
+    /// The CUDA libraries attached and how late.
+    pub libraries: super::libraries::LibrarySnapshot,
 }
 
 /// A sink's destination state.

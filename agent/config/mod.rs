@@ -154,6 +154,9 @@ mod defaults {
     pub fn libraries() -> Vec<String> {
         vec!["auto".into()]
     }
+    pub fn library_rescan_secs() -> u64 {
+        30
+    }
     pub fn functions() -> Vec<String> {
         vec!["default".into()]
     }

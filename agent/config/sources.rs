@@ -111,9 +111,23 @@ pub struct CudaSourceConfig {
     /// Trace CUDA driver API calls.
     #[serde(default = "defaults::yes")]
     pub enabled: bool,
-    /// Paths of libcuda.so.1, or `"auto"` to search the usual places.
+    /// Paths of libcuda.so.1, or `"auto"` to search the usual places of the agent's own
+    /// filesystem; attached at start and kept for the whole run. `[]` with
+    /// `discover_libraries` attaches only what processes map.
     #[serde(default = "defaults::libraries")]
     pub libraries: Vec<String>,
+    /// Also attach every libcuda that a process maps, wherever its mount namespace has it (a
+    /// container's own path, a job's own copy), reached through `/proc/<pid>/root`: every
+    /// process's maps are read at start and every `library_rescan_secs`, and a process that
+    /// opens a `libcuda.so*` file is read at once (an `openat` tracepoint). One attach per file;
+    /// a discovered file no process maps any more is detached. Unset: on when `libraries`
+    /// has `"auto"`, off when it names paths only (those files and no others).
+    #[serde(default)]
+    pub discover_libraries: Option<bool>,
+    /// How often every process's maps are read again for libraries, in seconds (a safety net
+    /// for the `openat` tracepoint, and how unused libraries are found).
+    #[serde(default = "defaults::library_rescan_secs")]
+    pub library_rescan_secs: u64,
     /// Functions to probe: exact names, globs (`"cu*"`), or `"default"` for the built-in set.
     #[serde(default = "defaults::functions")]
     pub functions: Vec<String>,
@@ -204,4 +218,13 @@ pub struct CudaSourceConfig {
     /// its return.
     #[serde(default = "defaults::yes")]
     pub repeat_lookups_at_entry: bool,
+}
+
+impl CudaSourceConfig {
+    /// Whether libraries that processes map are attached too (`discover_libraries`, or by
+    /// default whether `libraries` has `"auto"`).
+    pub fn discovers_libraries(&self) -> bool {
+        self.discover_libraries
+            .unwrap_or_else(|| self.libraries.iter().any(|l| l == "auto"))
+    }
 }

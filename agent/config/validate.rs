@@ -303,11 +303,18 @@ impl Config {
 
     fn cuda_problems(&self, report: &mut Report) {
         let cuda = &self.sources.cuda;
-        if cuda.libraries.is_empty() || cuda.libraries.iter().any(|l| l.trim().is_empty()) {
+        if cuda.libraries.is_empty() && !cuda.discovers_libraries() {
             report.add(
                 "sources.cuda",
                 "libraries",
-                "needs \"auto\" or one or more non-empty paths",
+                "needs \"auto\" or one or more paths while discover_libraries = false",
+            );
+        }
+        if cuda.libraries.iter().any(|l| l.trim().is_empty()) {
+            report.add(
+                "sources.cuda",
+                "libraries",
+                "an empty path; give \"auto\" or non-empty paths",
             );
         }
         if cuda.functions.is_empty() {
@@ -368,6 +375,12 @@ impl Config {
             "drain_interval_ms",
             cuda.drain_interval_ms,
             1..=10_000,
+        );
+        report.range(
+            "sources.cuda",
+            "library_rescan_secs",
+            cuda.library_rescan_secs,
+            1..=86_400,
         );
         if !(1..=1024).contains(&cuda.ring_size_mib) || !cuda.ring_size_mib.is_power_of_two() {
             report.add(

@@ -195,7 +195,11 @@ fn cuda_checks(config: &Config, lockdown: Option<&str>) -> Vec<Check> {
             &Cause::CudaLibraryPathMissing,
         ));
     }
-    if libraries.is_empty() {
+    let proc_dir = Path::new("/proc");
+    if cuda.discovers_libraries() {
+        checks.extend(super::library_checks::mapped_libraries(proc_dir));
+    }
+    if libraries.is_empty() && !cuda.discovers_libraries() {
         checks.push(Check::failed_because(
             "cuda",
             true,
@@ -217,7 +221,7 @@ fn cuda_checks(config: &Config, lockdown: Option<&str>) -> Vec<Check> {
             )),
         }
     }
-    for (function, _) in DEFAULT_FUNCTIONS {
+    for (function, _) in DEFAULT_FUNCTIONS.iter().filter(|_| !libraries.is_empty()) {
         let present = exported_anywhere.iter().any(|name| name == function);
         if !present {
             checks.push(Check::failed_because(
@@ -229,17 +233,22 @@ fn cuda_checks(config: &Config, lockdown: Option<&str>) -> Vec<Check> {
         }
     }
     let mut storage = MaybeUninit::uninit();
-    let outcome = probes::load(&mut storage, cuda, ProcessFilter::All);
+    let outcome = probes::load(&mut storage, cuda, ProcessFilter::All, proc_dir);
     let check = match outcome {
         Ok(Ok(loaded)) => {
             let symbols = loaded.probed_symbols;
+            let count = loaded.attached_files();
             loaded.detach();
-            let count = libraries.len();
             let noun = if count == 1 { "library" } else { "libraries" };
+            let waiting = if count == 0 {
+                "; no process maps a libcuda yet: each one a process maps is attached then"
+            } else {
+                ""
+            };
             Check::pass(
                 "cuda",
                 true,
-                format!("{symbols} symbols in {count} {noun} attached and detached"),
+                format!("{symbols} symbols in {count} {noun} attached and detached{waiting}"),
             )
         }
         Ok(Err(reason)) => {

@@ -4,6 +4,7 @@
 mod causes;
 mod checks;
 mod driver_checks;
+mod library_checks;
 
 use serde::Serialize;
 

@@ -213,6 +213,11 @@ impl LivePublisher {
         }
     }
 
+    /// Names function ids with `names` from now on (a CUDA library found later brought more).
+    pub fn set_names(&mut self, names: FunctionTable) {
+        self.names = names;
+    }
+
     /// Counts one call of process `pid`. True every [`CALLS_PER_CLOCK_CHECK`] calls: the
     /// caller then offers a publication, so that a long drain does not freeze the view.
     #[inline]
@@ -323,10 +328,8 @@ mod tests {
         }));
         tap.record_xids(&[xid]);
 
-        let mut accounting = Accounting::default();
-        accounting
-            .sinks
-            .push(("parquet".into(), Arc::new(SinkStats::default())));
+        let accounting = Accounting::default();
+        accounting.add_sink("parquet", Arc::new(SinkStats::default()), false);
         let json: serde_json::Value =
             serde_json::from_str(&tap.json(accounting.snapshot())).expect("valid JSON");
         assert_eq!(json["version"], 1);

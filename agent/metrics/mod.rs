@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use crate::config::MetricsConfig;
 
 pub use health_render::HEALTH_FAMILIES;
-pub use render::{render, CONTENT_TYPE};
+pub use render::{render, CONTENT_TYPE, LIBRARY_FAMILIES, RELOAD_FAMILIES};
 pub use server::{serve, Limits, Served, ACCEPT_ERROR_PAUSE};
 
 /// Lifecycle state reported by `/health`.
@@ -63,13 +63,18 @@ pub fn health_answer(health: &Health, accounting: &crate::accounting::Accounting
     if status != 200 {
         return (status, body.to_string());
     }
-    let unhealthy: Vec<&str> = accounting
-        .sinks
+    let running = accounting.sinks();
+    let unhealthy: Vec<&str> = running
         .iter()
         .filter(|(_, stats)| !stats.healthy())
         .map(|(name, _)| name.as_str())
         .collect();
     if unhealthy.is_empty() {
+        // Capture that misses processes is worth a look but not an outage: the agent stays
+        // ready (its metrics are how an operator sees it).
+        if let Some(reason) = accounting.libraries.degraded() {
+            return (200, format!("degraded: {reason}\n"));
+        }
         return (200, body.to_string());
     }
     (
@@ -116,9 +121,9 @@ mod tests {
     #[test]
     fn health_names_unhealthy_sinks_while_running() {
         let health = Health::default();
-        let mut accounting = crate::accounting::Accounting::default();
+        let accounting = crate::accounting::Accounting::default();
         let stats = std::sync::Arc::new(gpuship_sinks::SinkStats::default());
-        accounting.sinks.push(("kafka".into(), stats.clone()));
+        accounting.add_sink("kafka", stats.clone(), false);
         health.set_running();
         assert_eq!(health_answer(&health, &accounting), (200, "ok\n".into()));
         stats.set_healthy(false);

@@ -12,6 +12,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+pub use libraries::LIBRARY_FAMILIES;
+pub use reload::RELOAD_FAMILIES;
+
 use super::health_render::{ExportCounts, HealthCollector};
 use super::otlp::ExportCounters;
 use crate::accounting::{RingSnapshot, SinkSnapshot, Snapshot};
@@ -269,6 +272,8 @@ impl Collector for SnapshotCollector {
             )?;
         }
         self.encode_sinks(&mut encoder)?;
+        reload::encode(&snapshot.reloads, &mut encoder)?;
+        libraries::encode(&snapshot.libraries, &mut encoder)?;
         family(
             &mut encoder,
             "gpuship_build_info",
@@ -352,5 +357,7 @@ fn health_labels(sink: &str) -> Labels<'_> {
     vec![("component_id", sink), ("component_kind", "sink")]
 }
 
+mod libraries;
+mod reload;
 #[cfg(test)]
 mod tests;

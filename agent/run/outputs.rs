@@ -95,4 +95,8 @@ impl CallView for LiveCallView {
     fn memory(&mut self, held: Vec<crate::health::GpuMemoryHealth>) {
         self.tap.publish_memory(held);
     }
+
+    fn functions(&mut self, functions: FunctionTable) {
+        self.publisher.set_names(functions);
+    }
 }

@@ -76,6 +76,10 @@ pub trait CallView: Send {
 
     /// Replaces the memory held per GPU (each statistics interval).
     fn memory(&mut self, _held: Vec<crate::health::GpuMemoryHealth>) {}
+
+    /// Names function ids with `functions` from now on (a library found later brought more;
+    /// the ids already given keep their names).
+    fn functions(&mut self, _functions: FunctionTable) {}
 }
 
 /// Opens a [`CallView`] once the source knows its function names.

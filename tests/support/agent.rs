@@ -46,6 +46,19 @@ impl Agent {
         } else {
             format!("{config}\n[metrics]\naddress = \"127.0.0.1:0\"\n")
         };
+        // Tests run side by side, each with its own stand-in library: an agent attaches only
+        // the files its test names, unless the test is about discovery.
+        let config = if config.contains("discover_libraries") {
+            config
+        } else if config.contains("[sources.cuda]\n") {
+            config.replacen(
+                "[sources.cuda]\n",
+                "[sources.cuda]\ndiscover_libraries = false\n",
+                1,
+            )
+        } else {
+            format!("{config}\n[sources.cuda]\ndiscover_libraries = false\n")
+        };
         // Each agent keeps its spool in its own folder.
         let state = format!("state_dir = \"{}\"\n", dir.path().join("state").display());
         let config = if config.contains("state_dir") {

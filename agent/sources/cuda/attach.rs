@@ -4,7 +4,7 @@
 //! symbol and direction. With `sessions`, the lookups whose repeats are counted at entry get
 //! one `uprobe.session` link per library instead (entry and return in one program).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts, UprobeOpts};
@@ -21,7 +21,8 @@ pub struct Links {
     pub ret: Vec<Link>,
 }
 
-/// Attaches every probe of `probes` (grouped by library). `sessions` (only with `multi`):
+/// Attaches every probe of `probes` (grouped by library); each library's links come back
+/// beside it, so that a library can be detached alone. `sessions` (only with `multi`):
 /// attach the probes with `repeats_at_entry` through the session program, after every other
 /// probe of every library, so that whatever invalidates a remembered lookup is probed before
 /// any lookup can be remembered. Returns how many probes got a session link.
@@ -30,8 +31,7 @@ pub fn attach_all(
     probes: &[PlannedProbe],
     multi: bool,
     sessions: bool,
-    links: &mut Links,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<(Vec<(PathBuf, Links)>, usize)> {
     let sessions = multi && sessions;
     let mut libraries: Vec<&Path> = probes.iter().map(|p| p.library.as_path()).collect();
     libraries.dedup();
@@ -41,11 +41,14 @@ pub fn attach_all(
             .filter(|p| p.library == library && (sessions && p.repeats_at_entry) == in_session)
             .collect()
     };
+    let mut attached: Vec<(PathBuf, Links)> = Vec::new();
     for &library in &libraries {
-        attach_library(skel, library, &of(library, false), multi, links)?;
+        let mut links = Links::default();
+        attach_library(skel, library, &of(library, false), multi, &mut links)?;
+        attached.push((library.to_path_buf(), links));
     }
     let mut in_sessions = 0;
-    for &library in libraries.iter().filter(|_| sessions) {
+    for (library, links) in attached.iter_mut().filter(|_| sessions) {
         let session = of(library, true);
         if session.is_empty() {
             continue;
@@ -66,7 +69,7 @@ pub fn attach_all(
             }
         }
     }
-    Ok(in_sessions)
+    Ok((attached, in_sessions))
 }
 
 /// One library's probes: a uprobe_multi link per direction, else one link per symbol.
@@ -199,4 +202,13 @@ fn attach_single(
         }
     }
     Ok(())
+}
+
+impl Links {
+    /// Detaches return links, then entry links (a uretprobe rides on the entry breakpoint:
+    /// see `CudaProbes::detach`).
+    pub fn detach(&mut self) {
+        self.ret.clear();
+        self.entry.clear();
+    }
 }

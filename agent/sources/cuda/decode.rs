@@ -84,6 +84,11 @@ impl Decoder {
         Self { clocks, functions }
     }
 
+    /// Names function ids with `functions` from now on (a library found later brought more).
+    pub fn set_functions(&mut self, functions: FunctionTable) {
+        self.functions = functions;
+    }
+
     /// The name of function `id`.
     pub fn function_name(&self, id: u32) -> Option<&str> {
         self.functions.name(id)

@@ -168,8 +168,9 @@ pub struct CudaLaunchHistory {
     recorder: Option<MapHandle>,
     /// The last read of `recorder`, and when it was taken.
     recorder_read: Mutex<Option<RecorderRead>>,
-    decoder: Decoder,
-    roles: RoleTable,
+    /// How recorder slots are decoded and what each function id does (replaced when a
+    /// library found later brings more functions).
+    naming: std::sync::RwLock<(Decoder, RoleTable)>,
     /// The node's GPU when it has exactly one (any call's GPU).
     node_gpu: Option<Arc<CallGpu>>,
 }
@@ -190,8 +191,7 @@ impl CudaLaunchHistory {
             }),
             recorder,
             recorder_read: Mutex::new(None),
-            decoder,
-            roles,
+            naming: std::sync::RwLock::new((decoder, roles)),
             node_gpu,
         }
     }
@@ -279,7 +279,18 @@ impl CudaLaunchHistory {
     /// What function `id` does to kernel names and launches.
     #[inline]
     pub fn role(&self, id: u32) -> KernelRole {
-        self.roles.get(id).kernel
+        self.naming().1.get(id).kernel
+    }
+
+    /// Names function ids with `functions` from now on (a library found later brought more).
+    pub fn set_functions(&self, functions: &crate::sources::functions::FunctionTable) {
+        let mut naming = self.naming.write().unwrap_or_else(|e| e.into_inner());
+        naming.0.set_functions(functions.clone());
+        naming.1 = RoleTable::new(functions);
+    }
+
+    fn naming(&self) -> std::sync::RwLockReadGuard<'_, (Decoder, RoleTable)> {
+        self.naming.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Publishes a process's devices, as the CUDA thread's `CallDevices` changed them.
@@ -294,11 +305,15 @@ impl CudaLaunchHistory {
         pid: i32,
         state: &HistoryState,
     ) -> Vec<Launch> {
+        let naming = self.naming();
+        let (decoder, roles) = &*naming;
         events
             .iter()
-            .filter(|e| e.pid as i32 == pid && self.role(e.function_id) == KernelRole::Launch)
+            .filter(|e| {
+                e.pid as i32 == pid && roles.get(e.function_id).kernel == KernelRole::Launch
+            })
             .filter_map(|event| {
-                let row = self.decoder.cuda_row(event, "").ok()?;
+                let row = decoder.cuda_row(event, "").ok()?;
                 let handle = row.objects.handle?;
                 let dims = launch_dims(&row);
                 Some(Launch {
@@ -350,7 +365,8 @@ impl LaunchHistory for CudaLaunchHistory {
                     time_ns: launch.time_ns,
                     tid: launch.tid,
                     function: self
-                        .decoder
+                        .naming()
+                        .0
                         .function_name(launch.function_id)
                         .unwrap_or("unknown")
                         .to_string(),

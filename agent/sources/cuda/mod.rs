@@ -1,7 +1,8 @@
 //! CUDA driver API calls from uprobes on libcuda.so.1 (`bpf/cuda.bpf.c`).
 //!
 //! - [`catalog`]: the functions known by name and where their arguments are.
-//! - [`library`]: finding the library and its exported functions.
+//! - [`library`]: finding the library and its exported functions; [`discovery`]: the
+//!   libraries processes map, wherever their containers put them.
 //! - [`plan`]: which symbols get probes, with which cookie.
 //! - [`probes`]: loading the program and attaching the planned probes ([`attach`]).
 //! - [`decode`]: ring records to rows; [`batcher`]: rows to batches.
@@ -17,6 +18,7 @@ pub mod batcher;
 pub mod catalog;
 pub mod decode;
 pub mod devices;
+pub mod discovery;
 pub mod history;
 pub mod kernels;
 pub mod library;

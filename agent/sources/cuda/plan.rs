@@ -70,10 +70,57 @@ pub fn plan_probes(
     stats: &[String],
     stats_entry_only: &[String],
 ) -> ProbePlan {
-    let selection = Selection::new(functions, exclude, entry_only, stats, stats_entry_only);
+    plan_probes_onto(
+        &FunctionTable::default(),
+        libraries,
+        &Selected {
+            functions,
+            exclude,
+            entry_only,
+            stats,
+            stats_entry_only,
+        },
+    )
+}
+
+/// The configured lists that select functions and their modes (see [`plan_probes`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Selected<'a> {
+    /// `functions`.
+    pub functions: &'a [String],
+    /// `exclude_functions`.
+    pub exclude: &'a [String],
+    /// `entry_only`.
+    pub entry_only: &'a [String],
+    /// `stats`.
+    pub stats: &'a [String],
+    /// `stats_entry_only`.
+    pub stats_entry_only: &'a [String],
+}
+
+/// [`plan_probes`] for libraries found after others were planned: a function already in
+/// `known` keeps its id (the decoder, the statistics and the live view name rows by id), new
+/// ones get the next ids.
+pub fn plan_probes_onto(
+    known: &FunctionTable,
+    libraries: &[(PathBuf, Vec<ExportedFunction>)],
+    selected: &Selected<'_>,
+) -> ProbePlan {
+    let selection = Selection::new(
+        selected.functions,
+        selected.exclude,
+        selected.entry_only,
+        selected.stats,
+        selected.stats_entry_only,
+    );
     let mut found = Found::new(&selection);
-    let mut plan = ProbePlan::default();
-    let mut ids = HashMap::new();
+    let mut plan = ProbePlan {
+        functions: known.clone(),
+        ..ProbePlan::default()
+    };
+    let mut ids: HashMap<String, u32> = (0..known.len() as u32)
+        .filter_map(|id| Some((known.name(id)?.to_string(), id)))
+        .collect();
     for (library, exported) in libraries {
         for function in exported.iter().filter(|f| f.name.starts_with("cu")) {
             let name = function.name.as_str();

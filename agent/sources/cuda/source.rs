@@ -53,9 +53,30 @@ impl RingSource for CudaSource {
         if !config.enabled {
             return Loaded::skipped(NAME, "disabled in config");
         }
-        match probes::load(storage, config, setup.filter) {
+        match probes::load(storage, config, setup.filter, &setup.enrich.proc_dir) {
             Ok(Ok(probes)) => {
-                let detail = format!("{} symbols", probes.probed_symbols);
+                let detail = match (probes.probed_symbols, probes.discovery.is_some()) {
+                    (0, true) => {
+                        "no library mapped yet; attaching each libcuda processes map".to_string()
+                    }
+                    (symbols, true) => format!(
+                        "{symbols} symbols in {} libraries; attaching each libcuda processes map",
+                        probes.attached_files()
+                    ),
+                    (symbols, false) => format!("{symbols} symbols"),
+                };
+                if let Some(discovery) = probes.discovery.as_ref() {
+                    let libraries = &setup.accounting.libraries;
+                    let statuses = discovery.statuses();
+                    let failed = statuses.iter().filter(|s| s.error.is_some()).count();
+                    libraries
+                        .discovering
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    libraries
+                        .attach_failures
+                        .fetch_add(failed as u64, std::sync::atomic::Ordering::Relaxed);
+                    libraries.publish(statuses);
+                }
                 Loaded::attached(NAME, detail, Box::new(CudaCapture::new(probes, setup)))
             }
             Ok(Err(reason)) => Loaded::skipped(NAME, reason),
@@ -125,6 +146,8 @@ struct CudaCapture<'obj> {
     /// Where processes' memory is read (cut kernel names) and their exits are seen.
     proc_dir: std::path::PathBuf,
     kernels_expired_at: Instant,
+    /// When the library statuses were last published.
+    libraries_published_at: Instant,
     accounting: Arc<Accounting>,
 }
 
@@ -185,6 +208,7 @@ impl<'obj> CudaCapture<'obj> {
             identity: setup.identity.clone(),
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
+            libraries_published_at: Instant::now(),
             probes,
         }
     }
@@ -270,6 +294,7 @@ impl<'obj> CudaCapture<'obj> {
     }
 }
 
+mod libraries;
 mod periodic;
 
 impl RunningRing for CudaCapture<'_> {
@@ -298,6 +323,9 @@ impl RunningRing for CudaCapture<'_> {
     /// Sends rows that are due (all of them when `all`), tells XID attribution which
     /// processes made calls, and publishes the live view's totals.
     fn flush(&mut self, now: Instant, all: bool) {
+        if !all {
+            self.discover_libraries(now);
+        }
         if !self.active.is_empty() {
             self.outputs
                 .attribution

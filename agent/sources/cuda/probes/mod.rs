@@ -1,14 +1,22 @@
-//! Loads `bpf/cuda.bpf.c` and attaches one uprobe and one uretprobe per planned symbol.
+//! Loads `bpf/cuda.bpf.c` and attaches one uprobe and one uretprobe per planned symbol, on
+//! the configured libraries and on those processes map ([`super::discovery`]); libraries
+//! found later are attached and detached one by one ([`libraries`]).
+
+mod libraries;
+
+use libraries::attach_library_opens;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
 use super::attach;
+use super::discovery::{identity, Action, Discovery, FileKey};
 use super::library::{exported_functions, resolve_libraries};
 use super::plan::{plan_probes, FunctionTable, ProbePlan};
 use super::probe_sites;
@@ -32,10 +40,23 @@ pub struct CudaProbes<'obj> {
     pub stats_function_ids: Vec<u32>,
     /// The flight recorder's size (off unless functions are in `stats` mode).
     pub recorder: RecorderSize,
-    /// Fork tracker and entry probes.
-    entry_links: RefCell<Vec<Link>>,
-    /// Return probes, detached first (see [`CudaProbes::detach`]).
-    return_links: RefCell<Vec<Link>>,
+    /// The libraries processes map, when `discover_libraries` is on.
+    pub discovery: Option<Discovery>,
+    /// What planning and attaching a library found later needs.
+    later: LaterLibraries,
+    /// The fork tracker and the library-open tracepoints.
+    global_links: RefCell<Vec<Link>>,
+    /// Each attached library's probes, by file.
+    libraries: RefCell<Vec<(FileKey, attach::Links)>>,
+}
+
+/// The settings a library found after start is planned and attached with.
+struct LaterLibraries {
+    config: CudaSourceConfig,
+    multi: bool,
+    /// Whether the session program is loaded (lookups of a library may then use it).
+    sessions: bool,
+    kernel_release: Option<String>,
 }
 
 impl CudaProbes<'_> {
@@ -45,8 +66,14 @@ impl CudaProbes<'_> {
     /// return probe is still attached its calls would return without the entry program having
     /// run (unmatched returns). Entries stored after that have no return and are not emitted.
     pub fn detach(&self) {
-        self.return_links.borrow_mut().clear();
-        self.entry_links.borrow_mut().clear();
+        let mut libraries = self.libraries.borrow_mut();
+        for (_, links) in libraries.iter_mut() {
+            links.ret.clear();
+        }
+        for (_, links) in libraries.iter_mut() {
+            links.entry.clear();
+        }
+        self.global_links.borrow_mut().clear();
     }
 
     /// Deletes the answers remembered for processes that no longer exist under `proc_dir`
@@ -80,14 +107,20 @@ pub fn trace_process(traced_tgids: &MapHandle, pid: u32) -> anyhow::Result<()> {
         .with_context(|| format!("adding pid {pid} to the traced processes"))
 }
 
-/// Resolves libraries, plans and attaches. `Ok(Err(reason))` when there is nothing to probe.
+/// Resolves libraries (configured, and those processes under `proc_dir` map), plans and
+/// attaches. `Ok(Err(reason))` when there is nothing to probe and nothing to wait for.
 pub fn load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     config: &CudaSourceConfig,
     filter: ProcessFilter,
+    proc_dir: &Path,
 ) -> anyhow::Result<Result<CudaProbes<'obj>, String>> {
-    let (libraries, mut plan) = match plan(config)? {
-        Ok(planned) => planned,
+    let found = match find_libraries(config, proc_dir) {
+        Ok(found) => found,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let mut plan = match plan(config, &found.libraries)? {
+        Ok(plan) => plan,
         Err(reason) => return Ok(Err(reason)),
     };
     let placement = probe_sites::place_probes(&mut plan.probes);
@@ -101,7 +134,10 @@ pub fn load<'obj>(
     let recorder = RecorderSize::of(config)?;
     let multi = config.uprobe_multi && uprobe_multi_supported();
     let release = crate::enrich::kernel_release();
-    let mut sessions = match repeat_lookups(config, multi, release.as_deref(), &plan) {
+    // The session program is loaded wherever the kernel and the setting allow it; each
+    // library's lookups use it when its own plan allows (see `repeat_lookups`).
+    let mut sessions = repeat_lookups_possible(config, multi, release.as_deref()).is_ok();
+    let use_sessions = match repeat_lookups(config, multi, release.as_deref(), &plan) {
         Ok(()) => true,
         Err(reason) => {
             if plan.probes.iter().any(|p| p.repeats_at_entry) {
@@ -110,8 +146,10 @@ pub fn load<'obj>(
             false
         }
     };
-    let load =
-        |storage, sessions| open_and_load(storage, config, filter, recorder, multi, sessions);
+    let discover = found.discovery.is_some();
+    let load = |storage, sessions| {
+        open_and_load(storage, config, filter, recorder, multi, sessions, discover)
+    };
     let skel = match load(storage, sessions) {
         Ok(skel) => skel,
         Err(err) if sessions => {
@@ -128,19 +166,63 @@ pub fn load<'obj>(
         Err(err) => return Err(err),
     };
 
-    let mut links = attach::Links::default();
+    let mut global_links = Vec::new();
     if filter == ProcessFilter::Selected {
-        links.entry.push(
+        global_links.push(
             skel.progs
                 .handle_fork
                 .attach()
                 .context("attaching the fork tracker")?,
         );
     }
-    let in_sessions = attach::attach_all(&skel, &plan.probes, multi, sessions, &mut links)?;
+    let mut discovery = found.discovery;
+    if discovery.is_some() {
+        match attach_library_opens(&skel) {
+            Ok(links) => global_links.extend(links),
+            Err(err) => tracing::warn!(
+                error = format!("{err:#}"),
+                "the openat tracepoints cannot be attached: processes that map a new libcuda are found at the next rescan only (library_rescan_secs)"
+            ),
+        }
+    }
+    let (attached, in_sessions) =
+        attach::attach_all(&skel, &plan.probes, multi, sessions && use_sessions)?;
+    let mut libraries = Vec::new();
+    for (path, links) in attached {
+        let Some(library) = found.libraries.iter().find(|l| l.path == path) else {
+            continue;
+        };
+        let symbols = plan.probes.iter().filter(|p| p.library == path).count();
+        if let Some(discovery) = discovery.as_mut() {
+            match library.origin {
+                Origin::Configured => discovery.configured(library.key, &path, symbols),
+                Origin::Discovered => discovery.attached(library.key, Ok(symbols)),
+            }
+        }
+        libraries.push((library.key, links));
+    }
+    // Discovered files that got no probes: unreadable, or exporting nothing requested.
+    if let Some(discovery) = discovery.as_mut() {
+        for library in found
+            .libraries
+            .iter()
+            .filter(|l| l.origin == Origin::Discovered)
+        {
+            if !libraries.iter().any(|(key, _)| *key == library.key) {
+                let reason = match exported_functions(&library.path) {
+                    Err(err) => err.to_string(),
+                    Ok(_) => format!(
+                        "no requested function is exported by {}",
+                        library.path.display()
+                    ),
+                };
+                discovery.attached(library.key, Err(reason));
+            }
+        }
+    }
     let aggregated = plan.probes.iter().filter(|p| p.stats).count();
     tracing::info!(
-        libraries = ?libraries,
+        libraries = ?found.libraries.iter().map(|l| &l.path).collect::<Vec<_>>(),
         symbols = plan.probes.len(),
         functions = plan.functions.len(),
         stats_symbols = aggregated,
@@ -148,12 +230,14 @@ pub fn load<'obj>(
         single_stepped = placement.single_stepped.len(),
         uprobe_multi = multi,
         repeat_lookups_at_entry = in_sessions,
+        discover_libraries = discover,
         "CUDA uprobes attached"
     );
     Ok(Ok(CudaProbes {
         skel,
         probed_symbols: plan.probes.len(),
-        aggregates: aggregated > 0,
+        // With discovery, a library found later may bring the `stats` functions.
+        aggregates: aggregated > 0 || discover && !config.stats.is_empty(),
         stats_function_ids: plan
             .probes
             .iter()
@@ -162,9 +246,92 @@ pub fn load<'obj>(
             .collect(),
         functions: plan.functions,
         recorder,
-        entry_links: RefCell::new(links.entry),
-        return_links: RefCell::new(links.ret),
+        discovery,
+        later: LaterLibraries {
+            config: config.clone(),
+            multi,
+            sessions,
+            kernel_release: release,
+        },
+        global_links: RefCell::new(global_links),
+        libraries: RefCell::new(libraries),
     }))
+}
+
+/// Where a library attached at start came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Configured,
+    Discovered,
+}
+
+/// A library to attach at start: the path the agent opens, and its file.
+#[derive(Debug, Clone)]
+struct StartLibrary {
+    path: PathBuf,
+    key: FileKey,
+    origin: Origin,
+}
+
+/// The libraries to attach at start, and the discovery that goes on from there.
+struct FoundLibraries {
+    libraries: Vec<StartLibrary>,
+    discovery: Option<Discovery>,
+}
+
+/// The configured libraries, and those running processes map (one per file, configured ones
+/// first), or why there is nothing to probe and nothing to wait for.
+fn find_libraries(config: &CudaSourceConfig, proc_dir: &Path) -> Result<FoundLibraries, String> {
+    let (configured, missing_paths) = resolve_libraries(&config.libraries);
+    if !missing_paths.is_empty() {
+        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
+    }
+    let mut libraries: Vec<StartLibrary> = Vec::new();
+    for path in configured {
+        let key = match identity::mapped_file_key(&path) {
+            Ok(key) => key,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), %err, "configured CUDA library cannot be read");
+                continue;
+            }
+        };
+        if !libraries.iter().any(|l| l.key == key) {
+            libraries.push(StartLibrary {
+                path,
+                key,
+                origin: Origin::Configured,
+            });
+        }
+    }
+    let mut discovery = None;
+    if config.discovers_libraries() {
+        let now = Instant::now();
+        let rescan = Duration::from_secs(config.library_rescan_secs.max(1));
+        let mut found = Discovery::new(proc_dir, rescan, now);
+        for library in &libraries {
+            found.configured(library.key, &library.path, 0);
+        }
+        for action in found.scan_all(now) {
+            if let Action::Attach { key, reach, .. } = action {
+                libraries.push(StartLibrary {
+                    path: reach,
+                    key,
+                    origin: Origin::Discovered,
+                });
+            }
+        }
+        discovery = Some(found);
+    }
+    if libraries.is_empty() && discovery.is_none() {
+        return Err(format!(
+            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
+            config.libraries
+        ));
+    }
+    Ok(FoundLibraries {
+        libraries,
+        discovery,
+    })
 }
 
 /// Opens the CUDA object, sizes its maps, sets its constants and loads the programs of the
@@ -176,6 +343,7 @@ fn open_and_load<'obj>(
     recorder: RecorderSize,
     multi: bool,
     sessions: bool,
+    discover: bool,
 ) -> anyhow::Result<CudaSkel<'obj>> {
     let mut open = CudaSkelBuilder::default()
         .open(storage)
@@ -215,25 +383,27 @@ fn open_and_load<'obj>(
     open.progs.cuda_call_entry_multi.set_autoload(multi);
     open.progs.cuda_call_return_multi.set_autoload(multi);
     open.progs.cuda_lookup_session.set_autoload(sessions);
+    open.progs.library_openat.set_autoload(discover);
+    open.progs.library_openat2.set_autoload(discover);
     open.load().context("loading the CUDA BPF program")
 }
 
-/// The libraries to probe and the probe plan, or why there is nothing to probe.
-fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, ProbePlan), String>> {
-    let (libraries, missing_paths) = resolve_libraries(&config.libraries);
-    if !missing_paths.is_empty() {
-        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
-    }
-    if libraries.is_empty() {
-        return Ok(Err(format!(
-            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
-            config.libraries
-        )));
-    }
+/// The probe plan of the libraries found at start, or why there is nothing to probe. With
+/// discovery on, no library yet is an empty plan: the probes come with the first process that
+/// maps one.
+fn plan(
+    config: &CudaSourceConfig,
+    libraries: &[StartLibrary],
+) -> anyhow::Result<Result<ProbePlan, String>> {
     let mut exported = Vec::new();
-    for library in &libraries {
-        let functions = exported_functions(library)?;
-        exported.push((library.clone(), functions));
+    for library in libraries {
+        match exported_functions(&library.path) {
+            Ok(functions) => exported.push((library.path.clone(), functions)),
+            Err(err) if library.origin == Origin::Discovered => {
+                tracing::warn!(error = %err, "a CUDA library a process maps cannot be read; tried again at the next rescan");
+            }
+            Err(err) => return Err(err.into()),
+        }
     }
     let plan: ProbePlan = plan_probes(
         &exported,
@@ -243,15 +413,34 @@ fn plan(config: &CudaSourceConfig) -> anyhow::Result<Result<(Vec<PathBuf>, Probe
         &config.stats,
         &config.stats_entry_only,
     );
-    if !plan.missing.is_empty() {
+    if !plan.missing.is_empty() && !exported.is_empty() {
         tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
     }
-    if plan.probes.is_empty() {
+    if plan.probes.is_empty() && !config.discovers_libraries() {
+        let paths: Vec<&PathBuf> = libraries.iter().map(|l| &l.path).collect();
         return Ok(Err(format!(
-            "no requested function is exported by {libraries:?}"
+            "no requested function is exported by {paths:?}"
         )));
     }
-    Ok(Ok((libraries, plan)))
+    Ok(Ok(plan))
+}
+
+/// Whether the kernel and the setting allow counting repeated lookups at entry at all.
+fn repeat_lookups_possible(
+    config: &CudaSourceConfig,
+    multi: bool,
+    kernel_release: Option<&str>,
+) -> Result<(), String> {
+    if !config.repeat_lookups_at_entry {
+        return Err("repeat_lookups_at_entry = false".into());
+    }
+    if !multi {
+        return Err("needs uprobe_multi links".into());
+    }
+    if !kernel_release.is_some_and(|release| kernel_at_least(release, 6, 13)) {
+        return Err("uprobe.session needs Linux >= 6.13".into());
+    }
+    Ok(())
 }
 
 /// Why repeated kernel lookups cannot be counted at entry here, if they cannot: the setting,
@@ -266,15 +455,7 @@ fn repeat_lookups(
     if !plan.probes.iter().any(|p| p.repeats_at_entry) {
         return Err("no lookup in stats mode".into());
     }
-    if !config.repeat_lookups_at_entry {
-        return Err("repeat_lookups_at_entry = false".into());
-    }
-    if !multi {
-        return Err("needs uprobe_multi links".into());
-    }
-    if !kernel_release.is_some_and(|release| kernel_at_least(release, 6, 13)) {
-        return Err("uprobe.session needs Linux >= 6.13".into());
-    }
+    repeat_lookups_possible(config, multi, kernel_release)?;
     if !plan.answer_changes_unprobed.is_empty() {
         return Err(format!(
             "functions that change lookups' answers are not probed (or only at entry): {:?}",
