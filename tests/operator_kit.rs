@@ -162,10 +162,14 @@ fn the_example_scrape_config_passes_promtool_check_config() {
         text.contains("is valid prometheus config file syntax"),
         "{text}"
     );
-    assert!(read(PROMETHEUS_CONFIG).contains("job_name: gpuship"));
+    // The rules select no job; the scrape job sets the label they select instead.
+    assert!(!read(RULES).contains("job="));
+    assert!(read(PROMETHEUS_CONFIG).contains("          gpuship_install: bare-metal\n"));
 }
 
-/// The runbook links of the rules name sections of docs/operations.md (by their anchors).
+/// The runbook links of the rules are `<base>#<anchor>`, one per rule, and every anchor names a
+/// section of docs/operations.md; the base is a placeholder an install replaces
+/// (tests/kustomize.rs checks that the overlays do).
 #[test]
 fn every_runbook_link_names_a_section_of_the_operations_doc() {
     let anchors: BTreeSet<String> = read("docs/operations.md")
@@ -186,7 +190,10 @@ fn every_runbook_link_names_a_section_of_the_operations_doc() {
         .collect();
     let links: Vec<String> = read(RULES)
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("runbook_url: docs/operations.md#"))
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("runbook_url: https://gpuship.invalid/docs/operations.md#")
+        })
         .map(str::to_string)
         .collect();
     assert_eq!(
