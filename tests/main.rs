@@ -32,7 +32,6 @@ mod kernel_function_repeats;
 mod kernel_names;
 mod kubernetes;
 mod kustomize;
-mod kustomize;
 mod lake_binary;
 mod layout;
 mod library_discovery;
