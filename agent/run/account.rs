@@ -1,6 +1,7 @@
 //! The account phase of `gpuship run`: the final counters (written beside the data and to
 //! `--summary-json`), the identities checked, the summary logged.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -8,6 +9,7 @@ use anyhow::{bail, Context};
 use super::drain::Drained;
 use super::start::Started;
 use super::{progress, RunOptions, RunOutcome};
+use crate::summary::RunSummary;
 
 /// How long the final accounting document may take at shutdown (a stop must finish within
 /// the service manager's limit: 60 s in deploy/).
@@ -18,17 +20,14 @@ pub(super) fn account(
     options: &RunOptions,
     started: &Started,
     drained: Drained,
+    summary: &Arc<Mutex<RunSummary>>,
     command_exit_code: Option<i32>,
 ) -> anyhow::Result<RunOutcome> {
     let snapshot = started.accounting.snapshot();
     if let Some(ledger) = &started.ledger {
         ledger.write_within(&snapshot, LEDGER_SHUTDOWN_LIMIT);
     }
-    let summary = drained
-        .summary
-        .lock()
-        .map(|s| s.clone())
-        .unwrap_or_default();
+    let summary = summary.lock().map(|s| s.clone()).unwrap_or_default();
     for broken in snapshot.broken_identities() {
         tracing::error!(identity = %broken, "accounting identity does not hold");
     }

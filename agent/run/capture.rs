@@ -1,6 +1,7 @@
 //! The capture phase of `gpuship run`: the XID stage, the sources' outputs wired to the
 //! pipeline (`outputs`), the consumer thread with every ring source, then every thread source,
-//! and the XID stage's timer. Fails when no source at all could start.
+//! and the XID stage's timer. Fails when no source at all could start. [`Capture::stop`]
+//! detaches and drains it all, at the end of the run or when a reload restarts the sources.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use libbpf_rs::MapHandle;
 
 use super::outputs::{FanOutEmitter, LiveCalls};
 use super::start::Started;
-use super::{RunOptions, Target};
+use super::Target;
 use crate::config::Config;
 use crate::consumer;
 use crate::enrich::driver_version;
@@ -28,8 +29,6 @@ use crate::xid::{XidStage, XidStageSettings};
 pub(super) struct Capture {
     /// Set to stop every source.
     pub stop: Arc<AtomicBool>,
-    /// The run summary the sources and the XID stage add to.
-    pub summary: Arc<Mutex<RunSummary>>,
     /// Each ring source's status at start.
     pub statuses: Vec<SourceStatus>,
     /// The traced-process map, when CUDA probes record selected processes only.
@@ -55,14 +54,50 @@ impl Capture {
     pub fn thread_runs(&self, name: &str) -> bool {
         self.threads.iter().any(|(thread, _)| *thread == name)
     }
+
+    /// Stops every source (probes detached, rings drained, batches flushed), lets the XID
+    /// stage emit what it held, saves the sources' final state (the kmsg cursor), and drops
+    /// every handle on the fan-out they held. The statuses the sources started with.
+    pub fn stop(self) -> Vec<SourceStatus> {
+        let Capture {
+            stop,
+            statuses,
+            traced_tgids: _,
+            consumer,
+            mut threads,
+            xid_stage,
+            xid_ticker,
+        } = self;
+        stop.store(true, Ordering::Release);
+        if consumer.join().is_err() {
+            tracing::error!("consumer thread panicked");
+        }
+        for (_, thread) in threads.iter_mut() {
+            thread.join();
+        }
+        xid_ticker.thread().unpark();
+        if xid_ticker.join().is_err() {
+            tracing::error!("XID thread panicked");
+        }
+        // Every source is done: XIDs still waiting for a twin go out now.
+        xid_stage.finish();
+        for (_, thread) in &threads {
+            thread.finish();
+        }
+        statuses
+    }
 }
 
-/// Starts every source, handing them the sinks' fan-out taken from `started`.
-pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Result<Capture> {
-    let config = &options.config;
+/// Starts every source of `config`, sending to the sinks' fan-out; the sources add their
+/// totals to `summary` when they stop.
+pub(super) fn capture(
+    config: &Config,
+    target: &Target,
+    started: &mut Started,
+    summary: Arc<Mutex<RunSummary>>,
+) -> anyhow::Result<Capture> {
     let stop = Arc::new(AtomicBool::new(false));
-    let summary = Arc::new(Mutex::new(RunSummary::default()));
-    let fanout = std::mem::take(&mut started.fanout);
+    let fanout = started.sinks.fanout();
     let xid_stage = Arc::new(xid_stage(config, started, fanout.clone(), summary.clone()));
     let outputs = Outputs {
         batches: Arc::new(FanOutEmitter {
@@ -74,7 +109,7 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         calls: Arc::new(LiveCalls(started.live.clone())),
     };
     let mut sources = config.sources.clone();
-    if options.target != Target::AllProcesses && !sources.cuda.stats.is_empty() {
+    if *target != Target::AllProcesses && !sources.cuda.stats.is_empty() {
         // One job under the microscope: every call of it is a row.
         tracing::info!(stats = ?sources.cuda.stats, "tracing selected processes: [sources.cuda] stats is ignored, every call is a row");
         sources.cuda.stats.clear();
@@ -83,7 +118,7 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         sources,
         batch: config.batch.clone(),
         enrich: config.enrich.clone(),
-        filter: match options.target {
+        filter: match target {
             Target::AllProcesses => ProcessFilter::All,
             Target::Pid(_) | Target::Command(_) => ProcessFilter::Selected,
         },
@@ -102,7 +137,7 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         .recv()
         .context("the consumer thread ended before it was ready")??;
     let threads = start_threads(&setup);
-    // The threads hold the only other clones: once they end, the sink queues close.
+    // The threads and the XID stage hold the other handles on the fan-out from now on.
     drop(setup);
     let tracepoint_runs = ready
         .sources
@@ -115,7 +150,6 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
     let capture = Capture {
         xid_ticker: xid_ticker(&xid_stage, &stop, paired)?,
         stop,
-        summary,
         statuses: ready.sources,
         traced_tgids: ready.traced_tgids,
         consumer,
@@ -123,12 +157,12 @@ pub(super) fn capture(options: &RunOptions, started: &mut Started) -> anyhow::Re
         xid_stage,
     };
     if capture.attached().is_empty() && capture.threads.is_empty() {
-        capture.stop.store(true, Ordering::Release);
         let reasons: Vec<String> = capture
             .statuses
             .iter()
             .map(|s| format!("{}: {}", s.source, s.detail))
             .collect();
+        capture.stop();
         bail!(
             "no source could start ({}) and the kernel log is not readable",
             reasons.join("; ")

@@ -1,8 +1,9 @@
 //! `gpuship run`, as five phases, each in its own module:
-//! - [`start`]: checks, state directory lock, runtime, sinks with their queues and spools,
-//!   accounting documents, metrics server;
+//! - [`start`]: checks, state directory lock, runtime, sinks with their queues and spools
+//!   ([`sink_set`]), accounting documents, metrics server;
 //! - [`capture`]: the XID stage, the sources' outputs ([`outputs`]), every registered source;
-//! - [`wait`]: trace the target, wait for a signal or the traced command or pid to exit;
+//! - [`wait`]: trace the target, wait for a signal or the traced command or pid to exit; a
+//!   SIGHUP on the way reloads the configuration ([`reload`]) and waits again;
 //! - [`drain`]: stop probes, drain rings, flush batches, let the XID stage and the sinks finish;
 //! - [`account`]: final counters, summary, `--summary-json`.
 
@@ -14,11 +15,16 @@ mod ledger;
 mod outputs;
 mod privileges;
 mod progress;
+mod reload;
+mod sink_set;
 mod sinks;
 mod start;
 mod wait;
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use progress::Wake;
 
 use crate::accounting::Snapshot;
 use crate::config::Config;
@@ -43,6 +49,8 @@ pub enum Target {
 pub struct RunOptions {
     /// Validated configuration.
     pub config: Config,
+    /// The file it was read from, read again at every SIGHUP (`None`: the embedded default).
+    pub config_path: Option<PathBuf>,
     /// What to trace.
     pub target: Target,
     /// Where to write the final accounting and summary as JSON.
@@ -62,11 +70,38 @@ pub struct RunOutcome {
     pub command_exit_code: Option<i32>,
 }
 
-/// Runs the agent until the end condition of `options.target`, then drains.
+/// Runs the agent until the end condition of `options.target`, reloading the configuration
+/// at every SIGHUP, then drains.
 pub fn run(options: RunOptions) -> anyhow::Result<RunOutcome> {
-    let mut started = start::start(&options.config)?;
-    let capture = capture::capture(&options, &mut started)?;
-    let command_exit_code = wait::wait(&options, &mut started, &capture)?;
+    let mut config = options.config.clone();
+    let mut started = start::start(&config)?;
+    let summary = Arc::new(Mutex::new(RunSummary::default()));
+    let first = capture::capture(&config, &options.target, &mut started, summary.clone())?;
+    let mut waiter = wait::begin(&options, &mut started, &first)?;
+    let mut capture = Some(first);
+    let (command_exit_code, failure) = loop {
+        match started.runtime.block_on(waiter.next()) {
+            Wake::End(code) => break (code, None),
+            Wake::Reload => {
+                let mut running = reload::Running {
+                    path: options.config_path.as_ref(),
+                    target: &options.target,
+                    config: &mut config,
+                    started: &mut started,
+                    capture: &mut capture,
+                    summary: &summary,
+                    waiter: &mut waiter,
+                };
+                if let Err(err) = running.reload() {
+                    break (None, Some(err));
+                }
+            }
+        }
+    };
     let drained = drain::drain(capture, &mut started);
-    account::account(&options, &started, drained, command_exit_code)
+    let outcome = account::account(&options, &started, drained, &summary, command_exit_code);
+    match failure {
+        Some(err) => Err(err.context("no capture could be started again after a reload")),
+        None => outcome,
+    }
 }

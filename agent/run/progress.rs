@@ -1,89 +1,152 @@
-//! Waiting for the end of a run, with a one-line progress summary every few seconds, and the
-//! final report.
+//! Waiting for the end of a run or a reload request (the signals as a [`Wake`] value), with a
+//! one-line progress summary every few seconds, and the final report.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuship_sinks::limits;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use super::{RunOutcome, Target};
 use crate::accounting::{Accounting, Snapshot};
 
-/// SIGTERM and SIGINT handlers, installed at the very start of a run so that a stop request
-/// during startup is honoured (with a drain) instead of killing the process.
-pub struct StopSignals {
-    sigterm: Option<tokio::signal::unix::Signal>,
-    sigint: Option<tokio::signal::unix::Signal>,
+/// SIGTERM, SIGINT and SIGHUP handlers, installed at the very start of a run: a stop request
+/// during startup is honoured (with a drain) instead of killing the process, and a reload
+/// request made then is served once capture runs.
+pub struct Signals {
+    sigterm: Option<Signal>,
+    sigint: Option<Signal>,
+    sighup: Option<Signal>,
 }
 
-impl StopSignals {
+impl Signals {
     /// Installs the handlers; must be called inside the runtime.
     pub fn install() -> Self {
         Self {
             sigterm: signal(SignalKind::terminate()).ok(),
             sigint: signal(SignalKind::interrupt()).ok(),
+            sighup: signal(SignalKind::hangup()).ok(),
         }
     }
 }
 
-/// Resolves when a signal arrives or the traced command / pid exits; returns the command's
-/// exit code when there was one.
-pub async fn wait_for_end(
-    target: &Target,
-    child: Option<super::command::TracedChild>,
-    stats_interval_secs: u64,
+/// Why the wait phase woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The run ends: a stop signal, or the traced command (with its exit code) or pid ended.
+    End(Option<i32>),
+    /// SIGHUP: reload the configuration. Signals that arrive while a reload runs are merged
+    /// into one more.
+    Reload,
+}
+
+/// Waits for the end of the run or a reload request, logging progress meanwhile.
+pub struct Waiter {
+    signals: Signals,
+    /// The traced command's exit code, once it exits.
+    child_exit: Option<tokio::task::JoinHandle<Option<i32>>>,
+    /// Ends when the traced pid is gone.
+    pid_gone: Option<tokio::task::JoinHandle<()>>,
     accounting: Arc<Accounting>,
-    signals: StopSignals,
-) -> Option<i32> {
-    let StopSignals {
-        mut sigterm,
-        mut sigint,
-    } = signals;
-    let child_exit = async move {
-        match child {
-            Some(child) => tokio::task::spawn_blocking(move || child.wait().ok())
-                .await
-                .ok()
-                .flatten(),
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(child_exit);
-    let pid_gone = async {
-        match target {
-            Target::Pid(pid) => {
+    stats_interval_secs: u64,
+    ticker: tokio::time::Interval,
+    previous: (Instant, Snapshot),
+}
+
+impl Waiter {
+    /// Starts watching `target` (and `child`, the command started for it); must be called
+    /// inside the runtime.
+    pub fn new(
+        target: &Target,
+        child: Option<super::command::TracedChild>,
+        stats_interval_secs: u64,
+        accounting: Arc<Accounting>,
+        signals: Signals,
+    ) -> Self {
+        let child_exit = child.map(|child| tokio::task::spawn_blocking(move || child.wait().ok()));
+        let pid_gone = match *target {
+            Target::Pid(pid) => Some(tokio::spawn(async move {
                 let path = format!("/proc/{pid}");
                 while std::path::Path::new(&path).exists() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 tracing::info!(pid, "traced process exited");
-            }
-            _ => std::future::pending::<()>().await,
+            })),
+            _ => None,
+        };
+        let previous = (Instant::now(), accounting.snapshot());
+        Self {
+            signals,
+            child_exit,
+            pid_gone,
+            ticker: ticker(stats_interval_secs),
+            stats_interval_secs,
+            accounting,
+            previous,
         }
-    };
-    tokio::pin!(pid_gone);
-    // Saturating: a huge interval must not overflow the clock (validation bounds it too).
-    let period = Duration::from_secs(stats_interval_secs.max(1)).min(limits::MAX_WAIT);
-    let first = limits::instant_after(Instant::now(), period);
-    let mut ticker = tokio::time::interval_at(first.into(), period);
-    let mut previous = (Instant::now(), accounting.snapshot());
-    loop {
-        tokio::select! {
-            _ = recv(&mut sigterm) => { tracing::info!("SIGTERM received"); return None; }
-            _ = recv(&mut sigint) => { tracing::info!("SIGINT received"); return None; }
-            code = &mut child_exit => { tracing::info!(exit_code = ?code, "traced command exited"); return code; }
-            _ = &mut pid_gone => return None,
-            _ = ticker.tick(), if stats_interval_secs > 0 => {
-                let now = (Instant::now(), accounting.snapshot());
-                log_progress(&previous, &now);
-                previous = now;
+    }
+
+    /// Logs progress every `stats_interval_secs` from now on (0: never).
+    pub fn set_stats_interval(&mut self, stats_interval_secs: u64) {
+        if stats_interval_secs != self.stats_interval_secs {
+            self.stats_interval_secs = stats_interval_secs;
+            self.ticker = ticker(stats_interval_secs);
+        }
+    }
+
+    /// The next reason to wake.
+    pub async fn next(&mut self) -> Wake {
+        let Waiter {
+            signals,
+            child_exit,
+            pid_gone,
+            accounting,
+            stats_interval_secs,
+            ticker,
+            previous,
+        } = self;
+        loop {
+            tokio::select! {
+                _ = recv(&mut signals.sigterm) => { tracing::info!("SIGTERM received"); return Wake::End(None); }
+                _ = recv(&mut signals.sigint) => { tracing::info!("SIGINT received"); return Wake::End(None); }
+                _ = recv(&mut signals.sighup) => { tracing::info!("SIGHUP received: reloading the configuration"); return Wake::Reload; }
+                code = finished(child_exit) => {
+                    let code = code.flatten();
+                    tracing::info!(exit_code = ?code, "traced command exited");
+                    return Wake::End(code);
+                }
+                _ = finished(pid_gone) => return Wake::End(None),
+                _ = ticker.tick(), if *stats_interval_secs > 0 => {
+                    let now = (Instant::now(), accounting.snapshot());
+                    log_progress(previous, &now);
+                    *previous = now;
+                }
             }
         }
     }
 }
 
-async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+/// Ticks every `stats_interval_secs` (at least 1 s), the first one after a period.
+fn ticker(stats_interval_secs: u64) -> tokio::time::Interval {
+    // Saturating: a huge interval must not overflow the clock (validation bounds it too).
+    let period = Duration::from_secs(stats_interval_secs.max(1)).min(limits::MAX_WAIT);
+    let first = limits::instant_after(Instant::now(), period);
+    tokio::time::interval_at(first.into(), period)
+}
+
+/// The task's output once it ends (`None` if it failed); never, without a task.
+async fn finished<T>(task: &mut Option<tokio::task::JoinHandle<T>>) -> Option<T> {
+    match task {
+        Some(handle) => {
+            let output = handle.await.ok();
+            *task = None;
+            output
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv(signal: &mut Option<Signal>) {
     match signal {
         Some(signal) => {
             signal.recv().await;

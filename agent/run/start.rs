@@ -1,41 +1,35 @@
 //! The start phase of `gpuship run`: everything that must work before anything is captured.
 //! Sinks that cannot start, missing privileges, a locked state directory or a metrics port in
 //! use are errors here. Then the runtime, the sinks with their queues and spools, the
-//! accounting documents and the metrics server start.
+//! accounting documents and the metrics server start. What starts here lives for the whole
+//! run; a configuration reload changes only the sinks (and the capture).
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use gpuship_sinks::schema::HostIdentity;
-use gpuship_sinks::{queue_with, QueueOptions, SinkInput, SinkStats, Spool, SpoolConfig};
 
 use super::ledger::Ledger;
 use super::privileges;
-use super::progress::StopSignals;
-use super::sinks::{self, build_sink, sink_names};
+use super::progress::Signals;
+use super::sink_set::SinkSet;
+use super::sinks::{self, sink_names};
 use crate::accounting::Accounting;
 use crate::config::Config;
 use crate::consumer;
 use crate::enrich::{host_identity, machine_id, Clocks, GpuDirectory};
-use crate::fanout::FanOut;
 use crate::live::LiveTap;
 use crate::metrics::otlp::MetricsExport;
 use crate::metrics::{self, Health};
 use crate::state_dir::AgentLocks;
 
-/// A sink's task on the runtime.
-pub(super) type SinkTask = (
-    String,
-    tokio::task::JoinHandle<Result<(), gpuship_sinks::SinkError>>,
-);
-
 /// What the start phase set up; the later phases use it.
 pub(super) struct Started {
-    /// Held until the run returns; the kernel releases it however the process ends.
-    pub _locks: AgentLocks,
+    /// Held until the run returns; the kernel releases them however the process ends. A
+    /// reload that adds a Parquet root adds its lock.
+    pub locks: AgentLocks,
     /// Host identity for rows.
     pub identity: HostIdentity,
     /// Clock offsets.
@@ -44,14 +38,12 @@ pub(super) struct Started {
     pub gpus: Arc<GpuDirectory>,
     /// The async runtime the sinks, the metrics server and the ledger run on.
     pub runtime: tokio::runtime::Runtime,
-    /// SIGTERM and SIGINT, waited on by the wait phase.
-    pub signals: Option<StopSignals>,
-    /// Batches to every sink; moved into the capture phase's emitter.
-    pub fanout: FanOut,
+    /// SIGTERM, SIGINT and SIGHUP, waited on by the wait phase.
+    pub signals: Option<Signals>,
     /// Counters.
     pub accounting: Arc<Accounting>,
-    /// Each sink's task.
-    pub sink_tasks: Vec<SinkTask>,
+    /// Every sink, and the fan-out to them.
+    pub sinks: SinkSet,
     /// The accounting documents kept beside the data, when a sink has a place for them.
     pub ledger: Option<Ledger>,
     /// What `/health` answers.
@@ -88,13 +80,13 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
         .context("starting the async runtime")?;
     let signals = {
         let _runtime = runtime.enter();
-        StopSignals::install()
+        Signals::install()
     };
     // Before any sink starts: a port in use is a start error, not a silent run without probes.
     let metrics_listener = metrics::bind(&config.metrics, &runtime)?;
     let journaled_kmsg = journaled_kmsg_records(config, &identity.boot_id);
-    let (fanout, accounting, sink_tasks) = start_sinks(config, &identity, &runtime);
-    let accounting = Arc::new(accounting);
+    let accounting = Arc::new(Accounting::default());
+    let sinks = SinkSet::start(config, &identity, &runtime, &accounting);
     let ledger = Ledger::for_sinks(
         &config.sinks,
         &identity.host,
@@ -130,54 +122,20 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
         runtime.spawn(metrics::serve(listener, served, limits));
     }
     Ok(Started {
-        _locks: locks,
+        locks,
         identity,
         clocks,
         gpus,
         runtime,
         signals: Some(signals),
-        fanout,
         accounting,
-        sink_tasks,
+        sinks,
         ledger,
         health,
         live,
         metrics_export,
         journaled_kmsg,
     })
-}
-
-/// Builds every sink with its queue and spool, and starts it on the runtime.
-fn start_sinks(
-    config: &Config,
-    identity: &HostIdentity,
-    runtime: &tokio::runtime::Runtime,
-) -> (FanOut, Accounting, Vec<SinkTask>) {
-    let host_id = machine_id();
-    let mut fanout = FanOut::default();
-    let mut accounting = Accounting::default();
-    let mut sink_tasks = Vec::new();
-    for (name, entry) in sink_names(&config.sinks).into_iter().zip(&config.sinks) {
-        let sink = build_sink(&name, &entry.sink, identity, host_id.as_deref());
-        let stats = Arc::new(SinkStats::default());
-        let spool = open_spool(&config.agent.state_dir, &name, &entry.options.spool);
-        let options = QueueOptions {
-            name: name.clone(),
-            buffer: entry.options.buffer.clone(),
-            spool,
-            shutdown_timeout: Duration::from_secs(config.agent.shutdown_timeout_secs),
-        };
-        let (sender, batches) = queue_with(options, stats.clone());
-        fanout.add(name.clone(), sender, stats.clone(), &entry.options);
-        accounting.sinks.push((name.clone(), stats.clone()));
-        let run = sink.run(SinkInput {
-            batches,
-            stats: stats.clone(),
-        });
-        let task = runtime.spawn(sinks::watched(name.clone(), stats, run));
-        sink_tasks.push((name, task));
-    }
-    (fanout, accounting, sink_tasks)
 }
 
 /// Kernel-log sequence numbers of this boot whose XIDs a previous run journaled in any sink.
@@ -210,37 +168,4 @@ fn journaled_kmsg_records(config: &Config, boot_id: &str) -> BTreeSet<u64> {
         }
     }
     seqs
-}
-
-/// `xid=N cuda=N driver=N`: the events a spool holds, for every kind.
-fn pending_by_kind(spool: &Spool) -> String {
-    gpuship_sinks::EventKind::all()
-        .map(|kind| format!("{kind}={}", spool.pending_events(kind)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The sink's spool under `<state_dir>/spool/<sink>`, with what a previous run left in it.
-fn open_spool(state_dir: &Path, sink: &str, config: &SpoolConfig) -> Option<Spool> {
-    if !config.enabled {
-        return None;
-    }
-    let dir = state_dir.join("spool").join(sink);
-    match Spool::open(&dir, config.clone()) {
-        Ok(spool) => {
-            if !spool.is_empty() {
-                tracing::info!(
-                    sink,
-                    dir = %dir.display(),
-                    pending = %pending_by_kind(&spool),
-                    "spooled events from a previous run will be delivered first"
-                );
-            }
-            Some(spool)
-        }
-        Err(err) => {
-            tracing::error!(sink, %err, "cannot open the spool; this sink runs without one");
-            None
-        }
-    }
 }

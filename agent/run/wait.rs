@@ -1,19 +1,21 @@
 //! The wait phase of `gpuship run`: starts tracing the target (a pid, or a command started
-//! here) and waits for the end: a signal, or the traced command or pid exiting.
+//! here), then waits for what comes next: a signal to stop or reload, or the traced command or
+//! pid exiting ([`Waiter::next`]).
 
 use anyhow::Context;
 
 use super::capture::Capture;
+use super::progress::Waiter;
 use super::start::Started;
-use super::{command, progress, RunOptions, Target};
+use super::{command, RunOptions, Target};
 use crate::sources::cuda::probes::trace_process;
 
-/// Traces the target, then waits for the end; the traced command's exit code, if any.
-pub(super) fn wait(
+/// Traces the target, says that capture runs, and returns what waits for the end.
+pub(super) fn begin(
     options: &RunOptions,
     started: &mut Started,
     capture: &Capture,
-) -> anyhow::Result<Option<i32>> {
+) -> anyhow::Result<Waiter> {
     let traced = capture.traced_tgids.as_ref();
     let mut child = None;
     match &options.target {
@@ -34,12 +36,13 @@ pub(super) fn wait(
     let signals = started
         .signals
         .take()
-        .context("the stop signals were already taken")?;
-    Ok(started.runtime.block_on(progress::wait_for_end(
+        .context("the signals were already taken")?;
+    let _runtime = started.runtime.enter();
+    Ok(Waiter::new(
         &options.target,
         child,
         options.config.agent.stats_interval_secs,
         started.accounting.clone(),
         signals,
-    )))
+    ))
 }

@@ -9,14 +9,14 @@ use crate::live::LiveTap;
 
 #[test]
 fn exposition_has_every_family_with_labels_and_values() {
-    let mut accounting = Accounting::default();
+    let accounting = Accounting::default();
     let stats = Arc::new(SinkStats::default());
     stats.received.add(EventKind::Cuda, 10);
     stats.delivered.add(EventKind::Cuda, 6);
     stats.drop_events(DropReason::BufferFull, EventKind::Cuda, 3);
     stats.set_healthy(false);
     stats.count_error("message_timed_out", 4);
-    accounting.sinks.push(("lake".into(), stats));
+    accounting.add_sink("lake", stats, false);
     let (cuda, driver) = (accounting.ring(Ring::Cuda), accounting.ring(Ring::Driver));
     cuda.submitted.store(12, Ordering::Relaxed);
     cuda.lost_in_kernel.store(2, Ordering::Relaxed);
@@ -39,6 +39,10 @@ fn exposition_has_every_family_with_labels_and_values() {
         "gpuship_sink_delivery_errors_total{component_id=\"lake\",component_kind=\"sink\",error=\"message_timed_out\"} 4",
         "gpuship_component_discarded_events_total{component_id=\"lake\",component_kind=\"sink\",kind=\"cuda\",reason=\"rejected\",intentional=\"false\"} 0",
         concat!("gpuship_build_info{version=\"", env!("CARGO_PKG_VERSION"), "\"} 1"),
+        "gpuship_config_reloads_total{result=\"applied\"} 0",
+        "gpuship_config_reloads_total{result=\"rejected\"} 0",
+        "gpuship_config_last_reload_success 1",
+        "gpuship_config_last_reload_capture_gap_seconds 0.0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     }
@@ -46,18 +50,18 @@ fn exposition_has_every_family_with_labels_and_values() {
     // Every sample line is `name{labels} value` or `name value` with a numeric value.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let value = line.rsplit(' ').next().unwrap();
-        assert!(value.parse::<u64>().is_ok(), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
     }
 }
 
 #[test]
 fn label_values_with_quotes_backslashes_and_newlines_are_escaped() {
-    let mut accounting = Accounting::default();
+    let accounting = Accounting::default();
     let hostile = "a\"} evil{x=\"1\\\nnext";
     let stats = Arc::new(SinkStats::default());
     stats.received.add(EventKind::Xid, 7);
     stats.count_error("bad\"error\n", 2);
-    accounting.sinks.push((hostile.into(), stats));
+    accounting.add_sink(hostile, stats, false);
     let text = render(&accounting.snapshot(), LiveTap::new().health(), None);
     let escaped = r#"a\"} evil{x=\"1\\\nnext"#;
     let line = format!(
@@ -72,7 +76,7 @@ fn label_values_with_quotes_backslashes_and_newlines_are_escaped() {
     // pairs with quoted values, `}`, a space and a number.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (series, value) = line.rsplit_once(' ').expect("sample");
-        assert!(value.parse::<u64>().is_ok(), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
         if let Some((_, labels)) = series.split_once('{') {
             let labels = parse_labels(labels).unwrap_or_else(|| panic!("{line}"));
             assert!(!labels.is_empty(), "{line}");
