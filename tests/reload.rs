@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 
 use crate::support::agent::{data_dir, Agent, Stopped};
 use crate::support::lake::read_table;
-use crate::support::metrics::{http, scrape, scrape_floats};
+use crate::support::metrics::{scrape, scrape_floats};
 use crate::support::{self, kmsg, repo_root, wait_until, Fixtures};
 
 /// The config file the agent was started with, from its command line.
@@ -43,9 +43,11 @@ fn reloads(address: &str) -> (u64, u64, u64) {
     )
 }
 
-/// Sends SIGHUP and waits until `/metrics` counts `expect` (applied, rejected, last success).
-fn reload(agent: &Agent, address: &str, expect: (u64, u64, u64)) {
+/// Sends SIGHUP, runs `meanwhile`, and waits until `/metrics` counts `expect` (applied,
+/// rejected, last success).
+fn reload(agent: &Agent, address: &str, expect: (u64, u64, u64), meanwhile: impl FnOnce()) {
     signal(agent.pid(), libc::SIGHUP);
+    meanwhile();
     wait_until(
         Duration::from_secs(60),
         &format!("the reload was not counted as {expect:?}"),
@@ -138,13 +140,10 @@ fn stop(workload: Child) -> (i32, u64) {
     let output = workload.wait_with_output().expect("workload exits");
     let text = String::from_utf8_lossy(&output.stdout);
     let calls = text
-        .trim()
         .rsplit("calls=")
         .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    (pid, calls)
+        .and_then(|c| c.trim().parse().ok());
+    (pid, calls.expect("the workload's count"))
 }
 
 /// Every ring and every sink's identity holds exactly, nothing is left in flight, and nothing
@@ -154,21 +153,13 @@ fn assert_identities(stopped: &Stopped) {
     for ring in accounting["rings"].as_array().unwrap() {
         let n = |key: &str| ring[key].as_u64().unwrap();
         assert_eq!(n("emitted"), n("received") + n("lost_in_kernel"), "{ring}");
-        assert_eq!(
-            (n("pending_in_ring"), n("lost_in_kernel")),
-            (0, 0),
-            "{ring}"
-        );
+        assert!(n("pending_in_ring") + n("lost_in_kernel") == 0, "{ring}");
     }
     for sink in accounting["sinks"].as_array().unwrap() {
         let n = |key: &str| sink[key].as_u64().unwrap();
         let settled = n("delivered") + n("dropped") + n("failed") + n("spooled_pending");
         assert_eq!(n("received"), settled + n("in_flight"), "{sink}");
-        assert_eq!(
-            (n("in_flight"), n("dropped"), n("failed")),
-            (0, 0, 0),
-            "{sink}"
-        );
+        assert!(n("in_flight") + n("dropped") + n("failed") == 0, "{sink}");
     }
 }
 
@@ -216,35 +207,22 @@ fn a_valid_file_is_applied_under_load_and_nothing_is_lost() {
         "name = \"lake\"\nmax_file_rows = 500000\n",
     );
     std::fs::write(&path, &with_second).unwrap();
-    signal(agent.pid(), libc::SIGHUP);
-    inject(bus, "a2");
-    wait_until(
-        Duration::from_secs(60),
-        "reload 1",
-        || reloads(&address) == (1, 0, 1),
-        || agent.log(),
-    );
+    reload(&agent, &address, (1, 0, 1), || inject(bus, "a2"));
     inject(bus, "a3");
     let (a_pid, a_calls) = stop(a);
 
     // Reload 2 changes [sources] and [batch] while workload B runs: the sources restart.
-    let b = launching(&fixtures);
+    let (b, b_started) = (launching(&fixtures), Instant::now());
     wait_for_calls(&agent, &address, 1000);
     let restarted = with_second
         .replace("drain_interval_ms = 20", "drain_interval_ms = 50")
         .replace("timeout_ms = 100", "timeout_ms = 100\nmax_events = 5000");
     std::fs::write(&path, restarted).unwrap();
-    signal(agent.pid(), libc::SIGHUP);
-    inject(bus, "a4");
-    wait_until(
-        Duration::from_secs(60),
-        "reload 2",
-        || reloads(&address) == (2, 0, 1),
-        || agent.log(),
-    );
+    reload(&agent, &address, (2, 0, 1), || inject(bus, "a4"));
     inject(bus, "a5");
     wait_for_calls(&agent, &address, 1000);
     let (b_pid, b_calls) = stop(b);
+    let b_rate = b_calls as f64 / b_started.elapsed().as_secs_f64();
     let gap = scrape_floats(&address)["gpuship_config_last_reload_capture_gap_seconds"].1;
     let (c_pid, c_out) = fixtures.run_workload(&["sequence", "100"], &[]);
     assert_eq!(c_out.trim(), "workload: sequence iterations=100 calls=3000");
@@ -260,18 +238,10 @@ fn a_valid_file_is_applied_under_load_and_nothing_is_lost() {
         (&2.into(), &0.into())
     );
     assert!(gap > 0.0, "the restart's gap is measured");
-    assert!(
-        stopped.log.contains("sources_restarted=true"),
-        "{}",
-        stopped.log
-    );
-    assert!(
-        stopped
-            .log
-            .contains(r#"sinks_added=["second"] sinks_removed=[] sinks_replaced=["lake"]"#),
-        "{}",
-        stopped.log
-    );
+    let sinks = r#"sinks_added=["second"] sinks_removed=[] sinks_replaced=["lake"]"#;
+    for logged in ["sources_restarted=true", sinks] {
+        assert!(stopped.log.contains(logged), "{logged}: {}", stopped.log);
+    }
     // Every XID once in the sink that ran throughout; the added sink has those logged after
     // it was added (a2 came during the reload and may have gone either way).
     let ids = ["a1", "a2", "a3", "a4", "a5", "a6"];
@@ -285,7 +255,11 @@ fn a_valid_file_is_applied_under_load_and_nothing_is_lost() {
     assert!(rows_second[&a_pid] > 0 && rows_second[&a_pid] < a_calls);
     // B ran through the restart: what it lost is the capture gap; after it, C is whole.
     let missed = b_calls - rows[&b_pid];
-    eprintln!("capture gap: {gap:.3} s; {missed} of {b_calls} calls of a workload running through it not captured");
+    eprintln!(
+        "capture gap: {gap:.3} s measured by the agent; {missed} of {b_calls} calls of a workload \
+         running through it ({b_rate:.0} calls/s) not captured, {:.3} s of its calls",
+        missed as f64 / b_rate
+    );
     assert_eq!(rows_second[&b_pid], rows[&b_pid]);
     let c_rows = 100 * SEQUENCE_ROWS;
     assert_eq!(
@@ -333,36 +307,35 @@ fn a_bad_file_is_refused_and_capture_goes_on() {
             // Root reads a file whatever its mode: a folder under the file's name cannot be read.
             _ => std::fs::create_dir(&path).unwrap(),
         }
-        reload(&agent, &address, (0, n as u64 + 1, 0));
-        let refusals = || agent.log().matches("reload rejected").count();
+        reload(&agent, &address, (0, n as u64 + 1, 0), || {});
         // The log is read from the agent's pipe by another thread: it may trail the metric.
-        let logged = || refusals() > n;
-        wait_until(Duration::from_secs(10), what, logged, || agent.log());
-        let log = agent.log();
-        let refused: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("reload rejected"))
-            .collect();
-        assert_eq!(refused.len(), n + 1, "{what}: logged once\n{log}");
-        assert!(
-            refused[n].contains(problem.as_str()),
-            "{what}: {}",
-            refused[n]
+        let refused = || {
+            let log = agent.log();
+            let lines = log.lines().filter(|l| l.contains("reload rejected"));
+            lines.map(String::from).collect::<Vec<_>>()
+        };
+        wait_until(
+            Duration::from_secs(10),
+            what,
+            || refused().len() > n,
+            || agent.log(),
         );
-        assert!(refused[n].contains("ERROR"), "{what}: {}", refused[n]);
+        let refused = refused();
+        assert_eq!(refused.len(), n + 1, "{what}: logged once");
+        let line = &refused[n];
+        assert!(
+            line.contains("ERROR") && line.contains(problem.as_str()),
+            "{what}: {line}"
+        );
         // Still capturing on the previous configuration.
         let (pid, out) = fixtures.run_workload(&["sequence", "1"], &[]);
-        assert_eq!(
-            out.trim(),
-            "workload: sequence iterations=1 calls=30",
-            "{what}"
-        );
+        assert!(out.contains("calls=30"), "{what}: {out}");
         pids.push(pid as i32);
         inject(bus, what);
     }
     std::fs::remove_dir(&path).unwrap();
     std::fs::write(&path, &good).unwrap();
-    reload(&agent, &address, (1, 4, 1));
+    reload(&agent, &address, (1, 4, 1), || {});
     wait_for_marker(&agent, lake.path(), bus, "unreadable");
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
@@ -401,10 +374,6 @@ fn a_sighup_storm_loses_nothing() {
         "a reload of the storm",
         || reloads(&address).0 >= 1,
         || agent.log(),
-    );
-    assert_eq!(
-        http(&address, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n").0,
-        200
     );
     stop(workload);
     inject(bus, "end");

@@ -244,16 +244,23 @@ impl Running<'_> {
     /// Stops the capture and starts it with `config`'s sources: the capture gap, or why the
     /// new sources could not start (the old ones then run again). An error when neither could.
     fn restart_sources(&mut self, config: &Config) -> anyhow::Result<Result<Duration, String>> {
-        let stopped_at = Instant::now();
+        let stopping = Instant::now();
         if let Some(capture) = self.capture.take() {
             capture.stop();
         }
+        let starting = Instant::now();
         let started = &mut *self.started;
         started.gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));
         match capture::capture(config, self.target, started, self.summary.clone()) {
             Ok(capture) => {
                 *self.capture = Some(capture);
-                Ok(Ok(stopped_at.elapsed()))
+                let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+                tracing::info!(
+                    stop_ms = ms(starting - stopping),
+                    start_ms = ms(starting.elapsed()),
+                    "sources restarted with the new configuration"
+                );
+                Ok(Ok(stopping.elapsed()))
             }
             Err(err) => {
                 let reason = format!("the new sources could not start: {err:#}");
