@@ -115,7 +115,15 @@ pub struct Accounting {
     /// The CUDA source's libraries and how late they were attached.
     pub libraries: libraries::LibraryCounters,
     /// The programs' per-CPU counter maps, read live by every snapshot.
-    kernel_counters: Mutex<Vec<(Ring, MapHandle)>>,
+    kernel_counters: Mutex<KernelCounters>,
+}
+
+/// The running programs' counter maps, and what the programs a reload stopped had counted.
+#[derive(Debug, Default)]
+struct KernelCounters {
+    maps: Vec<(Ring, MapHandle)>,
+    /// Final counts of stopped programs, by ring, in [`KERNEL_SLOTS`] order.
+    stopped: [Option<[u64; KERNEL_SLOTS.len()]>; Ring::ALL.len()],
 }
 
 /// The kernel counter slots copied into [`RingCounters`].
@@ -196,8 +204,24 @@ impl Accounting {
     /// A ring's counts are the sum over every program that ran it: a source restarted by a
     /// reload adds its new program's counts to the old one's.
     pub fn attach_kernel_counters(&self, ring: Ring, map: MapHandle) {
-        if let Ok(mut maps) = self.kernel_counters.lock() {
-            maps.push((ring, map));
+        if let Ok(mut kernel) = self.kernel_counters.lock() {
+            kernel.maps.push((ring, map));
+        }
+    }
+
+    /// Keeps the final counts of every program registered so far and lets go of their maps.
+    /// Called once those programs have stopped (a reload restarting the sources), so that
+    /// restarts do not pile up maps.
+    pub fn retire_kernel_counters(&self) {
+        if let Ok(mut kernel) = self.kernel_counters.lock() {
+            for (ring, map) in std::mem::take(&mut kernel.maps) {
+                let counts = read_kernel_counters(&map);
+                let stopped = kernel.stopped[ring.index()].get_or_insert_default();
+                stopped
+                    .iter_mut()
+                    .zip(counts)
+                    .for_each(|(sum, n)| *sum += n);
+            }
         }
     }
 
@@ -230,11 +254,12 @@ impl Accounting {
         let received = Ring::ALL.map(|ring| self.ring(ring).received.load(Ordering::Acquire));
         let aggregated_received =
             Ring::ALL.map(|ring| self.ring(ring).aggregated_received.load(Ordering::Acquire));
-        if let Ok(maps) = self.kernel_counters.lock() {
+        if let Ok(kernel) = self.kernel_counters.lock() {
             for ring in Ring::ALL {
-                let mut sums = [0; KERNEL_SLOTS.len()];
-                let mut any = false;
-                for (_, map) in maps.iter().filter(|(r, _)| *r == ring) {
+                let stopped = kernel.stopped[ring.index()];
+                let mut sums = stopped.unwrap_or_default();
+                let mut any = stopped.is_some();
+                for (_, map) in kernel.maps.iter().filter(|(r, _)| *r == ring) {
                     let counts = read_kernel_counters(map);
                     sums.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
                     any = true;

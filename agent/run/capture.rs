@@ -163,8 +163,13 @@ pub(super) fn capture(
             .map(|s| format!("{}: {}", s.source, s.detail))
             .collect();
         capture.stop();
+        let kmsg = if config.sources.xid.kmsg {
+            "is not readable"
+        } else {
+            "is off ([sources.xid] kmsg = false)"
+        };
         bail!(
-            "no source could start ({}) and the kernel log is not readable",
+            "no source could start ({}) and the kernel log {kmsg}",
             reasons.join("; ")
         );
     }

@@ -231,7 +231,7 @@ impl Running<'_> {
         let millis = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
         tracing::info!(
             sources_restarted = reload.restarts_sources,
-            capture_gap_ms = gap.map(millis).unwrap_or_default(),
+            capture_gap_ms = gap.map(millis),
             sinks_added = ?reload.sinks.added,
             sinks_removed = ?reload.sinks.removed,
             sinks_replaced = ?reload.sinks.replaced,
@@ -248,6 +248,8 @@ impl Running<'_> {
         if let Some(capture) = self.capture.take() {
             capture.stop();
         }
+        // The stopped programs' final counts stay in every ring's totals.
+        self.started.accounting.retire_kernel_counters();
         let starting = Instant::now();
         let started = &mut *self.started;
         started.gpus = Arc::new(GpuDirectory::load(&config.enrich.nvidia_proc_dir));
