@@ -21,12 +21,11 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
 
 binary=
 tag=
 archive=
-context=target/image/context
+context=$root/target/image/context
 while [ $# -gt 0 ]; do
     case "$1" in
     --binary) binary=$2; shift 2 ;;
@@ -37,6 +36,11 @@ while [ $# -gt 0 ]; do
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+# Paths are the caller's; the build runs from the repository.
+[ -z "$binary" ] || binary=$(realpath -m "$binary")
+[ -z "$archive" ] || archive=$(realpath -m "$archive")
+context=$(realpath -m "$context")
+cd "$root"
 
 for tool in buildah ldd strip dpkg-query; do
     command -v "$tool" >/dev/null || {
@@ -50,6 +54,8 @@ done
 }
 
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+# Under sudo the checkout belongs to another user, which git refuses unless told it is safe.
+git() { command git -c safe.directory="$root" "$@"; }
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 # A tree with uncommitted changes is not that commit: say so in the label.
 if [ "$revision" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then
@@ -78,9 +84,10 @@ install -m 0644 config/gpuship.toml "$rootfs/etc/gpuship/gpuship.toml"
 # The Debian package owning a file, by the path ldd printed or by its real path (with merged
 # /usr, dpkg knows /lib/x86_64-linux-gnu/libc.so.6, not /usr/lib/...).
 package_of() {
-    local path
+    local path owner
     for path in "$1" "$(readlink -f "$1")"; do
-        dpkg-query -S "$path" 2>/dev/null | head -1 | cut -d: -f1 && return 0
+        owner=$(dpkg-query -S "$path" 2>/dev/null | head -1 | cut -d: -f1)
+        [ -z "$owner" ] || { echo "$owner"; return 0; }
     done
     return 1
 }
