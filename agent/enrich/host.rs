@@ -7,7 +7,7 @@ use gpuship_sinks::schema::HostIdentity;
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// Environment variable holding the Kubernetes node's name (the downward API's
-/// `spec.nodeName`, set by deploy/kubernetes/gpuship.yaml): inside a pod `uname` gives the pod's
+/// `spec.nodeName`, set by deploy/kubernetes/base/daemonset.yaml): inside a pod `uname` gives the pod's
 /// name, not the node's.
 pub const NODE_NAME_ENV: &str = "K8S_NODE_NAME";
 

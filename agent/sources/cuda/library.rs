@@ -22,6 +22,9 @@ pub const AUTO_SEARCH_DIRS: &[&str] = &[
     "/lib64",
     "/lib",
     "/usr/local/cuda/compat",
+    // The GPU Operator's driver container, as the host sees it.
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "/run/nvidia/driver/usr/lib64",
 ];
 
 const LIBRARY_NAME: &str = "libcuda.so.1";
