@@ -420,3 +420,64 @@ fn a_mapped_file_that_is_no_library_degrades_health_and_loses_nothing_else() {
     let rows = rows(&read_table(data.path(), "cuda"));
     assert_eq!(calls_of(&rows, pid), expected_sequence(1));
 }
+
+#[test]
+fn doctor_lists_the_libraries_processes_map_and_where_it_reaches_them() {
+    let _exclusive = support::exclusive();
+    let fixtures = Fixtures::build();
+    let scratch = tempfile::tempdir().unwrap();
+    let mount = scratch.path().join("ns-doctor/usr/local/nvidia/lib64");
+    let workload = Contained::start(
+        &fixtures,
+        &mount,
+        Library::Copy(&fixtures.libcuda),
+        &["sequence", "1"],
+        scratch.path(),
+    );
+    let config = scratch.path().join("doctor.toml");
+    std::fs::write(
+        &config,
+        "[sources.cuda]\nlibraries = []\ndiscover_libraries = true\n",
+    )
+    .unwrap();
+    let output = Command::new(support::agent::binary())
+        .args(["--log-level=warn", "doctor", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let checks: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let library = mount.join("libcuda.so.1");
+    let ours: Vec<&serde_json::Value> = checks
+        .iter()
+        .filter(|c| {
+            c["probe"].as_str().is_some_and(|p| {
+                p.starts_with(&format!("cuda library {} (file ", library.display()))
+            })
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "{checks:#?}");
+    assert_eq!(ours[0]["ok"], true);
+    let pid = workload.host_pid;
+    assert_eq!(
+        ours[0]["detail"]
+            .as_str()
+            .unwrap()
+            .split(", ")
+            .next()
+            .unwrap(),
+        format!(
+            "mapped by 1 processes (pids {pid}); reached at /proc/{pid}/root{}",
+            library.display()
+        )
+    );
+    let cuda = checks.iter().find(|c| c["probe"] == "cuda").unwrap();
+    assert_eq!(cuda["ok"], true);
+    assert_eq!(
+        cuda["detail"],
+        "60 symbols in 1 library attached and detached"
+    );
+    assert_eq!(
+        workload.release().trim(),
+        "workload: sequence iterations=1 calls=30"
+    );
+}
