@@ -67,7 +67,7 @@ pub struct Spool {
     /// Events in the segments, by kind (kept as segments come and go: read on every publish).
     pending: EnumMap<EventKind, u64>,
     /// Segments found corrupt by `open` (quarantined): kind and events where the header said.
-    corrupt_at_open: Vec<(Option<EventKind>, u64)>,
+    corrupt_at_open: Vec<(Option<EventKind>, Option<u64>)>,
 }
 
 /// A segment that failed its checks: what its header said it held, when it could be read.
@@ -75,8 +75,9 @@ pub struct Spool {
 pub struct CorruptSegment {
     /// The kind, when the header was readable.
     pub kind: Option<EventKind>,
-    /// Events the header claimed (0 when unreadable).
-    pub events: u64,
+    /// Events the header claimed; None when the header is unreadable (empty file, garbage,
+    /// not a regular file), so the number lost cannot be known.
+    pub events: Option<u64>,
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -109,6 +110,7 @@ impl Spool {
             // A FIFO, folder or symlink under a segment's name: opening a FIFO blocks forever.
             if !entry.file_type().is_ok_and(|t| t.is_file()) {
                 quarantine(&path, &corrupt(&path, "not a regular file"));
+                corrupt_at_open.push((None, None));
                 continue;
             }
             // Segments written by older versions were 0644.
@@ -158,6 +160,29 @@ impl Spool {
         std::mem::take(&mut self.corrupt_at_open)
             .into_iter()
             .map(|(kind, events)| CorruptSegment { kind, events })
+            .collect()
+    }
+
+    /// The batches of the readable segments in `dir`, oldest first, without changing anything
+    /// there (no quarantine): for a reader that looks before the spool's owner opens it, so
+    /// the owner still finds and counts the corrupt segments.
+    pub fn read_only(dir: &Path) -> Vec<EventBatch> {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(u64, PathBuf)> = entries
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let seq = u64::from_str_radix(name.strip_suffix(".seg")?, 16).ok()?;
+                Some((seq, entry.path()))
+            })
+            .collect();
+        found.sort();
+        found
+            .into_iter()
+            .filter_map(|(_, path)| read_segment(&path).ok())
             .collect()
     }
 

@@ -108,6 +108,10 @@ pub struct SinkStats {
     spool_pending: EnumMap<EventKind, AtomicU64>,
     /// Bytes in the spool now.
     pub spool_bytes: AtomicU64,
+    /// Spool and XID-journal segments set aside as corrupt. Their events are counted as
+    /// dropped (`spool_corrupt`): the header's count where it is readable, else one per
+    /// segment (at least one was lost), so this counter says how many segments that covers.
+    pub spool_corrupt_segments: AtomicU64,
     /// Events the sink's selection (`kinds`, `cuda_filter`) left out; not part of `received`.
     pub filtered: KindCounters,
     /// Events waiting in the queue now.
@@ -129,6 +133,17 @@ impl SinkStats {
     /// Counts `events` of `kind` dropped for `reason`.
     pub fn drop_events(&self, reason: DropReason, kind: EventKind, events: u64) {
         self.dropped[reason].add(kind, events);
+    }
+
+    /// Counts one corrupt spool or journal segment whose `events` of `kind` are lost.
+    pub fn drop_corrupt_segment(&self, kind: EventKind, events: u64) {
+        self.spool_corrupt_segments.fetch_add(1, Ordering::Relaxed);
+        self.drop_events(DropReason::SpoolCorrupt, kind, events);
+    }
+
+    /// Corrupt spool and journal segments set aside so far.
+    pub fn corrupt_segments(&self) -> u64 {
+        self.spool_corrupt_segments.load(Ordering::Relaxed)
     }
 
     /// Events of `kind` dropped for `reason`.

@@ -261,6 +261,13 @@ impl ParquetSink {
         tracing::info!(sink = %self.name, destination = %destination.describe(), "parquet sink writing");
         let mut files =
             PartitionedFiles::with_destination(self.config.clone(), &self.host, destination);
+        // XID rows wait in their file until it closes; only past that is their
+        // acknowledgement overdue. CUDA rows waiting for max_file_age_secs are never overdue:
+        // the queue sees this sink stall only when it stops taking (a write, fsync or rename
+        // that does not return).
+        input
+            .batches
+            .holds_xids_for(Duration::from_millis(self.config.xid_max_file_age_ms));
         // Age rotation is checked when the oldest open file comes of age, and at least this
         // often, even when no batch arrives.
         let tick = Duration::from_secs(self.config.max_file_age_secs.clamp(1, 5));

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{Queued, Shared, State};
 use crate::spool::Spool;
-use crate::stats::{DropReason, SinkStats};
+use crate::stats::SinkStats;
 use crate::{EventBatch, EventKind};
 
 impl Shared {
@@ -48,14 +48,21 @@ impl Shared {
     }
 }
 
-/// Counts the segments `spool` quarantined at open as received and dropped (`spool_corrupt`).
-pub(super) fn count_corrupt_at_open(name: &str, spool: &mut Spool, stats: &SinkStats) {
+/// Counts the segments `spool` quarantined at open as received and dropped (`spool_corrupt`):
+/// the events the header claims, or one (at least one was lost) when it is unreadable, of
+/// `kind` unless the header names another (the journal holds XIDs only).
+pub(super) fn count_corrupt_at_open(
+    name: &str,
+    spool: &mut Spool,
+    stats: &SinkStats,
+    kind: EventKind,
+) {
     for segment in spool.take_corrupt_at_open() {
-        // A header too damaged to name its kind still counts as one lost segment in the log.
-        let kind = segment.kind.unwrap_or(EventKind::Cuda);
-        stats.received.add(kind, segment.events);
-        stats.drop_events(DropReason::SpoolCorrupt, kind, segment.events);
-        tracing::error!(sink = %name, kind = %kind, events = segment.events, "corrupt spool segment found at start; its events are counted as dropped (spool_corrupt)");
+        let kind = segment.kind.unwrap_or(kind);
+        let events = segment.events.unwrap_or(1);
+        stats.received.add(kind, events);
+        stats.drop_corrupt_segment(kind, events);
+        tracing::error!(sink = %name, kind = %kind, events, header_readable = segment.events.is_some(), "corrupt spool segment found at start; its events are counted as dropped (spool_corrupt)");
     }
 }
 
@@ -71,7 +78,7 @@ pub(super) fn open_journal(name: &str, spool: &Spool, stats: &SinkStats) -> Opti
     };
     match Spool::open(&dir, config) {
         Ok(mut journal) => {
-            count_corrupt_at_open(name, &mut journal, stats);
+            count_corrupt_at_open(name, &mut journal, stats, EventKind::Xid);
             Some(journal)
         }
         Err(err) => {
@@ -104,7 +111,7 @@ pub(super) fn replay_journal(name: &str, mut journal: Spool, state: &mut State, 
             Err(err) => {
                 let events = journal.remove(seq).unwrap_or(0);
                 stats.received.add(EventKind::Xid, events);
-                stats.drop_events(DropReason::SpoolCorrupt, EventKind::Xid, events);
+                stats.drop_corrupt_segment(EventKind::Xid, events);
                 tracing::error!(sink = %name, %err, events, "corrupt XID journal entry; counted as dropped (spool_corrupt)");
             }
         }
@@ -122,15 +129,9 @@ pub fn journaled_xids(spool_dir: &Path) -> Vec<EventBatch> {
     if !dir.is_dir() {
         return Vec::new();
     }
-    let config = crate::spool::SpoolConfig::default();
-    let Ok(journal) = Spool::open(&dir, config) else {
-        return Vec::new();
-    };
-    journal
-        .sequence_numbers()
-        .into_iter()
-        .filter_map(|seq| journal.read(seq).ok())
-        .collect()
+    // Read-only: the queue opens the journal later and must still find (and count) what is
+    // corrupt in it.
+    Spool::read_only(&dir)
 }
 
 /// The XID journal's folder inside a sink's spool folder.

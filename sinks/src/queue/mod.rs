@@ -18,8 +18,12 @@
 //!   behind it, so order is kept; it is replayed, oldest first, once memory is empty, and
 //!   survives restarts. A full spool drops CUDA and driver batches (`spool_full`, by the
 //!   policy), never XIDs.
-//! - A sink that holds work but has acknowledged nothing for `stall_timeout_ms` is *stalled*:
-//!   unhealthy, and every batch spilled meanwhile is counted as a failed attempt (`stalled`).
+//! - A sink that owes an acknowledgement for longer than `stall_timeout_ms` is *stalled*: work
+//!   waits in memory and the sink has taken and acknowledged nothing for that long, or an XID
+//!   it was handed is unsettled for that long beyond what the sink says it holds XIDs (see
+//!   [`Shared::check_stall`]). Stalled is unhealthy, and every batch spilled meanwhile is
+//!   counted as a failed attempt (`stalled`). Rows a sink keeps on purpose (an open Parquet
+//!   file waiting for its age) are not a stall.
 //!   This is what makes a destination that stops answering without failing (a Kafka broker
 //!   that is down while librdkafka retries) spill to the spool instead of stopping capture.
 //! - XIDs are written ahead to the sink's XID journal (`<spool>/xid-journal`, fsynced) as they
@@ -123,27 +127,35 @@ impl Shared {
         }
     }
 
-    /// Marks the sink stalled when events wait in memory and it took or acknowledged nothing
-    /// for the stall timeout, or when it has held an XID unsettled that long (a sink may keep
-    /// CUDA rows for minutes, in an open Parquet file, but settles XIDs within seconds); true
-    /// while stalled.
+    /// Whether the sink is stalled: an acknowledgement it owes is overdue. That is work
+    /// waiting in memory that the sink has neither taken nor made room for by acknowledging
+    /// anything for the stall timeout (a sink blocked in a write, an fsync or a send), or an
+    /// XID handed to it and unsettled for longer than the sink says it holds XIDs (its
+    /// [`QueueReceiver::holds_xids_for`], 0 unless it batches XIDs) plus the stall timeout.
+    /// Rows a sink keeps on purpose (a Parquet file open until its age) are not waiting for
+    /// anything, so they never make it stalled. Evaluated afresh at every check: a stall ends
+    /// when its cause does. True while stalled.
     pub(crate) fn check_stall(&self, state: &mut State, now: Instant) -> bool {
-        if state.stalled {
-            return true;
-        }
         let timeout = self.config.stall_timeout();
-        let quiet = now.saturating_duration_since(state.last_progress);
-        let waiting = state.events > 0 && quiet >= timeout;
-        let xid_held = state
-            .xid_unsettled_since
-            .is_some_and(|since| now.saturating_duration_since(since) >= timeout);
-        if waiting || xid_held {
-            state.stalled = true;
-            state.sink_healthy = false;
-            self.stats.set_healthy(false);
-            tracing::warn!(sink = %self.name, quiet_ms = quiet.as_millis() as u64, "sink stalled: no acknowledgement while holding events; spooling what does not fit in memory");
+        let quiet = state
+            .waiting_since
+            .map(|since| now.saturating_duration_since(since.max(state.last_progress)));
+        let waiting = quiet.is_some_and(|quiet| quiet >= timeout);
+        let xid_overdue = state.xid_unsettled_since.is_some_and(|since| {
+            now.saturating_duration_since(since) >= timeout.saturating_add(state.xid_hold)
+        });
+        let stalled = waiting || xid_overdue;
+        if stalled != state.stalled {
+            state.stalled = stalled;
+            self.stats.set_healthy(state.sink_healthy && !stalled);
+            if stalled {
+                let quiet_ms = quiet.unwrap_or_default().as_millis() as u64;
+                tracing::warn!(sink = %self.name, quiet_ms, xid_overdue, "sink stalled: an acknowledgement is overdue; spooling what does not fit in memory");
+            } else {
+                tracing::info!(sink = %self.name, "sink no longer stalled");
+            }
         }
-        state.stalled
+        stalled
     }
 
     /// Logs `message` with `err` at most once per [`WARN_INTERVAL`] per `slot`, with the number
@@ -210,7 +222,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
     // Segments left by a previous run are offered to this run's sink; corrupt ones are
     // counted as offered and dropped, so the identities still hold.
     if let Some(spool) = spool.as_mut() {
-        count_corrupt_at_open(&options.name, spool, &stats);
+        count_corrupt_at_open(&options.name, spool, &stats, EventKind::Cuda);
         for kind in EventKind::all() {
             stats.received.add(kind, spool.pending_events(kind));
             stats.spooled.add(kind, spool.pending_events(kind));
@@ -239,6 +251,8 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         returned: EnumMap::default(),
         last_progress: Instant::now(),
         xid_unsettled_since: None,
+        xid_hold: Duration::ZERO,
+        waiting_since: None,
         stalled: false,
         sink_healthy: true,
         backoff: retry_delays(),
@@ -307,11 +321,15 @@ use journal::{count_corrupt_at_open, open_journal, replay_journal};
 pub use journal::{journaled_xids, JOURNAL_DIR};
 
 #[cfg(test)]
+mod corrupt_journal_tests;
+#[cfg(test)]
 mod spill_full_tests;
 #[cfg(test)]
 mod spill_tests;
 #[cfg(test)]
 mod spool_tests;
+#[cfg(test)]
+mod stall_tests;
 #[cfg(test)]
 mod test_helpers;
 #[cfg(test)]

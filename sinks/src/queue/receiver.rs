@@ -75,10 +75,13 @@ impl QueueReceiver {
             state.pop()
         };
         if let Some(Queued { batch, journal, .. }) = queued {
-            state.hand(batch.kind, batch.len(), Instant::now());
+            let now = Instant::now();
+            state.hand(batch.kind, batch.len(), now);
             if let Some(seq) = journal {
                 state.journal_handed.push(seq);
             }
+            // Taking may end a stall (the sink was blocked and is back).
+            shared.check_stall(state, now);
             shared.publish(state);
             shared.room.notify_all();
             return Some(batch);
@@ -89,9 +92,7 @@ impl QueueReceiver {
         let spool = state.spool.as_mut()?;
         let (batch, corrupt) = spool.peek();
         for (kind, events) in corrupt {
-            shared
-                .stats
-                .drop_events(DropReason::SpoolCorrupt, kind, events);
+            shared.stats.drop_corrupt_segment(kind, events);
         }
         let batch = match batch {
             Some(batch) => {
@@ -200,6 +201,14 @@ impl QueueReceiver {
         shared.room.notify_all();
     }
 
+    /// Tells the queue that the sink keeps XIDs up to `hold` before it can acknowledge them on
+    /// purpose (Parquet's XID files close `xid_max_file_age_ms` after they open), so an XID
+    /// unsettled for that long is not yet overdue. 0 by default: XIDs are acknowledged as soon
+    /// as the destination answers.
+    pub fn holds_xids_for(&self, hold: std::time::Duration) {
+        self.shared.lock().xid_hold = hold;
+    }
+
     /// When the queue stops waiting for the sink: the shutdown timeout after the queue closed.
     /// Sinks that wait for acknowledgements (Kafka, OTLP) give up on what is still in flight
     /// then and reject it, so it is spooled. None while the agent runs.
@@ -216,7 +225,7 @@ impl QueueReceiver {
     pub fn delivered(&self) {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if !state.sink_healthy {
+        if !state.sink_healthy || state.stalled {
             tracing::info!(sink = %shared.name, "sink recovered");
         }
         state.sink_healthy = true;

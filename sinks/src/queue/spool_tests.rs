@@ -262,8 +262,13 @@ fn corrupt_segments_found_at_start_are_counted_as_received_and_dropped() {
     std::fs::write(dir.path().join("00000000000000ff.seg"), b"").unwrap(); // empty
     let stats = Arc::new(SinkStats::default());
     let (_tx, _rx) = spooled_queue(dir.path(), config(100, WhenFull::Block), &stats);
-    assert_eq!(stats.dropped(DropReason::SpoolCorrupt, EventKind::Cuda), 5);
-    assert_eq!(stats.received.get(EventKind::Cuda), 5);
+    // The truncated segment's header says 5; the empty one's loss is unknowable: at least 1.
+    assert_eq!(
+        stats.dropped(DropReason::SpoolCorrupt, EventKind::Cuda),
+        5 + 1
+    );
+    assert_eq!(stats.corrupt_segments(), 2);
+    assert_eq!(stats.received.get(EventKind::Cuda), 5 + 1);
     assert_eq!(stats.in_flight(EventKind::Cuda), 0);
 }
 

@@ -2,7 +2,7 @@
 //! and its spill lane, the XID journal, and what was handed to the sink.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use backon::ExponentialBackoff;
 use enum_map::EnumMap;
@@ -43,7 +43,11 @@ pub(crate) struct State {
     pub(crate) last_progress: Instant,
     /// Since when the sink holds XIDs it has not settled.
     pub(crate) xid_unsettled_since: Option<Instant>,
-    /// Set while the sink holds work and acknowledges nothing for the stall timeout.
+    /// How long the sink may hold an XID unsettled on purpose (see `holds_xids_for`).
+    pub(crate) xid_hold: Duration,
+    /// Since when work waits in memory (None while memory is empty), for stall detection.
+    pub(crate) waiting_since: Option<Instant>,
+    /// Set while an acknowledgement is overdue (see `Shared::check_stall`).
     pub(crate) stalled: bool,
     /// False from a rejected batch until the next delivered one.
     pub(crate) sink_healthy: bool,
@@ -55,6 +59,9 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn push(&mut self, queued: Queued, front: bool) {
+        if self.events == 0 {
+            self.waiting_since = Some(Instant::now());
+        }
         self.events += queued.batch.len();
         self.events_by_kind[queued.batch.kind] += queued.batch.len() as u64;
         self.bytes += queued.bytes;
@@ -95,6 +102,9 @@ impl State {
         self.events -= queued.batch.len();
         self.events_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
         self.bytes -= queued.bytes;
+        if self.events == 0 {
+            self.waiting_since = None;
+        }
     }
 
     pub(crate) fn has_room(&self, config: &BufferConfig, events: usize, bytes: usize) -> bool {

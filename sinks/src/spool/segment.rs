@@ -55,19 +55,20 @@ fn kind_of_byte(byte: u8) -> Option<EventKind> {
 }
 
 /// What a corrupt segment's header claims, as far as it can be read.
-pub(super) fn claimed(path: &Path) -> (Option<EventKind>, u64) {
+/// None for either when the header is too damaged to say.
+pub(super) fn claimed(path: &Path) -> (Option<EventKind>, Option<u64>) {
     let mut header = [0u8; HEADER_LEN];
     let readable = secure_fs::open_read(path)
         .ok()
         .is_some_and(|mut f| f.read_exact(&mut header).is_ok());
     if !readable || &header[..8] != MAGIC {
-        return (None, 0);
+        return (None, None);
     }
     let Some(kind) = kind_of_byte(header[8]) else {
-        return (None, 0);
+        return (None, None);
     };
     let events = u32::from_le_bytes(header[12..16].try_into().unwrap_or_default()) as u64;
-    (Some(kind), events)
+    (Some(kind), Some(events))
 }
 
 pub(super) fn read_header(path: &Path) -> Result<(EventKind, u64, u64), SpoolError> {
