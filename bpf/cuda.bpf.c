@@ -376,30 +376,18 @@ struct {
 	__type(value, __u64);
 } library_opens SEC(".maps");
 
-struct library_path {
-	/* The prefix compare may read up to LIBRARY_PREFIX_LEN bytes past the masked index. */
-	char bytes[LIBRARY_PATH_MAX + LIBRARY_PREFIX_LEN];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct library_path);
-} library_path_buffer SEC(".maps");
-
+/* The path is read into the program's own stack, never into a per-CPU buffer: these programs
+ * can be preempted, and another task's open on the same CPU would overwrite a shared one.
+ * The prefix compare may read up to LIBRARY_PREFIX_LEN bytes past the masked index. */
 static __always_inline int note_library_open(const char *user_path)
 {
 	static const char prefix[LIBRARY_PREFIX_LEN] = "libcuda.so";
-	struct library_path *path;
-	__u32 zero = 0, base = 0, tgid;
+	char path[LIBRARY_PATH_MAX + LIBRARY_PREFIX_LEN] = {};
+	__u32 base = 0, tgid;
 	__u64 now;
 	long len;
 
-	path = bpf_map_lookup_elem(&library_path_buffer, &zero);
-	if (!path)
-		return 0;
-	len = bpf_probe_read_user_str(path->bytes, LIBRARY_PATH_MAX, user_path);
+	len = bpf_probe_read_user_str(path, LIBRARY_PATH_MAX, user_path);
 	/* len counts the NUL: a name shorter than the prefix cannot match. */
 	if (len <= LIBRARY_PREFIX_LEN)
 		return 0;
@@ -408,14 +396,14 @@ static __always_inline int note_library_open(const char *user_path)
 
 		if (at < 0)
 			break;
-		if (path->bytes[at & (LIBRARY_PATH_MAX - 1)] == '/') {
+		if (path[at & (LIBRARY_PATH_MAX - 1)] == '/') {
 			base = at + 1;
 			break;
 		}
 	}
 	base &= LIBRARY_PATH_MAX - 1;
 	for (int k = 0; k < LIBRARY_PREFIX_LEN; k++)
-		if (path->bytes[base + k] != prefix[k])
+		if (path[base + k] != prefix[k])
 			return 0;
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	now = bpf_ktime_get_ns();
