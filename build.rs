@@ -1,6 +1,7 @@
 //! Compiles every `bpf/*.bpf.c` into a BPF object and generates its Rust skeleton
 //! (`$OUT_DIR/<name>.skel.rs`) with libbpf-cargo. The event layouts live in
-//! `bpf/include/gpuship_events.h` and reach Rust only through these skeletons.
+//! `bpf/include/gpuship_events.h` and reach Rust only through these skeletons. Also sets the
+//! commit and build date that `gpuship --version` prints (`build/version.rs`).
 
 use std::env;
 use std::fs;
@@ -8,11 +9,15 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
+#[path = "build/version.rs"]
+mod version;
+
 fn main() {
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    version::emit_version_info(&manifest_dir);
     let bpf_dir = manifest_dir.join("bpf");
     let include = bpf_dir.join("include");
     let vmlinux = include.join(&arch);

@@ -6,10 +6,22 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// What `gpuship --version` prints after the name: the crate's version, the git commit it was
+/// built from (`-dirty` when the tree had changes, `unknown` outside a git checkout) and the UTC
+/// build date (`SOURCE_DATE_EPOCH` when set), from `build/version.rs`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GPUSHIP_COMMIT"),
+    ", built ",
+    env!("GPUSHIP_BUILD_DATE"),
+    ")"
+);
+
 /// gpuship: captures NVIDIA XID errors and CUDA driver API calls with eBPF and ships them as
 /// Arrow record batches to Parquet (and more sinks). Runs as root.
 #[derive(Debug, Parser)]
-#[command(name = "gpuship", version, about, long_about = None)]
+#[command(name = "gpuship", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship=debug`); RUST_LOG wins.
     /// Default `info` (`warn` for the lake's views).

@@ -52,7 +52,9 @@ pub fn exec_view(view: &str, log_level: Option<&str>, args: &[OsString]) -> anyh
         );
         return anyhow!(
             "`gpuship {view}` runs {LAKE_BINARY}, which is neither in {beside} nor on PATH: \
-             install it beside gpuship (`make build` builds both, into target/release/)"
+             build it with `make lake` in gpuship's source tree (`make run` builds only the \
+             agent), which puts it beside gpuship in target/release/, or install it beside \
+             gpuship"
         );
     }
     anyhow!("cannot start {}: {err}", binary.display())

@@ -1,7 +1,8 @@
 //! The command line as users meet it: `validate`, bad configs, `--help`. `gpuship run`'s
-//! refusals, logs and failing sinks: `cli/run.rs`.
+//! refusals, logs and failing sinks: `cli/run.rs`. `--version`: `cli/version.rs`.
 
 mod run;
+pub mod version;
 
 use std::process::Command;
 

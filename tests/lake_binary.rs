@@ -1,6 +1,7 @@
 //! `gpuship report|export-trace|query` as installed: the agent's binary hands them to the
 //! `gpuship-lake` binary beside it, arguments, output and exit status unchanged, and says where
-//! it looked when that binary is missing.
+//! it looked, and the command that builds it, when that binary is missing (`make run` builds
+//! only the agent: tests/makefile.rs).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -61,6 +62,20 @@ fn the_views_run_gpuship_lake_under_the_gpuship_name() {
 }
 
 #[test]
+fn gpuship_lake_version_names_the_version_the_commit_and_the_build_date() {
+    let lake = Path::new(binary()).with_file_name("gpuship-lake");
+    let output = Command::new(lake)
+        .arg("--version")
+        .output()
+        .expect("gpuship-lake runs");
+    assert_eq!(output.status.code(), Some(0));
+    crate::cli::version::assert_version_output(
+        "gpuship-lake",
+        &String::from_utf8_lossy(&output.stdout),
+    );
+}
+
+#[test]
 fn without_gpuship_lake_the_views_say_where_they_looked() {
     let alone = tempfile::tempdir().expect("a temp dir");
     let copy = alone.path().join("gpuship");
@@ -73,7 +88,9 @@ fn without_gpuship_lake_the_views_say_where_they_looked() {
             stderr.trim_end(),
             format!(
                 "gpuship: `gpuship {view}` runs gpuship-lake, which is neither in {} nor on \
-                 PATH: install it beside gpuship (`make build` builds both, into target/release/)",
+                 PATH: build it with `make lake` in gpuship's source tree (`make run` builds \
+                 only the agent), which puts it beside gpuship in target/release/, or install \
+                 it beside gpuship",
                 alone.path().display()
             ),
             "{view}"

@@ -1,7 +1,9 @@
 //! The README's two commands, `make run` and `make test`, as root (a container's shell, which
 //! has no sudo) and as a user (who has sudo): `make -n` shows what each would run, without
 //! running it. Root: nothing through sudo. A user: apt-get and the agent through sudo, the
-//! build as the user, and `make test` re-run as a whole under sudo.
+//! build as the user, and `make test` re-run as a whole under sudo. `make run` builds only the
+//! agent; `make lake` (the command `gpuship report` names when gpuship-lake is missing:
+//! tests/lake_binary.rs) and `make build` build the views' binary.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -76,4 +78,34 @@ fn as_a_user_root_work_goes_through_sudo_and_the_build_does_not() {
             "nothing runs before the re-run:\n{plan}"
         );
     }
+}
+
+/// The cargo builds in a plan, each after the cargo binary's path.
+fn cargo_builds(plan: &str) -> Vec<&str> {
+    plan.lines()
+        .filter_map(|line| line.split_once("cargo build ").map(|(_, args)| args))
+        .collect()
+}
+
+#[test]
+fn make_run_builds_the_agent_alone_and_make_build_both_binaries() {
+    const AGENT: &str = "--release --locked -p gpuship --bin gpuship";
+    const LAKE: &str = "--release --locked -p gpuship-lake --bin gpuship-lake";
+    let run = dry_run("run", None);
+    assert_eq!(cargo_builds(&run), [AGENT], "{run}");
+    assert!(!run.contains("gpuship-lake"), "{run}");
+    assert_eq!(cargo_builds(&dry_run("agent", None)), [AGENT]);
+    assert_eq!(cargo_builds(&dry_run("lake", None)), [LAKE]);
+    assert_eq!(cargo_builds(&dry_run("build", None)), [AGENT, LAKE]);
+    // File:line tables split into target/release-debug/split/gpuship.debug.
+    let debuginfo = dry_run("debuginfo", None);
+    assert_eq!(
+        cargo_builds(&debuginfo),
+        ["--profile release-debug --locked -p gpuship --bin gpuship"],
+        "{debuginfo}"
+    );
+    let split =
+        "objcopy --strip-debug --add-gnu-debuglink=target/release-debug/split/gpuship.debug \
+                 target/release-debug/gpuship target/release-debug/split/gpuship";
+    assert!(debuginfo.lines().any(|l| l == split), "{debuginfo}");
 }

@@ -7,9 +7,20 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gpuship_lake::args::{ExportTraceArgs, QueryArgs, ReportArgs};
 
+/// `gpuship-lake --version`: the version, git commit and UTC build date, as `gpuship --version`
+/// (`build/version.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GPUSHIP_COMMIT"),
+    ", built ",
+    env!("GPUSHIP_BUILD_DATE"),
+    ")"
+);
+
 /// gpuship-lake: reads gpuship's Parquet data lake (a folder or s3://bucket/prefix).
 #[derive(Debug, Parser)]
-#[command(name = "gpuship-lake", version, about, long_about = None)]
+#[command(name = "gpuship-lake", version = VERSION, about, long_about = None)]
 struct Cli {
     /// Log filter (tracing `EnvFilter` syntax, e.g. `info`, `gpuship_lake=debug`); RUST_LOG wins.
     #[arg(long, global = true, default_value = "warn")]
