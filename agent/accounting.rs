@@ -19,6 +19,7 @@ pub mod libraries;
 mod reloads;
 mod sinks;
 mod snapshot;
+pub mod state_files;
 pub use reloads::{ReloadCounters, ReloadSnapshot};
 pub use snapshot::{KmsgSnapshot, RingSnapshot, SinkHealth, SinkSnapshot, Snapshot};
 
@@ -114,6 +115,8 @@ pub struct Accounting {
     pub reloads: ReloadCounters,
     /// The CUDA source's libraries and how late they were attached.
     pub libraries: libraries::LibraryCounters,
+    /// State files found unusable at start and set aside.
+    pub state_files: state_files::StateFileCounters,
     /// The programs' per-CPU counter maps, read live by every snapshot.
     kernel_counters: Mutex<KernelCounters>,
 }
@@ -292,6 +295,7 @@ impl Accounting {
             sink_health,
             reloads: self.reloads.snapshot(),
             libraries: self.libraries.snapshot(),
+            state_files_set_aside: self.state_files.snapshot(),
         }
     }
 }

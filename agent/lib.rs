@@ -40,5 +40,6 @@ pub mod metrics;
 pub mod run;
 pub mod sources;
 pub mod state_dir;
+pub mod state_file;
 pub mod summary;
 pub mod xid;

@@ -30,6 +30,7 @@ mod jsonl;
 mod kafka;
 mod kernel_function_repeats;
 mod kernel_names;
+mod kmsg_cursor;
 mod kubernetes;
 mod kustomize;
 mod lake_binary;

@@ -274,6 +274,7 @@ impl Collector for SnapshotCollector {
         self.encode_sinks(&mut encoder)?;
         reload::encode(&snapshot.reloads, &mut encoder)?;
         libraries::encode(&snapshot.libraries, &mut encoder)?;
+        state_files::encode(&snapshot.state_files_set_aside, &mut encoder)?;
         family(
             &mut encoder,
             "gpuship_build_info",
@@ -359,5 +360,6 @@ fn health_labels(sink: &str) -> Labels<'_> {
 
 mod libraries;
 mod reload;
+mod state_files;
 #[cfg(test)]
 mod tests;

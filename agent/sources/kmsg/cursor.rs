@@ -7,19 +7,29 @@
 //! boot has been handled, and every XID among them was handed to the sinks (whose XID
 //! journals made it durable). It is written atomically (temporary file, fsync, rename) and
 //! only advanced past an XID once the XID stage has emitted it.
+//!
+//! A cursor that cannot be trusted (unreadable, too large, not a regular file of ours, or
+//! ahead of the kernel log of this boot) is set aside at load, and the caller reads the boot's
+//! log from its first record: a wrong cursor must never be able to skip XIDs.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::accounting::state_files::SetAsideReason;
 use crate::config::KmsgStart;
+use crate::state_file::{self, Found};
 
 /// The cursor file's name under `state_dir`.
 pub const CURSOR_FILE: &str = "kmsg-cursor.json";
+
+/// The largest cursor file read (the agent writes about 80 bytes): anything larger is set
+/// aside unread.
+pub const MAX_CURSOR_LEN: u64 = 64 * 1024;
 
 /// Without a new XID, the cursor is saved at most this often (a restart re-reads, and skips,
 /// at most this much of the log).
@@ -32,6 +42,25 @@ pub struct Cursor {
     pub boot_id: String,
     /// Every record up to this sequence number was handled.
     pub seq: u64,
+}
+
+/// What [`CursorFile::load`] found.
+#[derive(Debug)]
+pub enum Loaded {
+    /// No cursor: a first start on this node.
+    Absent,
+    /// A usable cursor (of this boot, or of another).
+    Cursor(Cursor),
+    /// A cursor that cannot be used, renamed aside (`aside`: its new name, or why it could
+    /// not be moved).
+    SetAside {
+        /// Why.
+        reason: SetAsideReason,
+        /// What was wrong with it, for the log.
+        detail: String,
+        /// Where it went.
+        aside: io::Result<PathBuf>,
+    },
 }
 
 /// Where reading starts.
@@ -57,6 +86,24 @@ pub fn plan(cursor: Option<&Cursor>, boot_id: &str, configured: KmsgStart) -> Re
             KmsgStart::Beginning => Resume::FromBeginning,
         },
     }
+}
+
+/// The cursor in `bytes`: a JSON object (serde would also take `["boot", 3]` for the struct).
+fn parse(bytes: &[u8]) -> Result<Cursor, serde_json::Error> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)?;
+    if !value.is_object() {
+        return Err(serde::de::Error::custom(format!(
+            "a JSON {}, not an object",
+            match value {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "boolean",
+                serde_json::Value::Number(_) => "number",
+                serde_json::Value::String(_) => "string",
+                _ => "array",
+            }
+        )));
+    }
+    serde_json::from_value(value)
 }
 
 /// Errors reading or writing the cursor.
@@ -109,26 +156,41 @@ impl CursorFile {
         &self.path
     }
 
-    /// The saved cursor; None when there is none yet.
-    pub fn load(&mut self) -> Result<Option<Cursor>, CursorError> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(CursorError::Io {
-                    path: self.path.clone(),
-                    source,
-                })
-            }
-        };
-        let cursor: Cursor = serde_json::from_str(&text).map_err(|err| CursorError::Malformed {
+    /// The saved cursor, checked: read without blocking (a FIFO or a huge file at its name
+    /// cannot hold start-up), parsed, and, for this boot, no further than `last_seq`, the last
+    /// record the kernel log holds now (None: the log told nothing). A cursor that cannot be
+    /// used is renamed aside (see [`crate::state_file`]); the caller logs and counts it.
+    pub fn load(&mut self, last_seq: Option<u64>) -> Result<Loaded, CursorError> {
+        let io_err = |source| CursorError::Io {
             path: self.path.clone(),
-            reason: err.to_string(),
-        })?;
-        if cursor.boot_id == self.boot_id {
-            self.saved = Some(cursor.seq);
-        }
-        Ok(Some(cursor))
+            source,
+        };
+        let (reason, detail) = match state_file::read(&self.path, MAX_CURSOR_LEN).map_err(io_err)? {
+            Found::Absent => return Ok(Loaded::Absent),
+            Found::Refused(reason, detail) => (reason, detail),
+            Found::Content(bytes) => match parse(&bytes) {
+                Err(err) => (SetAsideReason::Unreadable, format!("not a cursor: {err}")),
+                Ok(cursor) if cursor.boot_id != self.boot_id => return Ok(Loaded::Cursor(cursor)),
+                Ok(cursor) => match last_seq {
+                    Some(last) if cursor.seq > last => (
+                        SetAsideReason::AheadOfLog,
+                        format!(
+                            "sequence number {} of this boot, but the kernel log's last record is {last}",
+                            cursor.seq
+                        ),
+                    ),
+                    _ => {
+                        self.saved = Some(cursor.seq);
+                        return Ok(Loaded::Cursor(cursor));
+                    }
+                },
+            },
+        };
+        Ok(Loaded::SetAside {
+            reason,
+            detail,
+            aside: state_file::set_aside(&self.path),
+        })
     }
 
     /// Notes that the record `seq` held an XID: advances are saved at once until one covers
@@ -197,6 +259,9 @@ impl CursorFile {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&temp)
             .map_err(io_err)?;
+        // The umask may have taken bits off; the mode is exactly 0600.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err)?;
         file.write_all(text.as_bytes())
             .and_then(|()| file.write_all(b"\n"))
             .and_then(|()| file.sync_all())
@@ -216,6 +281,15 @@ mod tests {
         Cursor {
             boot_id: boot.into(),
             seq,
+        }
+    }
+
+    /// The cursor `file` holds, with no bound from the kernel log; panics if it was set aside.
+    fn loaded(file: &mut CursorFile) -> Option<Cursor> {
+        match file.load(None).unwrap() {
+            Loaded::Absent => None,
+            Loaded::Cursor(cursor) => Some(cursor),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -242,20 +316,16 @@ mod tests {
     fn saves_at_once_after_an_xid_and_otherwise_lazily() {
         let dir = tempfile::tempdir().unwrap();
         let mut file = CursorFile::new(dir.path(), "boot-a");
-        assert_eq!(file.load().unwrap(), None);
+        assert_eq!(loaded(&mut file), None);
         file.advance(10, false).unwrap();
-        assert_eq!(file.load().unwrap(), None, "no XID: not saved yet");
+        assert_eq!(loaded(&mut file), None, "no XID: not saved yet");
         file.xid_seen(11);
         file.advance(11, false).unwrap();
-        assert_eq!(file.load().unwrap(), Some(cursor("boot-a", 11)));
+        assert_eq!(loaded(&mut file), Some(cursor("boot-a", 11)));
         file.advance(12, true).unwrap();
-        assert_eq!(file.load().unwrap(), Some(cursor("boot-a", 12)));
+        assert_eq!(loaded(&mut file), Some(cursor("boot-a", 12)));
         file.advance(5, true).unwrap();
-        assert_eq!(
-            file.load().unwrap(),
-            Some(cursor("boot-a", 12)),
-            "never back"
-        );
+        assert_eq!(loaded(&mut file), Some(cursor("boot-a", 12)), "never back");
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(file.path()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -267,19 +337,16 @@ mod tests {
         let mut old = CursorFile::new(dir.path(), "boot-a");
         old.advance(99, true).unwrap();
         let mut new = CursorFile::new(dir.path(), "boot-b");
-        assert_eq!(new.load().unwrap(), Some(cursor("boot-a", 99)));
+        assert_eq!(loaded(&mut new), Some(cursor("boot-a", 99)));
         assert_eq!(new.saved(), None);
         new.advance(3, true).unwrap();
-        assert_eq!(new.load().unwrap(), Some(cursor("boot-b", 3)));
+        assert_eq!(loaded(&mut new), Some(cursor("boot-b", 3)));
     }
 
     #[test]
-    fn garbage_is_a_clear_error_and_a_planted_link_is_not_followed() {
+    fn a_planted_link_at_the_temporary_name_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         let mut file = CursorFile::new(dir.path(), "b");
-        fs::write(file.path(), "{\"boot_id\": 1}").unwrap();
-        let err = file.load().unwrap_err().to_string();
-        assert!(err.contains("kmsg-cursor.json is unreadable"), "{err}");
         let victim = dir.path().join("victim");
         fs::write(&victim, "keep").unwrap();
         let mut temp = file.path().as_os_str().to_owned();
@@ -287,6 +354,67 @@ mod tests {
         std::os::unix::fs::symlink(&victim, PathBuf::from(temp)).unwrap();
         file.advance(7, true).unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
-        assert_eq!(file.load().unwrap(), Some(cursor("b", 7)));
+        assert_eq!(loaded(&mut file), Some(cursor("b", 7)));
+    }
+
+    /// What `load` does with `content` at the cursor's name, the log's last record being 5000.
+    fn set_aside(content: &str) -> (SetAsideReason, String, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = CursorFile::new(dir.path(), "b");
+        fs::write(file.path(), content).unwrap();
+        let Loaded::SetAside {
+            reason,
+            detail,
+            aside,
+        } = file.load(Some(5000)).unwrap()
+        else {
+            panic!("{content:?} was taken as a cursor");
+        };
+        let aside = aside.unwrap();
+        assert_eq!(fs::read_to_string(&aside).unwrap(), content);
+        assert!(!file.path().exists());
+        assert_eq!(file.saved(), None);
+        let names = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        (reason, detail, names)
+    }
+
+    #[test]
+    fn a_cursor_that_is_not_one_or_is_ahead_of_the_log_is_set_aside() {
+        for garbage in [
+            "",
+            "garbage",
+            "{\"boot_id\": 1}",
+            "{\"boot_id\": \"b\", \"seq\": -3}",
+            "{\"boot_id\": \"b\", \"seq\": 1.5}",
+            "[\"b\", 3]",
+            "null",
+            "17",
+        ] {
+            let (reason, detail, names) = set_aside(garbage);
+            assert_eq!(reason, SetAsideReason::Unreadable, "{garbage:?}: {detail}");
+            assert!(detail.starts_with("not a cursor: "), "{detail}");
+            assert_eq!(names.len(), 1);
+            assert!(names[0].starts_with("kmsg-cursor.json.bad-"), "{names:?}");
+        }
+        for ahead in [u64::MAX, 1_000_000, 5001] {
+            let (reason, detail, _) = set_aside(&format!("{{\"boot_id\":\"b\",\"seq\":{ahead}}}"));
+            assert_eq!(reason, SetAsideReason::AheadOfLog);
+            assert_eq!(
+                detail,
+                format!("sequence number {ahead} of this boot, but the kernel log's last record is 5000")
+            );
+        }
+        // The last record itself, and a number of another boot, are fine.
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = CursorFile::new(dir.path(), "b");
+        fs::write(file.path(), "{\"boot_id\":\"b\",\"seq\":5000}").unwrap();
+        assert!(matches!(file.load(Some(5000)).unwrap(), Loaded::Cursor(c) if c.seq == 5000));
+        assert_eq!(file.saved(), Some(5000));
+        let mut other = CursorFile::new(dir.path(), "new-boot");
+        assert!(matches!(other.load(Some(10)).unwrap(), Loaded::Cursor(c) if c.boot_id == "b"));
+        assert_eq!(other.saved(), None);
     }
 }

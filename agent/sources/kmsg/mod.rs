@@ -25,10 +25,11 @@ use std::time::Duration;
 use gpuship_sinks::schema::{HostIdentity, XidAnnotations, XidDetails, XidRecord, XidSource};
 
 use self::clock::{monotonic_now_us, KmsgClock};
-use self::cursor::{CursorFile, Resume};
+use self::cursor::{CursorFile, Loaded, Resume};
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
 use super::output::XidSink;
+use crate::accounting::state_files::StateFile;
 use crate::accounting::Accounting;
 use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
@@ -97,6 +98,8 @@ struct Progress {
     /// Records of this boot whose XIDs a previous run journaled but had not yet passed the
     /// cursor for (killed between the two): skipped, or they would be written twice.
     journaled: std::collections::BTreeSet<u64>,
+    /// The last save failed (logged once until a save works again).
+    save_failing: bool,
 }
 
 impl Progress {
@@ -111,8 +114,18 @@ impl Progress {
             Some(oldest) => last.min(oldest - 1),
             None => last,
         };
-        if let Err(err) = file.advance(handled, force) {
-            tracing::error!(%err, "cannot save the kernel-log cursor; a restart may read these XIDs again");
+        match file.advance(handled, force) {
+            Ok(()) if self.save_failing && file.saved() == Some(handled) => {
+                self.save_failing = false;
+                tracing::info!("the kernel-log cursor is saved again");
+            }
+            Ok(()) => {}
+            // Retried at every pass; logged once until it works again.
+            Err(err) if !self.save_failing => {
+                self.save_failing = true;
+                tracing::error!(%err, "cannot save the kernel-log cursor; a restart may read these XIDs again (retrying; logged once until it works)");
+            }
+            Err(_) => {}
         }
     }
 }
@@ -155,35 +168,62 @@ pub fn spawn(
     context: KmsgContext,
 ) -> Result<KmsgThread, ReaderError> {
     let mut file = state_dir.map(|dir| CursorFile::new(dir, &context.identity.boot_id));
-    let saved = file.as_mut().and_then(|file| match file.load() {
-        Ok(cursor) => cursor,
-        Err(err) => {
-            tracing::error!(%err, "ignoring the kernel-log cursor");
-            None
-        }
-    });
-    let resume = cursor::plan(saved.as_ref(), &context.identity.boot_id, start);
-    let (start_at, skip_through) = match resume {
-        Resume::FromEnd => (StartAt::End, None),
-        Resume::FromBeginning => (StartAt::Beginning, None),
-        Resume::After(seq) => (StartAt::Beginning, Some(seq)),
+    // With a cursor to check and keep: the log read once to its end, for its last sequence
+    // number (a cursor past it is refused; a start from the end starts the cursor there).
+    let mut at_end = match file {
+        Some(_) => Some(skip_existing(path)?),
+        None => None,
     };
-    let (mut reader, mut skip_through, mut last_read) =
-        (KmsgReader::open(path, start_at)?, skip_through, None);
-    if resume == Resume::FromEnd && file.is_some() {
-        // "From the end" with a cursor to keep: read past what is there (without handling it)
-        // to learn the sequence number the cursor starts from.
-        let (mut reopened, last) = skip_existing(path)?;
-        std::mem::swap(&mut reader, &mut reopened);
-        skip_through = last;
-        last_read = last;
-    }
+    let last = at_end.as_ref().and_then(|(_, last)| *last);
+    let resume = match file.as_mut().map(|file| (file.load(last), file.path())) {
+        None | Some((Ok(Loaded::Absent), _)) => {
+            cursor::plan(None, &context.identity.boot_id, start)
+        }
+        Some((Ok(Loaded::Cursor(saved)), _)) => {
+            cursor::plan(Some(&saved), &context.identity.boot_id, start)
+        }
+        Some((
+            Ok(Loaded::SetAside {
+                reason,
+                detail,
+                aside,
+            }),
+            cursor_path,
+        )) => {
+            context
+                .accounting
+                .state_files
+                .set_aside(StateFile::KmsgCursor, reason);
+            let moved = match aside {
+                Ok(aside) => format!("renamed to {}", aside.display()),
+                Err(err) => format!("could not be renamed ({err})"),
+            };
+            tracing::warn!(
+                path = %cursor_path.display(),
+                reason = reason.name(),
+                problem = %detail,
+                "kernel-log cursor set aside ({moved}); reading this boot's kernel log from its first record so that no XID is missed (XIDs delivered before it was damaged may be delivered again)"
+            );
+            Resume::FromBeginning
+        }
+        Some((Err(err), _)) => {
+            tracing::error!(%err, "cannot read the kernel-log cursor; reading this boot's kernel log from its first record so that no XID is missed");
+            Resume::FromBeginning
+        }
+    };
+    let (reader, skip_through, last_read) = match (resume, at_end.take()) {
+        (Resume::FromEnd, Some((reader, last))) => (reader, last, last),
+        (Resume::FromEnd, None) => (KmsgReader::open(path, StartAt::End)?, None, None),
+        (Resume::FromBeginning, _) => (KmsgReader::open(path, StartAt::Beginning)?, None, None),
+        (Resume::After(seq), _) => (KmsgReader::open(path, StartAt::Beginning)?, Some(seq), None),
+    };
     tracing::info!(path = %path.display(), ?resume, "reading XIDs from the kernel log");
     let progress = Arc::new(Mutex::new(Progress {
         file,
         skip_through,
         last_read,
         journaled,
+        save_failing: false,
     }));
     let thread_progress = progress.clone();
     let xids = context.xids.clone();
