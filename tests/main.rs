@@ -34,6 +34,7 @@ mod kmsg_cursor;
 mod kubernetes;
 mod kustomize;
 mod lake_binary;
+mod lake_limits;
 mod layout;
 mod library_discovery;
 mod lookup_memo;

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::limits::LimitArgs;
+
 /// The time range and lake a view reads (`export-trace`, `report`).
 #[derive(Debug, Args)]
 pub struct RangeArgs {
@@ -20,6 +22,9 @@ pub struct RangeArgs {
     /// no file of the range can be read.
     #[arg(long, default_value = "./gpuship-data")]
     pub data: String,
+    /// Memory and time the command may use.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// `gpuship export-trace`.

@@ -8,12 +8,17 @@
 //! Which files a table holds is decided before the engine sees them ([`crate::inventory`]);
 //! the engine reads only those ([`LakeTable`]), through a read-only [`ListedStore`].
 
+use std::future::Future;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use datafusion::config::TableParquetOptions;
 use datafusion::error::DataFusionError;
+use datafusion::execution::memory_pool::{
+    GreedyMemoryPool, MemoryConsumer, MemoryPool, TrackConsumersPool,
+};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::{col, lit, Expr};
@@ -24,16 +29,13 @@ use gpuship_sinks::EventKind;
 use object_store::ObjectMeta;
 
 use crate::lake_table::LakeTable;
+use crate::limits::{human, Limits, LIMIT_REACHED};
 use crate::listed_store::ListedStore;
 use crate::local::LocalStorage;
 use crate::range::TimeRange;
 
 /// The URL the lake's store is registered under; table paths are below it.
 const LAKE_URL: &str = "gpuship-lake://lake/";
-
-/// Memory the engine may hold for sorts, joins and aggregations before it spills or fails;
-/// the rest of a view (rows it keeps, the page) comes on top.
-const MEMORY_LIMIT: usize = 512 << 20;
 
 /// Scans of a local folder run in this many partitions whatever the core count: enough to
 /// overlap reads with decoding, few enough to bound the decoders held at once
@@ -51,9 +53,13 @@ pub enum QueryError {
     /// The SQL does not parse or does not fit the tables (the user's to fix).
     #[error("{0}")]
     Sql(DataFusionError),
-    /// Reading failed (a file, the store, memory).
+    /// Reading failed (a file, the store).
     #[error("{0}")]
     Execution(String),
+    /// The query needed more memory than `--memory-limit` or more time than `--timeout`
+    /// ([`crate::limits`]); the message starts with what was reached.
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// A DataFusion session with the lake's tables for one range.
@@ -62,6 +68,9 @@ pub struct Engine {
     runtime: tokio::runtime::Runtime,
     /// The lake's folder when it is local: small files are read from it in place.
     local: Option<LocalStorage>,
+    limits: Limits,
+    /// When `limits.timeout` has passed since the engine was made.
+    deadline: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for Engine {
@@ -127,8 +136,14 @@ fn partition_of(at: chrono::DateTime<chrono::Utc>) -> (String, String) {
 }
 
 impl Engine {
-    /// A session with room for [`MEMORY_LIMIT`], scanning with every core.
+    /// A session with the default [`Limits`], scanning with every core.
     pub fn new() -> anyhow::Result<Self> {
+        Self::with_limits(Limits::default())
+    }
+
+    /// A session whose memory pool holds `limits.memory` and whose queries stop when
+    /// `limits.timeout` has passed from now, scanning with every core.
+    pub fn with_limits(limits: Limits) -> anyhow::Result<Self> {
         // Small local files are read on the scan's own thread (whole_file.rs): a thread per
         // scan partition keeps every core busy while some of them wait for a disk.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -137,10 +152,13 @@ impl Engine {
             .enable_all()
             .thread_name("gpuship-lake")
             .build()?;
+        let deadline = runtime.block_on(async { tokio::time::Instant::now() + limits.timeout });
         Ok(Self {
-            ctx: new_context(SCAN_PARTITIONS)?,
+            ctx: new_context(SCAN_PARTITIONS, &limits)?,
             runtime,
             local: None,
+            limits,
+            deadline,
         })
     }
 
@@ -157,7 +175,7 @@ impl Engine {
         } else {
             REMOTE_SCAN_PARTITIONS
         };
-        self.ctx = new_context(partitions)?;
+        self.ctx = new_context(partitions, &self.limits)?;
         self.local = local;
         let url = ObjectStoreUrl::parse(LAKE_URL)?;
         self.ctx.register_object_store(url.as_ref(), store);
@@ -195,9 +213,17 @@ impl Engine {
     /// are refused as SQL errors, so no query writes a file or changes the session. Errors in
     /// the SQL are [`QueryError::Sql`]; everything that fails while reading (a damaged file, a
     /// panic in a decoder) is [`QueryError::Execution`].
+    /// The answer is held in the memory pool: one larger than `--memory-limit` is a
+    /// [`QueryError::Limit`].
     pub fn sql(&self, sql: &str) -> Result<Vec<RecordBatch>, QueryError> {
         let mut batches = Vec::new();
-        self.for_each_batch(sql, |batch| batches.push(batch))?;
+        let held =
+            MemoryConsumer::new("the query's answer").register(&self.ctx.runtime_env().memory_pool);
+        self.try_for_each_batch(sql, |batch| {
+            held.try_grow(batch.get_array_memory_size())?;
+            batches.push(batch);
+            Ok(())
+        })?;
         Ok(batches)
     }
 
@@ -209,29 +235,37 @@ impl Engine {
         sql: &str,
         mut each: impl FnMut(RecordBatch),
     ) -> Result<(), QueryError> {
+        self.try_for_each_batch(sql, |batch| {
+            each(batch);
+            Ok(())
+        })
+    }
+
+    /// [`Engine::for_each_batch`] with an `each` that may stop the query.
+    fn try_for_each_batch(
+        &self,
+        sql: &str,
+        mut each: impl FnMut(RecordBatch) -> Result<(), DataFusionError>,
+    ) -> Result<(), QueryError> {
         let read_only = SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_dml(false)
             .with_allow_statements(false);
         // Planning can read files too (footers); what fails there is not always the SQL.
-        let frame = self
-            .runtime
-            .block_on(self.ctx.sql_with_options(sql, read_only))
-            .map_err(classify)?;
+        let frame = self.in_time(self.ctx.sql_with_options(sql, read_only))?;
         // The Parquet decoder panics on some damaged files instead of failing; that panic
         // comes back here through the task that ran it.
         let streamed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.runtime.block_on(async {
+            self.in_time(async {
                 let mut stream = frame.execute_stream().await?;
                 while let Some(batch) = stream.next().await {
-                    each(batch?);
+                    each(batch?)?;
                 }
                 Ok::<(), DataFusionError>(())
             })
         }));
         match streamed {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(classify(err)),
+            Ok(result) => result,
             Err(_) => Err(QueryError::Execution(
                 "the Parquet decoder failed on a damaged file".into(),
             )),
@@ -239,10 +273,36 @@ impl Engine {
     }
 }
 
-/// A session with the lake's settings, scanning in `partitions`, and no tables yet.
-fn new_context(partitions: usize) -> Result<SessionContext, DataFusionError> {
+impl Engine {
+    /// `work` run to its end on the engine's runtime, unless the deadline comes first; its
+    /// errors classified.
+    fn in_time<T>(
+        &self,
+        work: impl Future<Output = Result<T, DataFusionError>>,
+    ) -> Result<T, QueryError> {
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout_at(self.deadline, work).await })
+        {
+            Ok(result) => result.map_err(|err| classify(err, &self.limits)),
+            Err(_) => Err(QueryError::Limit(format!(
+                "time {LIMIT_REACHED}: stopped after --timeout {} (the query did not finish; \
+                 narrow it, or raise --timeout)",
+                humantime::format_duration(self.limits.timeout)
+            ))),
+        }
+    }
+}
+
+/// A session with the lake's settings, scanning in `partitions`, and no tables yet. Its memory
+/// pool holds `limits.memory`; `repeat`, `lpad` and `rpad` are checked against it.
+fn new_context(partitions: usize, limits: &Limits) -> Result<SessionContext, DataFusionError> {
+    let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(
+        GreedyMemoryPool::new(limits.memory),
+        NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN),
+    ));
     let env = RuntimeEnvBuilder::new()
-        .with_memory_limit(MEMORY_LIMIT, 1.0)
+        .with_memory_pool(Arc::clone(&pool))
         .build_arc()?;
     let mut config = SessionConfig::new().with_information_schema(true);
     // Footers are read once, by the scan; statistics would read every one while planning.
@@ -256,13 +316,24 @@ fn new_context(partitions: usize) -> Result<SessionContext, DataFusionError> {
     config.options_mut().execution.parquet.enable_page_index = false;
     config.options_mut().execution.target_partitions = partitions;
     let ctx = SessionContext::new_with_config_rt(config, env);
+    for function in crate::bounded_udf::functions(&pool, limits.memory) {
+        ctx.register_udf(function);
+    }
     Ok(ctx)
 }
 
 /// The user's error (SQL that does not parse, names what does not exist, or asks what the
 /// engine cannot do) or a failure to read.
-fn classify(err: DataFusionError) -> QueryError {
+fn classify(err: DataFusionError, limits: &Limits) -> QueryError {
     match err.find_root() {
+        DataFusionError::ResourcesExhausted(message) if message.contains(LIMIT_REACHED) => {
+            QueryError::Limit(message.clone())
+        }
+        DataFusionError::ResourcesExhausted(message) => QueryError::Limit(format!(
+            "memory {LIMIT_REACHED}: the query needs more than --memory-limit {} ({message}); \
+             narrow it (--since/--until, fewer columns, a LIMIT), or raise --memory-limit",
+            human(limits.memory)
+        )),
         DataFusionError::SQL(..)
         | DataFusionError::Plan(_)
         | DataFusionError::SchemaError(..)
@@ -338,6 +409,27 @@ mod tests {
         assert!(!target.exists());
         let answer = engine.sql("SELECT 40 + 2 AS answer").unwrap();
         assert_eq!(answer[0].num_rows(), 1);
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_memory_limit_is_a_limit_error() {
+        let limits = Limits {
+            memory: 4 << 20,
+            timeout: std::time::Duration::from_secs(60),
+        };
+        let engine = Engine::with_limits(limits).unwrap();
+        let sql =
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 200000) \
+                   SELECT n, repeat('y', 100) AS s FROM r";
+        match engine.sql(sql) {
+            Err(QueryError::Limit(message)) => {
+                assert!(message.starts_with("memory limit reached"), "{message}");
+                assert!(message.contains("--memory-limit 4.0 MiB"), "{message}");
+            }
+            other => panic!("{:?}", other.map(|b| b.len())),
+        }
+        let small = engine.sql("SELECT repeat('y', 100) AS s").unwrap();
+        assert_eq!(small[0].num_rows(), 1);
     }
 
     #[test]

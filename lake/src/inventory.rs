@@ -8,6 +8,7 @@ use object_store::ObjectMeta;
 use crate::partition;
 use crate::range::TimeRange;
 use crate::storage::{LakeStorage, Unreadable};
+use crate::whole_file::WHOLE_FILE_LIMIT;
 
 /// The files of one table for a range.
 #[derive(Debug, Default, Clone)]
@@ -21,6 +22,39 @@ pub struct Inventory {
     pub ignored: usize,
     /// Files and folders that could not be listed or opened, with why.
     pub unreadable: Vec<Unreadable>,
+}
+
+/// The largest footer (Parquet metadata) read: gpuship's files have footers of a few KiB.
+pub const MAX_FOOTER: u64 = 64 << 20;
+
+/// For a file larger than [`WHOLE_FILE_LIMIT`] (smaller ones are read whole, within that
+/// size), its footer's magic and length, checked against its size before the engine reads
+/// it: garbage there, or a footer that claims more than the file holds or more than
+/// [`MAX_FOOTER`], and the file is left out instead of allocated for.
+fn check_footer(storage: &dyn LakeStorage, key: &str, size: u64) -> Result<(), String> {
+    if size <= WHOLE_FILE_LIMIT {
+        return Ok(());
+    }
+    let tail = storage.tail(key, size, 8).map_err(|e| e.to_string())?;
+    if tail.len() != 8 || &tail[4..] != b"PAR1" {
+        return Err(format!(
+            "not a Parquet file: the last 4 of its {size} bytes are not PAR1 (garbage, or a \
+             sparse or truncated file)"
+        ));
+    }
+    let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if footer + 12 > size {
+        return Err(format!(
+            "damaged Parquet footer: it claims {footer} bytes of metadata, more than the \
+             {size}-byte file holds"
+        ));
+    }
+    if footer > MAX_FOOTER {
+        return Err(format!(
+            "Parquet footer of {footer} bytes, over the {MAX_FOOTER} bytes the lake reads"
+        ));
+    }
+    Ok(())
 }
 
 /// True for a key under `<table>/dt=.../hour=.../`, the folders the engine partitions by.
@@ -55,10 +89,15 @@ pub fn take(
                 inventory.pruned += 1;
                 continue;
             }
-            match storage.stat(&key) {
+            match storage
+                .stat(&key)
+                .map_err(|e| e.to_string())
+                .and_then(|meta| {
+                    check_footer(storage, &key, meta.size)?;
+                    Ok(meta)
+                }) {
                 Ok(meta) => inventory.files.push(meta),
-                Err(err) => {
-                    let error = err.to_string();
+                Err(error) => {
                     tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
                     inventory.unreadable.push(Unreadable { key, error });
                 }

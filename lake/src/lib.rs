@@ -28,11 +28,13 @@
 
 pub mod accounting;
 pub mod args;
+mod bounded_udf;
 /// The XID catalog, from its own crate (the agent uses it too).
 pub use gpuship_catalog as catalog;
 pub mod engine;
 pub mod inventory;
 pub mod lake_table;
+pub mod limits;
 pub mod listed_store;
 pub mod local;
 pub mod partition;
@@ -84,6 +86,7 @@ impl TableRead {
 /// A lake, opened for reading.
 pub struct Lake {
     storage: Box<dyn LakeStorage>,
+    limits: limits::Limits,
 }
 
 impl std::fmt::Debug for Lake {
@@ -113,7 +116,15 @@ impl Lake {
 
     /// A lake kept in `storage`.
     pub fn with_storage(storage: Box<dyn LakeStorage>) -> Lake {
-        Lake { storage }
+        Lake {
+            storage,
+            limits: limits::Limits::default(),
+        }
+    }
+
+    /// The same lake, read within `limits` (memory and time, [`limits`]).
+    pub fn with_limits(self, limits: limits::Limits) -> Lake {
+        Lake { limits, ..self }
     }
 
     /// Where the lake is, for people.
@@ -125,7 +136,7 @@ impl Lake {
     /// cannot be read are logged (with their key), skipped and listed by
     /// [`LakeRead::unreadable`].
     pub fn tables(&self, kinds: &[EventKind], range: &TimeRange) -> anyhow::Result<LakeRead<'_>> {
-        LakeRead::new(self.storage.as_ref(), kinds, *range)
+        LakeRead::new(self.storage.as_ref(), kinds, *range, self.limits)
     }
 
     /// The rows of `kind` inside `range`. Files that cannot be read are logged (with their

@@ -118,6 +118,20 @@ impl LakeStorage for LocalStorage {
         })
     }
 
+    fn tail(&self, key: &str, size: u64, len: u64) -> Result<Bytes, StorageError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.path_of(key)?;
+        let (file, _) = open_regular_file(&path)?;
+        let mut data = vec![0; usize::try_from(len.min(size)).unwrap_or(0)];
+        file.read_exact_at(&mut data, size.saturating_sub(len))
+            .map_err(|source| StorageError::Io {
+                what: "reading",
+                target: path.display().to_string(),
+                source,
+            })?;
+        Ok(Bytes::from(data))
+    }
+
     fn object_store(&self) -> Arc<dyn ObjectStore> {
         self.store.clone()
     }

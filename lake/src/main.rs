@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gpuship_lake::args::{ExportTraceArgs, QueryArgs, ReportArgs};
 
+/// An allocation the system refuses is fatal in Rust; this says so in words before it is.
+#[global_allocator]
+static ALLOCATOR: gpuship_lake::limits::LoudAllocator = gpuship_lake::limits::LoudAllocator;
+
 /// `gpuship-lake --version`: the version, git commit and UTC build date, as `gpuship --version`
 /// (`build/version.rs`).
 const VERSION: &str = concat!(
@@ -46,9 +50,13 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour only on a terminal, and not under NO_COLOR: a file or a pipe gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .init();
     let result = match cli.command {
         Command::Report(args) => gpuship_lake::views::report(&args),

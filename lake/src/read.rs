@@ -12,6 +12,7 @@ use object_store::ObjectMeta;
 
 use crate::engine::{Engine, QueryError};
 use crate::inventory::{self, Inventory};
+use crate::limits::Limits;
 use crate::listed_store::ListedStore;
 use crate::range::TimeRange;
 use crate::storage::{LakeStorage, Unreadable};
@@ -22,6 +23,9 @@ use crate::table;
 /// its plan ends: a few KiB a file, over 100 MiB for one table of a fleet's day (24,000 files)
 /// in one plan. Planning again every 2,000 files costs a few milliseconds each.
 pub const FILES_PER_PLAN: usize = 2_000;
+
+/// The largest file [`LakeRead`]'s check decodes whole in memory.
+const SCREEN_WHOLE_LIMIT: u64 = 64 << 20;
 
 fn execution(err: anyhow::Error) -> QueryError {
     QueryError::Execution(format!("{err:#}"))
@@ -59,6 +63,7 @@ impl<'a> LakeRead<'a> {
         storage: &'a dyn LakeStorage,
         kinds: &[EventKind],
         range: TimeRange,
+        limits: Limits,
     ) -> anyhow::Result<Self> {
         let mut tables = Vec::with_capacity(kinds.len());
         for &kind in kinds {
@@ -67,7 +72,7 @@ impl<'a> LakeRead<'a> {
         let mut read = Self {
             storage,
             range,
-            engine: Engine::new()?,
+            engine: Engine::with_limits(limits)?,
             tables,
             screened: false,
         };
@@ -174,13 +179,19 @@ impl<'a> LakeRead<'a> {
         }
     }
 
-    /// Decodes every file alone and leaves out those that fail.
+    /// Decodes every file alone and leaves out those that fail. A file larger than
+    /// [`SCREEN_WHOLE_LIMIT`] is not read whole into memory for this: it is kept, and the
+    /// engine's check (bounded by its memory pool) judges it if the query fails again.
     fn screen_decoding(&mut self) {
         let (storage, range) = (self.storage, self.range);
         for (_, inventory) in &mut self.tables {
             let files = std::mem::take(&mut inventory.files);
             for meta in files {
                 let key = meta.location.to_string();
+                if meta.size > SCREEN_WHOLE_LIMIT {
+                    inventory.files.push(meta);
+                    continue;
+                }
                 let checked = storage
                     .get(&key)
                     .map_err(|e| e.to_string())

@@ -112,6 +112,14 @@ impl LakeStorage for ObjectStoreStorage {
             .map_err(|err| self.error("reading", key, err))
     }
 
+    fn tail(&self, key: &str, size: u64, len: u64) -> Result<Bytes, StorageError> {
+        check_key(key)?;
+        let path = self.path_of(key);
+        self.runtime
+            .block_on(self.store.get_range(&path, size.saturating_sub(len)..size))
+            .map_err(|err| self.error("reading", key, err))
+    }
+
     fn stat(&self, key: &str) -> Result<ObjectMeta, StorageError> {
         check_key(key)?;
         if let Some(meta) = self

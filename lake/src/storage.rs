@@ -81,6 +81,10 @@ pub trait LakeStorage: Send + Sync {
     /// cannot be opened, is an error, never a wait.
     fn stat(&self, key: &str) -> Result<ObjectMeta, StorageError>;
 
+    /// The last `len` bytes of the `size`-byte object `key` (a Parquet file's footer length and
+    /// magic), without reading the rest.
+    fn tail(&self, key: &str, size: u64, len: u64) -> Result<Bytes, StorageError>;
+
     /// The store the engine reads objects through, keys relative to the lake's root.
     fn object_store(&self) -> Arc<dyn ObjectStore>;
 

@@ -55,7 +55,8 @@ fn open(args: &RangeArgs) -> anyhow::Result<(Lake, TimeRange)> {
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 3);
     let range =
         TimeRange::parse(&args.since, args.until.as_deref(), now).context("--since/--until")?;
-    Ok((Lake::open(&args.data)?, range))
+    let lake = Lake::open(&args.data)?.with_limits(args.limits.limits());
+    Ok((lake, range))
 }
 
 /// Writes `content` to `path` (`-`: standard output).
