@@ -1,5 +1,5 @@
 //! The lake commands within their limits, on the real `gpuship-lake` binary: a sparse 50 GB
-//! `part-x.parquet` is skipped with a warning naming it (never allocated), an unbounded
+//! `part-x.parquet` (and a 3 GB one with a plausible footer) is skipped with a warning naming it (never allocated), an unbounded
 //! recursive query ends at `--timeout`, `repeat('x', 2000000000)` fails under
 //! `--memory-limit 256MiB` with a clear error and peak memory under the limit; stderr in a
 //! file carries no colour codes (docs/views.md, "Limits").
@@ -87,7 +87,7 @@ fn query(data: &Path, sql: &str, extra: &[&str]) -> Run {
 }
 
 #[test]
-fn a_sparse_50_gb_file_and_a_lying_footer_are_skipped_by_name_without_reading_them() {
+fn sparse_50_gb_and_3_gb_files_and_a_lying_footer_are_skipped_by_name_without_reading_them() {
     let (lake, hour) = lake_with_hour();
     File::create(hour.join("part-x.parquet"))
         .and_then(|f| f.set_len(50 << 30))
@@ -98,6 +98,13 @@ fn a_sparse_50_gb_file_and_a_lying_footer_are_skipped_by_name_without_reading_th
     lying[end - 8..end - 4].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
     lying[end - 4..].copy_from_slice(b"PAR1");
     std::fs::write(hour.join("part-y.parquet"), &lying).expect("a lying file");
+    // 3 GB, sparse, whose footer looks sound (100 bytes, PAR1) but holds zeros: the engine
+    // finds it, and the check after the failed read must not load it whole.
+    let z = File::create(hour.join("part-z.parquet")).expect("a sparse 3 GB file");
+    z.set_len(3 << 30).expect("3 GB");
+    let mut footer = 100u32.to_le_bytes().to_vec();
+    footer.extend_from_slice(b"PAR1");
+    std::os::unix::fs::FileExt::write_all_at(&z, &footer, (3 << 30) - 8).expect("its footer");
 
     let run = query(lake.path(), "SELECT count(*) FROM cuda", &[]);
     assert_eq!(
@@ -116,6 +123,18 @@ fn a_sparse_50_gb_file_and_a_lying_footer_are_skipped_by_name_without_reading_th
         run.stderr.contains(
             "part-y.parquet: damaged Parquet footer: it claims 4294967280 bytes of metadata, \
              more than the 2097152-byte file holds"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("part-z.parquet: Parquet error"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "gpuship query: 3 file(s) could not be read and were skipped; their rows are missing:"
         ),
         "{}",
         run.stderr
