@@ -1,8 +1,8 @@
 //! The lake commands within their limits, on the real `gpuship-lake` binary: a sparse 50 GB
-//! `part-x.parquet` (and a 3 GB one with a plausible footer) is skipped with a warning naming it (never allocated), an unbounded
-//! recursive query ends at `--timeout`, `repeat('x', 2000000000)` fails under
-//! `--memory-limit 256MiB` with a clear error and peak memory under the limit; stderr in a
-//! file carries no colour codes (docs/views.md, "Limits").
+//! `part-x.parquet` (and a 3 GB one with a plausible footer) is skipped with a warning naming
+//! it (never allocated), an unbounded recursive query ends at `--timeout`,
+//! `repeat('x', 2000000000)` fails under `--memory-limit 256MiB` with a clear error and peak
+//! memory under the limit; stderr in a file carries no colour codes (docs/views.md, "Limits").
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
