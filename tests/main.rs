@@ -56,6 +56,7 @@ mod report;
 mod run_modes;
 mod secrets;
 mod shutdown;
+mod sink_stall;
 mod state_dir;
 mod top;
 mod views_lake;
