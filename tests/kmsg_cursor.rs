@@ -110,13 +110,18 @@ fn state_with(base: &Path, plant: impl FnOnce(&Path)) -> PathBuf {
     state
 }
 
+/// How long an agent that reads the whole kernel log may take to reach the end: every XID the
+/// suite logged since boot is read again and handed to the sinks (each fsynced in the XID
+/// journal), about 50 a second on the CI VM.
+const CATCH_UP: Duration = Duration::from_secs(120);
+
 /// Logs an XID 48 while no agent runs, starts one on `state`, logs an XID 79 once it runs,
-/// and stops it when both are in the lake (or after 20 s).
+/// and stops it when both are in the lake (or after [`CATCH_UP`]).
 fn xid_while_down_and_after(lake: &Path, state: &Path, bus: &str) -> Stopped {
     kmsg(&xid_line(bus, 48));
     let agent = Agent::start(&config(lake, state), &[]);
     kmsg(&xid_line(bus, 79));
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + CATCH_UP;
     while codes(lake, bus).len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -157,7 +162,7 @@ fn mode(path: &Path) -> u32 {
 /// Runs the agent on a cursor `plant`ed as given and checks: both XIDs once, the cursor set
 /// aside for `reason` (counted once, one WARN line, no ERROR about the cursor), a fresh 0600
 /// cursor of this boot written after.
-fn set_aside_and_nothing_missed(plant: impl FnOnce(&Path), reason: &str, what: &str) {
+fn set_aside_and_nothing_missed(plant: Box<dyn FnOnce(&Path) + Send>, reason: &str, what: &str) {
     let base = data_dir();
     let lake = base.path().join("lake");
     let state = state_with(base.path(), plant);
@@ -213,66 +218,79 @@ fn write_cursor(path: &Path, seq: u64) {
     .unwrap();
 }
 
+/// Runs [`set_aside_and_nothing_missed`] for every case at once (each agent reads the whole
+/// log: one after the other would take minutes).
+fn side_by_side(cases: Vec<(Box<dyn FnOnce(&Path) + Send>, &'static str, String)>) {
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .into_iter()
+            .map(|(plant, reason, what)| {
+                scope.spawn(move || set_aside_and_nothing_missed(plant, reason, &what))
+            })
+            .collect();
+        let failed = runs.into_iter().filter_map(|run| run.join().err()).count();
+        assert_eq!(failed, 0, "see the panics above");
+    });
+}
+
 #[test]
 fn a_cursor_ahead_of_the_kernel_log_is_set_aside_and_no_xid_is_missed() {
     let _shared = support::shared();
-    set_aside_and_nothing_missed(
-        |path| write_cursor(path, u64::MAX),
-        "ahead_of_log",
-        "seq u64::MAX",
-    );
     let beyond = last_seq() + 1_000_000;
-    set_aside_and_nothing_missed(
-        |path| write_cursor(path, beyond),
-        "ahead_of_log",
-        "seq 1,000,000 past the log",
-    );
+    side_by_side(vec![
+        (
+            Box::new(|path: &Path| write_cursor(path, u64::MAX)),
+            "ahead_of_log",
+            "seq u64::MAX".into(),
+        ),
+        (
+            Box::new(move |path: &Path| write_cursor(path, beyond)),
+            "ahead_of_log",
+            "seq 1,000,000 past the log".into(),
+        ),
+    ]);
 }
 
 #[test]
 fn an_unreadable_cursor_is_set_aside_and_the_xid_logged_while_down_is_read() {
     let _shared = support::shared();
     let boot = boot_id();
+    let mut cases: Vec<(Box<dyn FnOnce(&Path) + Send>, &'static str, String)> = Vec::new();
     for (content, what) in [
-        ("garbage\u{1}{", "garbage"),
-        ("", "empty"),
-        (
-            &*format!("{{\"boot_id\":\"{boot}\",\"seq\":-5}}"),
-            "negative",
-        ),
-        (
-            &*format!("{{\"boot_id\":\"{boot}\",\"seq\":12.5}}"),
-            "float",
-        ),
-        (&*format!("[\"{boot}\", 12]"), "an array"),
+        ("garbage\u{1}{".to_string(), "garbage"),
+        (String::new(), "empty"),
+        (format!("{{\"boot_id\":\"{boot}\",\"seq\":-5}}"), "negative"),
+        (format!("{{\"boot_id\":\"{boot}\",\"seq\":12.5}}"), "float"),
+        (format!("[\"{boot}\", 12]"), "an array"),
     ] {
-        set_aside_and_nothing_missed(
-            |path| std::fs::write(path, content).unwrap(),
+        cases.push((
+            Box::new(move |path: &Path| std::fs::write(path, content).unwrap()),
             "unreadable",
-            what,
-        );
+            what.into(),
+        ));
     }
-    set_aside_and_nothing_missed(
-        |path| std::fs::create_dir(path).unwrap(),
+    cases.push((
+        Box::new(|path: &Path| std::fs::create_dir(path).unwrap()),
         "not_a_file",
-        "a directory",
-    );
-    set_aside_and_nothing_missed(
-        |path| std::os::unix::fs::symlink("/etc/hostname", path).unwrap(),
+        "a directory".into(),
+    ));
+    cases.push((
+        Box::new(|path: &Path| std::os::unix::fs::symlink("/etc/hostname", path).unwrap()),
         "not_a_file",
-        "a symlink to elsewhere",
-    );
+        "a symlink to elsewhere".into(),
+    ));
     // 200 MB (sparse): set aside unread.
-    set_aside_and_nothing_missed(
-        |path| {
+    cases.push((
+        Box::new(|path: &Path| {
             std::fs::File::create(path)
                 .unwrap()
                 .set_len(200 << 20)
                 .unwrap()
-        },
+        }),
         "too_large",
-        "200 MB",
-    );
+        "200 MB".into(),
+    ));
+    side_by_side(cases);
 }
 
 #[test]
@@ -313,7 +331,7 @@ fn a_fifo_at_the_cursor_does_not_hang_start_up_or_shutdown() {
         0
     );
     support::wait_until(
-        Duration::from_secs(10),
+        CATCH_UP,
         "the XID logged while down is not in the lake",
         || codes(&lake, &bus) == [48],
         || agent.log(),
