@@ -218,9 +218,12 @@ fn write_cursor(path: &Path, seq: u64) {
     .unwrap();
 }
 
+/// What is planted at the cursor's name, the reason it is set aside for, and what it is.
+type Case = (Box<dyn FnOnce(&Path) + Send>, &'static str, String);
+
 /// Runs [`set_aside_and_nothing_missed`] for every case at once (each agent reads the whole
 /// log: one after the other would take minutes).
-fn side_by_side(cases: Vec<(Box<dyn FnOnce(&Path) + Send>, &'static str, String)>) {
+fn side_by_side(cases: Vec<Case>) {
     std::thread::scope(|scope| {
         let runs: Vec<_> = cases
             .into_iter()
@@ -255,7 +258,7 @@ fn a_cursor_ahead_of_the_kernel_log_is_set_aside_and_no_xid_is_missed() {
 fn an_unreadable_cursor_is_set_aside_and_the_xid_logged_while_down_is_read() {
     let _shared = support::shared();
     let boot = boot_id();
-    let mut cases: Vec<(Box<dyn FnOnce(&Path) + Send>, &'static str, String)> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     for (content, what) in [
         ("garbage\u{1}{".to_string(), "garbage"),
         (String::new(), "empty"),
