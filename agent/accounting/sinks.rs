@@ -29,6 +29,8 @@ struct SinkRow {
     retired: EnumMap<EventKind, Counts>,
     /// The retired instances' failed attempts by error label.
     retired_errors: BTreeMap<String, u64>,
+    /// The retired instances' damaged spool or journal segments.
+    retired_corrupt_segments: u64,
 }
 
 /// One kind's counters, as numbers.
@@ -96,6 +98,7 @@ impl SinkTable {
                 current: Some(stats),
                 retired: EnumMap::default(),
                 retired_errors: BTreeMap::new(),
+                retired_corrupt_segments: 0,
             });
             return;
         };
@@ -156,6 +159,7 @@ impl SinkTable {
                     sink: row.name.clone(),
                     healthy: stats.healthy(),
                     errors,
+                    corrupt_segments: row.retired_corrupt_segments + stats.corrupt_segments(),
                 });
             }
         }
@@ -170,6 +174,7 @@ fn retire_into(row: &mut SinkRow, stats: &SinkStats) {
     for (error, n) in stats.errors() {
         *row.retired_errors.entry(error).or_default() += n;
     }
+    row.retired_corrupt_segments += stats.corrupt_segments();
 }
 
 fn sink_snapshot(name: &str, kind: EventKind, c: &Counts, queued_events: u64) -> SinkSnapshot {
@@ -240,6 +245,21 @@ mod tests {
         assert_eq!(kafka.delivered, 10);
         assert_eq!(kafka.spooled, 4);
         assert_eq!((kafka.spooled_pending, kafka.in_flight), (0, 0));
+    }
+
+    #[test]
+    fn corrupt_segments_are_counted_across_instances() {
+        let table = SinkTable::default();
+        let old = stats(1, 0);
+        old.drop_corrupt_segment(EventKind::Xid, 3);
+        old.drop_corrupt_segment(EventKind::Xid, 1);
+        table.add("lake", old, true);
+        let new = stats(0, 0);
+        new.drop_corrupt_segment(EventKind::Cuda, 2);
+        table.add("lake", new, true);
+        let health = table.snapshot().1;
+        assert_eq!(health.len(), 1);
+        assert_eq!(health[0].corrupt_segments, 3);
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct SinkHealth {
     /// Events whose delivery attempt failed, by error label (a retried event counts once per
     /// attempt).
     pub errors: std::collections::BTreeMap<String, u64>,
+    /// Damaged spool or journal segments found (their events are counted as dropped with
+    /// reason `spool_corrupt`).
+    pub corrupt_segments: u64,
 }
 
 /// One ring's counters.

@@ -342,6 +342,16 @@ impl SnapshotCollector {
             "Events whose delivery attempt failed, by error (retried events count once per attempt).",
             MetricType::Counter,
             errors,
+        )?;
+        family(
+            encoder,
+            "gpuship_sink_spool_corrupt_segments_total",
+            "Damaged spool or journal segments found and set aside (their events count as discarded with reason spool_corrupt).",
+            MetricType::Counter,
+            snapshot
+                .sink_health
+                .iter()
+                .map(|s| (health_labels(&s.sink), s.corrupt_segments)),
         )
     }
 }
