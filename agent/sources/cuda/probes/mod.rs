@@ -2,23 +2,25 @@
 //! the configured libraries and on those processes map ([`super::discovery`]); libraries
 //! found later are attached and detached one by one ([`libraries`]).
 
+mod kernel_support;
 mod libraries;
+mod start;
 
+use kernel_support::{repeat_lookups, repeat_lookups_possible, uprobe_multi_supported};
 use libraries::attach_library_opens;
+use start::{find_libraries, plan, Origin};
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use anyhow::Context;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
 use super::attach;
-use super::discovery::{identity, Action, Discovery, FileKey};
-use super::library::{exported_functions, resolve_libraries};
-use super::plan::{plan_probes, FunctionTable, ProbePlan};
+use super::discovery::{Discovery, FileKey};
+use super::plan::FunctionTable;
 use super::probe_sites;
 use super::recorder::RecorderSize;
 use crate::bpf::cuda::types::sent_answer_key;
@@ -119,8 +121,8 @@ pub fn load<'obj>(
         Ok(found) => found,
         Err(reason) => return Ok(Err(reason)),
     };
-    let mut plan = match plan(config, &found.libraries)? {
-        Ok(plan) => plan,
+    let (mut plan, unreadable) = match plan(config, &found.libraries)? {
+        Ok(planned) => planned,
         Err(reason) => return Ok(Err(reason)),
     };
     let placement = probe_sites::place_probes(&mut plan.probes);
@@ -209,13 +211,16 @@ pub fn load<'obj>(
             .filter(|l| l.origin == Origin::Discovered)
         {
             if !libraries.iter().any(|(key, _)| *key == library.key) {
-                let reason = match exported_functions(&library.path) {
-                    Err(err) => err.to_string(),
-                    Ok(_) => format!(
-                        "no requested function is exported by {}",
-                        library.path.display()
-                    ),
-                };
+                let reason = unreadable
+                    .iter()
+                    .find(|(key, _)| *key == library.key)
+                    .map(|(_, reason)| reason.clone())
+                    .unwrap_or_else(|| {
+                        format!(
+                            "no requested function is exported by {}",
+                            library.path.display()
+                        )
+                    });
                 discovery.attached(library.key, Err(reason));
             }
         }
@@ -256,82 +261,6 @@ pub fn load<'obj>(
         global_links: RefCell::new(global_links),
         libraries: RefCell::new(libraries),
     }))
-}
-
-/// Where a library attached at start came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    Configured,
-    Discovered,
-}
-
-/// A library to attach at start: the path the agent opens, and its file.
-#[derive(Debug, Clone)]
-struct StartLibrary {
-    path: PathBuf,
-    key: FileKey,
-    origin: Origin,
-}
-
-/// The libraries to attach at start, and the discovery that goes on from there.
-struct FoundLibraries {
-    libraries: Vec<StartLibrary>,
-    discovery: Option<Discovery>,
-}
-
-/// The configured libraries, and those running processes map (one per file, configured ones
-/// first), or why there is nothing to probe and nothing to wait for.
-fn find_libraries(config: &CudaSourceConfig, proc_dir: &Path) -> Result<FoundLibraries, String> {
-    let (configured, missing_paths) = resolve_libraries(&config.libraries);
-    if !missing_paths.is_empty() {
-        tracing::warn!(paths = ?missing_paths, "configured CUDA libraries do not exist");
-    }
-    let mut libraries: Vec<StartLibrary> = Vec::new();
-    for path in configured {
-        let key = match identity::mapped_file_key(&path) {
-            Ok(key) => key,
-            Err(err) => {
-                tracing::warn!(path = %path.display(), %err, "configured CUDA library cannot be read");
-                continue;
-            }
-        };
-        if !libraries.iter().any(|l| l.key == key) {
-            libraries.push(StartLibrary {
-                path,
-                key,
-                origin: Origin::Configured,
-            });
-        }
-    }
-    let mut discovery = None;
-    if config.discovers_libraries() {
-        let now = Instant::now();
-        let rescan = Duration::from_secs(config.library_rescan_secs.max(1));
-        let mut found = Discovery::new(proc_dir, rescan, now);
-        for library in &libraries {
-            found.configured(library.key, &library.path, 0);
-        }
-        for action in found.scan_all(now) {
-            if let Action::Attach { key, reach, .. } = action {
-                libraries.push(StartLibrary {
-                    path: reach,
-                    key,
-                    origin: Origin::Discovered,
-                });
-            }
-        }
-        discovery = Some(found);
-    }
-    if libraries.is_empty() && discovery.is_none() {
-        return Err(format!(
-            "no libcuda.so.1 found (libraries = {:?}); install the NVIDIA driver or set [sources.cuda] libraries",
-            config.libraries
-        ));
-    }
-    Ok(FoundLibraries {
-        libraries,
-        discovery,
-    })
 }
 
 /// Opens the CUDA object, sizes its maps, sets its constants and loads the programs of the
@@ -386,169 +315,4 @@ fn open_and_load<'obj>(
     open.progs.library_openat.set_autoload(discover);
     open.progs.library_openat2.set_autoload(discover);
     open.load().context("loading the CUDA BPF program")
-}
-
-/// The probe plan of the libraries found at start, or why there is nothing to probe. With
-/// discovery on, no library yet is an empty plan: the probes come with the first process that
-/// maps one.
-fn plan(
-    config: &CudaSourceConfig,
-    libraries: &[StartLibrary],
-) -> anyhow::Result<Result<ProbePlan, String>> {
-    let mut exported = Vec::new();
-    for library in libraries {
-        match exported_functions(&library.path) {
-            Ok(functions) => exported.push((library.path.clone(), functions)),
-            Err(err) if library.origin == Origin::Discovered => {
-                tracing::warn!(error = %err, "a CUDA library a process maps cannot be read; tried again at the next rescan");
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    let plan: ProbePlan = plan_probes(
-        &exported,
-        &config.functions,
-        &config.exclude_functions,
-        &config.entry_only,
-        &config.stats,
-        &config.stats_entry_only,
-    );
-    if !plan.missing.is_empty() && !exported.is_empty() {
-        tracing::info!(functions = ?plan.missing, "requested CUDA functions not exported by the library; skipped");
-    }
-    if plan.probes.is_empty() && !config.discovers_libraries() {
-        let paths: Vec<&PathBuf> = libraries.iter().map(|l| &l.path).collect();
-        return Ok(Err(format!(
-            "no requested function is exported by {paths:?}"
-        )));
-    }
-    Ok(Ok(plan))
-}
-
-/// Whether the kernel and the setting allow counting repeated lookups at entry at all.
-fn repeat_lookups_possible(
-    config: &CudaSourceConfig,
-    multi: bool,
-    kernel_release: Option<&str>,
-) -> Result<(), String> {
-    if !config.repeat_lookups_at_entry {
-        return Err("repeat_lookups_at_entry = false".into());
-    }
-    if !multi {
-        return Err("needs uprobe_multi links".into());
-    }
-    if !kernel_release.is_some_and(|release| kernel_at_least(release, 6, 13)) {
-        return Err("uprobe.session needs Linux >= 6.13".into());
-    }
-    Ok(())
-}
-
-/// Why repeated kernel lookups cannot be counted at entry here, if they cannot: the setting,
-/// the kernel (uprobe.session programs since Linux 6.13, on uprobe_multi links), or a function
-/// that changes lookups' answers left unprobed (its change would go unseen).
-fn repeat_lookups(
-    config: &CudaSourceConfig,
-    multi: bool,
-    kernel_release: Option<&str>,
-    plan: &ProbePlan,
-) -> Result<(), String> {
-    if !plan.probes.iter().any(|p| p.repeats_at_entry) {
-        return Err("no lookup in stats mode".into());
-    }
-    repeat_lookups_possible(config, multi, kernel_release)?;
-    if !plan.answer_changes_unprobed.is_empty() {
-        return Err(format!(
-            "functions that change lookups' answers are not probed (or only at entry): {:?}",
-            plan.answer_changes_unprobed
-        ));
-    }
-    Ok(())
-}
-
-/// uprobe_multi links exist since Linux 6.6.
-fn uprobe_multi_supported() -> bool {
-    crate::enrich::kernel_release().is_some_and(|release| kernel_at_least(&release, 6, 6))
-}
-
-fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|p| p.parse::<u32>().ok());
-    match (parts.next(), parts.next()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{kernel_at_least, repeat_lookups};
-    use crate::sources::cuda::plan::{PlannedProbe, ProbePlan};
-
-    fn plan(repeats_at_entry: bool, unprobed: &[&str]) -> ProbePlan {
-        ProbePlan {
-            probes: vec![PlannedProbe {
-                library: "/lib/libcuda.so.1".into(),
-                symbol: "cuKernelGetFunction".into(),
-                file_offset: 0x1000,
-                cookie: 0,
-                entry_only: false,
-                stats: repeats_at_entry,
-                repeats_at_entry,
-            }],
-            answer_changes_unprobed: unprobed.iter().map(|s| s.to_string()).collect(),
-            ..ProbePlan::default()
-        }
-    }
-
-    #[test]
-    fn repeats_are_counted_at_entry_only_when_everything_allows_it() {
-        let config: crate::config::CudaSourceConfig = toml::from_str("").unwrap();
-        let new = Some("6.18.44-fc-v669");
-        assert_eq!(repeat_lookups(&config, true, new, &plan(true, &[])), Ok(()));
-        assert_eq!(
-            repeat_lookups(&config, true, new, &plan(false, &[])),
-            Err("no lookup in stats mode".into())
-        );
-        let off: crate::config::CudaSourceConfig =
-            toml::from_str("repeat_lookups_at_entry = false").unwrap();
-        assert_eq!(
-            repeat_lookups(&off, true, new, &plan(true, &[])),
-            Err("repeat_lookups_at_entry = false".into())
-        );
-        assert_eq!(
-            repeat_lookups(&config, false, new, &plan(true, &[])),
-            Err("needs uprobe_multi links".into())
-        );
-        for old in [
-            Some("6.12.9"),
-            Some("5.15.0-91-generic"),
-            Some("garbage"),
-            None,
-        ] {
-            assert_eq!(
-                repeat_lookups(&config, true, old, &plan(true, &[])),
-                Err("uprobe.session needs Linux >= 6.13".into()),
-                "{old:?}"
-            );
-        }
-        assert_eq!(
-            repeat_lookups(&config, true, Some("6.13.0"), &plan(true, &[])),
-            Ok(())
-        );
-        assert_eq!(
-            repeat_lookups(&config, true, new, &plan(true, &["cuCtxDetach"])),
-            Err("functions that change lookups' answers are not probed (or only at entry): [\"cuCtxDetach\"]".into())
-        );
-    }
-
-    #[test]
-    fn kernel_versions_compare_numerically() {
-        assert!(kernel_at_least("6.18.44-fc-v769", 6, 6));
-        assert!(kernel_at_least("6.6.0", 6, 6));
-        assert!(!kernel_at_least("6.5.13-generic", 6, 6));
-        assert!(!kernel_at_least("5.15.0-91-generic", 6, 6));
-        assert!(kernel_at_least("7.0", 6, 6));
-        assert!(!kernel_at_least("garbage", 6, 6));
-    }
 }
