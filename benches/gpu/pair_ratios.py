@@ -3,7 +3,7 @@
 Usage: python3 pair_ratios.py PHASES_FILE [PHASES_FILE ...]
 
 Each file holds fleet_mode.sh's `phase N mode=on|off wall_us_per_step=... cpu_us_per_step=...`
-(and, since session 17, `process_cpu_us_per_step=...`) lines (other lines are skipped). Phases pair up in order (on off off on ... pairs each "on" with
+(and `process_cpu_us_per_step=...`) lines (other lines are skipped). Phases pair up in order (on off off on ... pairs each "on" with
 the "off" beside it), so a drift of the machine cancels. Prints, per metric, the median of the
 pairs' on/off ratios as a slowdown in percent, the 95% bootstrap interval of that median
 (10,000 resamples of the pairs, fixed seed) and the least and most of the ratios.
