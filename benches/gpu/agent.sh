@@ -5,6 +5,8 @@
 #   agent_stop               SIGINT, then waits for the drain
 #   parquet_config FILE DIR  a config with the agent's defaults and a Parquet lake in DIR/lake
 #                            (state in DIR/state, metrics off); more sections can be appended
+#   watched_config FILE DIR PORT  the same with /metrics on 127.0.0.1:PORT, 2 s statistics
+#                            intervals and files closed after a second
 
 agent_start() {
 	"$GPUSHIP" run --config "$1" >"$2" 2>&1 &
@@ -34,5 +36,20 @@ enabled = false
 [[sinks]]
 type = "parquet"
 path = "$2/lake"
+TOML
+}
+
+watched_config() {
+	cat >"$1" <<TOML
+[agent]
+state_dir = "$2/state"
+[metrics]
+address = "127.0.0.1:$3"
+[sources.cuda]
+stats_interval_secs = 2
+[[sinks]]
+type = "parquet"
+path = "$2/lake"
+max_file_age_secs = 1
 TOML
 }

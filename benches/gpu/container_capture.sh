@@ -14,19 +14,8 @@ GPUSHIP=${GPUSHIP:-target/release/gpuship}
 STEPS=${1:-2000}
 PORT=${PORT:-19466}
 WORK=$(mktemp -d)
-cat >"$WORK/agent.toml" <<TOML
-[agent]
-state_dir = "$WORK/state"
-[metrics]
-address = "127.0.0.1:$PORT"
-[sources.cuda]
-stats_interval_secs = 2
-[[sinks]]
-type = "parquet"
-path = "$WORK/lake"
-max_file_age_secs = 1
-TOML
 . "$(dirname "$0")/agent.sh"
+watched_config "$WORK/agent.toml" "$WORK" "$PORT"
 AGENT=
 trap '[ -n "$AGENT" ] && agent_stop; rm -rf "$WORK"' EXIT
 metrics() {
