@@ -10,6 +10,8 @@
 //! Each sample is printed as it is taken and the result is written to `target/soak.json`. The
 //! run lasts `SOAK_SECS` whatever the machine manages: a workload that has not made its calls by
 //! then is stopped, and the rate achieved is reported beside the rate offered.
+//! For each hour the run crossed, it reports how long after the hour ended that hour's last
+//! CUDA file was finalized (a later hour's rows close the earlier hour's files).
 //! To tell the heap from allocator behaviour, run it again with `MALLOC_ARENA_MAX=1` or
 //! `MALLOC_TRIM_THRESHOLD_=0` in the environment (the agent inherits it).
 
@@ -70,6 +72,58 @@ fn kib_per_minute(samples: &[Sample], value: fn(&Sample) -> u64) -> f64 {
     slope(&points)
 }
 
+/// For each hour folder of `kind_dir` (`dt=YYYY-MM-DD/hour=HH`) but the newest, its file count
+/// and how long after the end of that hour its last file was finalized (the file's mtime: a
+/// file is written whole and renamed into place when it is finalized). With earlier hours
+/// closed as a later hour opens, that is seconds, not `max_file_age_secs`.
+fn hour_boundaries(kind_dir: &std::path::Path) -> Vec<(String, usize, f64)> {
+    let mut hours = Vec::new();
+    for day in std::fs::read_dir(kind_dir).into_iter().flatten().flatten() {
+        for hour in std::fs::read_dir(day.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = format!(
+                "{}/{}",
+                day.file_name().to_string_lossy(),
+                hour.file_name().to_string_lossy()
+            );
+            let mtimes: Vec<std::time::SystemTime> = std::fs::read_dir(hour.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|f| f.file_name().to_string_lossy().ends_with(".parquet"))
+                .filter_map(|f| f.metadata().ok()?.modified().ok())
+                .collect();
+            hours.push((name, mtimes));
+        }
+    }
+    hours.sort_by(|a, b| a.0.cmp(&b.0));
+    hours.pop();
+    hours
+        .into_iter()
+        .filter_map(|(name, mtimes)| {
+            let end = hour_end(&name)?;
+            let last = mtimes.iter().max()?;
+            let after = match last.duration_since(end) {
+                Ok(after) => after.as_secs_f64(),
+                Err(before) => -before.duration().as_secs_f64(),
+            };
+            Some((name, mtimes.len(), after))
+        })
+        .collect()
+}
+
+/// The end of the hour `dt=YYYY-MM-DD/hour=HH` names.
+fn hour_end(name: &str) -> Option<std::time::SystemTime> {
+    let (day, hour) = name.strip_prefix("dt=")?.split_once("/hour=")?;
+    let date = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
+    let start = date.and_hms_opt(hour.parse().ok()?, 0, 0)?.and_utc();
+    let end = start.timestamp() + 3_600;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(end).ok()?))
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     // The fit itself: y = 3 + 2x exactly, and a flat series.
@@ -78,6 +132,11 @@ fn main() {
         2.0
     );
     assert_eq!(slope(&[(0.0, 5.0), (1.0, 5.0)]), 0.0);
+    assert_eq!(
+        hour_end("dt=2026-11-22/hour=03"),
+        Some(std::time::UNIX_EPOCH + Duration::from_secs(1_795_320_000))
+    );
+    assert_eq!(hour_end("dt=2026-11-22/hour=xx"), None);
     let seconds = setting("SOAK_SECS", if full { 3600 } else { 6 });
     let rate = setting("SOAK_RATE", if full { 68_000 } else { 20_000 });
     let threads = setting("SOAK_THREADS", 2);
@@ -157,6 +216,13 @@ fn main() {
         assert_eq!(events, offered, "every call the workload made was seen");
     }
 
+    let boundaries = hour_boundaries(&dir.path().join("lake").join("cuda"));
+    for (hour, files, after) in &boundaries {
+        println!(
+            "soak: {hour}: {files} files, the last finalized {after:.1} s after the hour ended"
+        );
+    }
+
     let second_half = &samples[samples.len() / 2..];
     let first = samples.first().map_or(0, |s| s.rss_kib);
     let last = samples.last().map_or(0, |s| s.rss_kib);
@@ -172,6 +238,9 @@ fn main() {
         "rss_slope_second_half_kib_per_min": kib_per_minute(second_half, |s| s.rss_kib),
         "anon_slope_second_half_kib_per_min": kib_per_minute(second_half, |s| s.anon_kib),
         "file_slope_second_half_kib_per_min": kib_per_minute(second_half, |s| s.file_kib),
+        "hours_closed": boundaries.iter().map(|(hour, files, after)| serde_json::json!({
+            "hour": hour, "files": files, "last_finalized_after_hour_end_secs": after,
+        })).collect::<Vec<_>>(),
         "samples": samples.iter().map(|s| [s.seconds, s.rss_kib as f64, s.anon_kib as f64,
             s.file_kib as f64]).collect::<Vec<_>>(),
     });

@@ -61,7 +61,11 @@ impl ObjectStoreStorage {
         StorageError::Io {
             what,
             target: format!("{}/{key}", self.url),
-            source: std::io::Error::other(err.to_string()),
+            // The store's message names the request's URL (endpoint, signature): redacted.
+            source: std::io::Error::other(gpuship_sinks::secret::redact_text(
+                &err.to_string(),
+                &[],
+            )),
         }
     }
 }

@@ -236,6 +236,48 @@ fn redact_one(item: &str, out: &mut String) {
     }
 }
 
+/// `text` (a log line or an error message from a client library) with every URL in it redacted
+/// as [`redact_url`] does, and each of `secrets` (values the agent handed to that library)
+/// replaced by `***` wherever it appears. A URL starts at its scheme (`s3://`, `https://`,
+/// `sasl_ssl://`) and ends at whitespace, a quote or a closing bracket.
+///
+/// `PUT https://u:pw@minio:9000/b/k?X-Amz-Signature=ab failed` ->
+/// `PUT https://***@minio:9000/b/k?X-Amz-Signature=*** failed`
+pub fn redact_text(text: &str, secrets: &[&str]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let scheme_len = rest[..at]
+            .bytes()
+            .rev()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.' | b'_'))
+            .count();
+        let start = at - scheme_len;
+        let end = rest[at..]
+            .find(|c: char| {
+                c.is_whitespace() || matches!(c, '"' | '\'' | '`' | ')' | ']' | '>' | '<')
+            })
+            .map_or(rest.len(), |len| at + len);
+        out.push_str(&rest[..start]);
+        // A URL in a list (`a://x, b://y`) keeps its trailing comma outside the URL.
+        let url = &rest[start..end];
+        let (url, trailing) = match url.strip_suffix([',', ';', '.']) {
+            Some(url) => (url, &rest[start + url.len()..end]),
+            None => (url, ""),
+        };
+        redact_one(url, &mut out);
+        out.push_str(trailing);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    for secret in secrets.iter().filter(|s| s.len() >= 3) {
+        if out.contains(*secret) {
+            out = out.replace(*secret, REDACTED);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,5 +379,36 @@ mod tests {
         assert!(!err.message().contains("hunter2"), "{err}");
         let ok: Holder = toml::from_str("password = { file = \"/run/pw\" }").unwrap();
         assert_eq!(format!("{ok:?}"), "Holder { password: file:/run/pw }");
+    }
+    #[test]
+    fn text_loses_the_secrets_of_every_url_in_it_and_the_values_handed_over() {
+        for (text, expected) in [
+            (
+                "Error performing PUT https://u:pw@minio:9000/b/k?X-Amz-Signature=ab in 3s",
+                "Error performing PUT https://***@minio:9000/b/k?X-Amz-Signature=*** in 3s",
+            ),
+            (
+                "sasl_ssl://alice:hunter22@b1:9093/1: Connect failed, next sasl_ssl://b2:9093/2.",
+                "sasl_ssl://***@b1:9093/1: Connect failed, next sasl_ssl://b2:9093/2.",
+            ),
+            (
+                "(\"s3://lake/p?token=abc\"), [http://x@y]",
+                "(\"s3://lake/p?token=***\"), [http://***@y]",
+            ),
+            ("no url: ://, ends with ://", "no url: ://, ends with ://"),
+            ("plain", "plain"),
+            ("", ""),
+            // Multi-byte text around a URL is kept whole.
+            ("é https://a:b@h/ ü", "é https://***@h/ ü"),
+        ] {
+            assert_eq!(redact_text(text, &[]), expected, "{text}");
+        }
+        assert_eq!(
+            redact_text(
+                "SASL authentication failed for user alice (password hunter22): hunter22",
+                &["hunter22", "", "ab"]
+            ),
+            "SASL authentication failed for user alice (password ***): ***"
+        );
     }
 }

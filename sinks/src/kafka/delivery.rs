@@ -16,7 +16,17 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use tokio::sync::{mpsc, Notify};
 
 use super::messages::MessageRows;
+use crate::secret::{redact_text, Secret};
 use crate::EventKind;
+
+/// librdkafka settings whose values are secrets, hidden from every relayed line.
+const SECRET_KEYS: [&str; 5] = [
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.pem",
+];
 
 /// A batch whose messages are with the producer.
 #[derive(Debug)]
@@ -109,6 +119,9 @@ pub fn error_label(code: RDKafkaErrorCode) -> String {
 /// The producer's context: settles messages and relays librdkafka's logs and errors.
 pub struct DeliveryContext {
     sink: String,
+    /// The secret values handed to librdkafka (SASL and key passwords), never relayed: a log
+    /// line or error that holds one shows `***` instead, and every URL in it is redacted.
+    secrets: Vec<Secret>,
     settled: mpsc::UnboundedSender<Arc<InFlightBatch>>,
     /// Woken by every report: a producer queue that was full has room again.
     pub room: Notify,
@@ -121,10 +134,28 @@ impl DeliveryContext {
     pub fn new(sink: &str, settled: mpsc::UnboundedSender<Arc<InFlightBatch>>) -> Self {
         Self {
             sink: sink.to_string(),
+            secrets: Vec::new(),
             settled,
             room: Notify::new(),
             fatal: AtomicBool::new(false),
         }
+    }
+
+    /// The same context, hiding the secret values that `config` hands to librdkafka from
+    /// every line it relays.
+    pub fn hiding_secrets_of(mut self, config: &rdkafka::ClientConfig) -> Self {
+        self.secrets = SECRET_KEYS
+            .iter()
+            .filter_map(|key| config.get(key))
+            .map(|value| Secret::from(value.to_string()))
+            .collect();
+        self
+    }
+
+    /// `line` as it may be logged: URLs and the secret values redacted.
+    fn shown(&self, line: &str) -> String {
+        let secrets: Vec<&str> = self.secrets.iter().map(Secret::expose).collect();
+        redact_text(line, &secrets)
     }
 
     /// Records the outcome of one message (also used for messages that never reached the
@@ -147,6 +178,7 @@ impl DeliveryContext {
 
 impl ClientContext for DeliveryContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let log_message = self.shown(log_message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -167,11 +199,14 @@ impl ClientContext for DeliveryContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+        let fatal = error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal);
+        let reason = self.shown(reason);
+        let error = self.shown(&error.to_string());
+        if fatal {
             self.fatal.store(true, Ordering::Release);
-            tracing::error!(sink = %self.sink, %error, reason, "kafka producer hit a fatal error; it will be replaced");
+            tracing::error!(sink = %self.sink, %error, %reason, "kafka producer hit a fatal error; it will be replaced");
         } else {
-            tracing::warn!(sink = %self.sink, %error, reason, "kafka client error");
+            tracing::warn!(sink = %self.sink, %error, %reason, "kafka client error");
         }
     }
 }
@@ -214,6 +249,27 @@ mod tests {
         assert_eq!(
             disposition(RDKafkaErrorCode::MessageSizeTooLarge),
             Disposition::Fail
+        );
+    }
+
+    #[test]
+    fn relayed_lines_hide_the_passwords_handed_to_librdkafka_and_url_userinfo() {
+        let (sender, _settled) = mpsc::unbounded_channel();
+        let mut config = rdkafka::ClientConfig::new();
+        config
+            .set("sasl.password", "hunter22-sasl")
+            .set("ssl.key.password", "hunter22-key");
+        let context = DeliveryContext::new("k", sender).hiding_secrets_of(&config);
+        assert_eq!(
+            context.shown(
+                "sasl_ssl://bob:hunter22-sasl@b1:9093/1: SASL PLAIN failed (pw hunter22-sasl), \
+                 key hunter22-key"
+            ),
+            "sasl_ssl://***@b1:9093/1: SASL PLAIN failed (pw ***), key ***"
+        );
+        assert_eq!(
+            context.shown("b1:9092/1: Connected"),
+            "b1:9092/1: Connected"
         );
     }
 

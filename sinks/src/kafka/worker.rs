@@ -363,6 +363,6 @@ fn new_producer(
     config: &ClientConfig,
     settled: mpsc::UnboundedSender<Arc<InFlightBatch>>,
 ) -> Result<Arc<KafkaProducer>, KafkaError> {
-    let context = DeliveryContext::new(sink, settled);
+    let context = DeliveryContext::new(sink, settled).hiding_secrets_of(config);
     Ok(Arc::new(config.create_with_context(context)?))
 }

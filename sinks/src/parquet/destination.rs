@@ -37,15 +37,16 @@ pub enum FileError {
     },
     /// The destination could not be set up at all (e.g. an object-store client that cannot
     /// be built).
-    #[error("destination {destination} unavailable: {reason}")]
+    #[error("destination {destination} unavailable: {}", crate::secret::redact_text(reason, &[]))]
     Unavailable {
         /// The configured root.
         destination: String,
         /// Why.
         reason: String,
     },
-    /// The object store refused or failed the upload (after its own retries).
-    #[error("uploading {location}: {source}")]
+    /// The object store refused or failed the upload (after its own retries). The store's
+    /// message names the request's URL, which is printed redacted.
+    #[error("uploading {location}: {}", crate::secret::redact_text(&source.to_string(), &[]))]
     Upload {
         /// `s3://bucket/key`.
         location: String,

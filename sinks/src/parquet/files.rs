@@ -120,6 +120,7 @@ impl PartitionedFiles {
     ) {
         let key = (kind, partition);
         if !self.open.contains_key(&key) {
+            self.finalize_earlier_hours(kind, partition, outcomes);
             match self.create(kind, partition) {
                 Ok(file) => {
                     self.open.insert(key, file);
@@ -163,6 +164,31 @@ impl PartitionedFiles {
             || file.writer.bytes_written() + file.writer.in_progress_size()
                 >= self.config.max_file_bytes;
         if full {
+            if let Some(file) = self.open.remove(&key) {
+                outcomes.push(self.finalize(kind, file));
+            }
+        }
+    }
+
+    /// When `kind`'s rows of a later hour arrive, its files of earlier hours are finalized at
+    /// once: the previous hour becomes visible in the lake as soon as the next one begins, and in
+    /// steady state one file per kind is open (memory does not step up for `max_file_age_secs`
+    /// after each hour boundary). Each file still holds one hour; a late row of an earlier hour
+    /// opens a file of its own, finalized by age or when a later hour opens again.
+    fn finalize_earlier_hours(
+        &mut self,
+        kind: EventKind,
+        partition: HourPartition,
+        outcomes: &mut Vec<FileOutcome>,
+    ) {
+        let mut earlier: Vec<_> = self
+            .open
+            .keys()
+            .filter(|(open_kind, open_partition)| *open_kind == kind && *open_partition < partition)
+            .copied()
+            .collect();
+        earlier.sort_unstable();
+        for key in earlier {
             if let Some(file) = self.open.remove(&key) {
                 outcomes.push(self.finalize(kind, file));
             }

@@ -41,6 +41,15 @@ impl S3Url {
     /// message when it is one but malformed.
     pub fn parse(text: &str) -> Option<Result<Self, String>> {
         let rest = text.strip_prefix("s3://")?;
+        // Credentials come from the AWS chain, never from the URL: a query, a fragment or a
+        // user before the bucket is refused, and the message shows the URL redacted.
+        if rest.contains(['?', '#']) || rest.split('/').next().is_some_and(|b| b.contains('@')) {
+            return Some(Err(format!(
+                "{:?}: an s3:// URL is `s3://bucket/prefix`, without user, query or fragment \
+                 (credentials come from the AWS_* variables, web identity or instance metadata)",
+                crate::secret::redact_url(text)
+            )));
+        }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let valid_bucket = (3..=63).contains(&bucket.len())
             && bucket
@@ -48,7 +57,8 @@ impl S3Url {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
         if !valid_bucket {
             return Some(Err(format!(
-                "{text:?}: the bucket name must be 3 to 63 lowercase letters, digits, '-' or '.'"
+                "{:?}: the bucket name must be 3 to 63 lowercase letters, digits, '-' or '.'",
+                crate::secret::redact_url(text)
             )));
         }
         Some(Ok(Self {
@@ -289,6 +299,44 @@ mod tests {
             let error = S3Url::parse(bad).unwrap().unwrap_err();
             assert!(error.contains("bucket name"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn s3_urls_with_credentials_are_refused_without_echoing_them() {
+        for (bad, shown) in [
+            (
+                "s3://AKIAEXAMPLE:wJalrXUtnFEMI@gpu-lake/fleet",
+                "s3://***@gpu-lake/fleet",
+            ),
+            (
+                "s3://gpu-lake/fleet?X-Amz-Signature=wJalrXUtnFEMI",
+                "s3://gpu-lake/fleet?X-Amz-Signature=***",
+            ),
+            ("s3://gpu-lake#wJalrXUtnFEMI", "s3://gpu-lake#***"),
+            ("s3://Bad?token=wJalrXUtnFEMI", "s3://Bad?token=***"),
+        ] {
+            let error = S3Url::parse(bad).unwrap().unwrap_err();
+            assert!(!error.contains("wJalrXUtnFEMI"), "{bad}: {error}");
+            assert!(error.starts_with(&format!("{shown:?}: ")), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn upload_errors_print_the_request_url_redacted() {
+        let error = FileError::Upload {
+            location: "s3://gpu-lake/fleet/xid/part.parquet".into(),
+            source: object_store::Error::Generic {
+                store: "S3",
+                source: "Error performing PUT https://user:wJalrXUtnFEMI@minio:9000/gpu-lake/x?X-Amz-Signature=deadbeef in 1s".into(),
+            },
+        };
+        let shown = error.to_string();
+        assert!(!shown.contains("wJalrXUtnFEMI"), "{shown}");
+        assert!(!shown.contains("deadbeef"), "{shown}");
+        assert!(
+            shown.contains("PUT https://***@minio:9000/gpu-lake/x?X-Amz-Signature=***"),
+            "{shown}"
+        );
     }
 
     #[test]

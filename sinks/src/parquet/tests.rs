@@ -74,23 +74,15 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(dir.path()), "node-a");
     let base = 1_795_320_000 * 1_000_000_000; // 2026-11-22T04:00:00Z
-    let outcomes = files.write(
+    let mut outcomes = files.write(
         EventKind::Cuda,
         &cuda_batch(&[base - 1, base, base + 1, base + HOUR_NS]),
     );
-    assert!(outcomes.is_empty(), "nothing finalized before close");
-    assert_eq!(files.open_files(), 3);
-    let outcomes = files.close_all();
-    let rows: Vec<u64> = outcomes
-        .iter()
-        .map(|o| match o {
-            FileOutcome::Finalized { rows, .. } => *rows,
-            FileOutcome::Rejected { error, .. } | FileOutcome::Failed { error, .. } => {
-                panic!("{error}")
-            }
-        })
-        .collect();
-    assert_eq!(rows, vec![1, 2, 1]);
+    // Each later hour's rows finalize the earlier hour's file at once.
+    assert_eq!(finalized_rows(&outcomes), vec![1, 2]);
+    assert_eq!(files.open_files(), 1);
+    outcomes.extend(files.close_all());
+    assert_eq!(finalized_rows(&outcomes), vec![1, 2, 1]);
     let found = parquet_files(dir.path());
     let relative: Vec<String> = found
         .iter()
@@ -115,6 +107,59 @@ fn batches_split_at_hour_boundaries_into_hive_partitions() {
     assert!(found
         .iter()
         .all(|p| !p.to_string_lossy().ends_with(TEMP_SUFFIX)));
+}
+
+fn finalized_rows(outcomes: &[FileOutcome]) -> Vec<u64> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            FileOutcome::Finalized { rows, .. } => *rows,
+            FileOutcome::Rejected { error, .. } | FileOutcome::Failed { error, .. } => {
+                panic!("{error}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_later_hour_closes_earlier_hours_of_its_kind_only_and_late_rows_get_their_own_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = PartitionedFiles::new(ParquetSinkConfig::with_path(dir.path()), "node-a");
+    let base = 1_795_320_000 * 1_000_000_000; // 2026-11-22T04:00:00Z
+    assert!(files
+        .write(EventKind::Cuda, &cuda_batch(&[base - 2, base - 1]))
+        .is_empty());
+    assert!(files
+        .write(
+            EventKind::Driver,
+            &crate::test_support::driver_batch(1).records
+        )
+        .is_empty());
+    // The next hour's CUDA rows: the 03:00 CUDA file is finalized, the driver file (of an
+    // earlier hour still) is not.
+    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[base, base + 1]));
+    assert_eq!(finalized_rows(&outcomes), vec![2]);
+    assert!(matches!(
+        &outcomes[0],
+        FileOutcome::Finalized { kind: EventKind::Cuda, location, .. } if location.contains("hour=03")
+    ));
+    assert_eq!(files.open_files(), 2);
+    // A late 03:00 row opens a file of its own; more 04:00 rows leave it open (no later hour
+    // opened), rows of 05:00 finalize both earlier CUDA files, oldest first.
+    assert!(files
+        .write(EventKind::Cuda, &cuda_batch(&[base - 3]))
+        .is_empty());
+    assert!(files
+        .write(EventKind::Cuda, &cuda_batch(&[base + 2]))
+        .is_empty());
+    assert_eq!(files.open_files(), 3);
+    let outcomes = files.write(EventKind::Cuda, &cuda_batch(&[base + HOUR_NS]));
+    assert_eq!(finalized_rows(&outcomes), vec![1, 3]);
+    assert_eq!(files.open_files(), 2);
+    let mut last = finalized_rows(&files.close_all());
+    last.sort_unstable();
+    assert_eq!(last, vec![1, 1], "the driver's file and CUDA's 05:00 file");
+    assert_eq!(parquet_files(dir.path()).len(), 5);
 }
 
 #[test]
