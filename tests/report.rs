@@ -4,9 +4,11 @@
 //! must hold exactly those counts, incidents and markers, and must render in headless Chromium
 //! with the severity colors on screen and the timeline's markers in the DOM. Stats mode:
 //! `report/stats_mode.rs`; docs/rca.md's queries of the flight recorder's rows:
-//! `report/flight_recorder.rs`.
+//! `report/flight_recorder.rs`; an incident's section (GPU, suspects, recorded calls, memory):
+//! `report/incident.rs`.
 
 mod flight_recorder;
+mod incident;
 mod stats_mode;
 
 use std::collections::BTreeMap;

@@ -29,6 +29,12 @@ pub const CUDA_CALL_COLUMNS: &[&str] = &[
     "shared_mem_bytes",
     "incident_id",
     "flight_recorder",
+    "kernel_name_demangled",
+    "gpu_uuid",
+    "pci_bus_id",
+    "gpu_index",
+    "held_memory",
+    "largest_allocations",
 ];
 
 /// The columns [`xids`] reads.
@@ -40,6 +46,7 @@ pub const XID_COLUMNS: &[&str] = &[
     "pci_bus_id",
     "gpu_uuid",
     "gpu_model",
+    "gpu_index",
     "message",
     "source",
     "pid",
@@ -53,6 +60,9 @@ pub const XID_COLUMNS: &[&str] = &[
     "affected_pids",
     "pod_namespace",
     "pod_name",
+    "container_id",
+    "suspect_kernel",
+    "suspects",
 ];
 
 /// `columns` as a SELECT list.
@@ -82,6 +92,7 @@ mod tests {
         let mut failed = cuda_row(2_000, "cuLaunchKernel", 700, 50);
         failed.bytes = Some(4096);
         failed.device_ptr = Some(0x7f00);
+        failed.objects.kernel_name_demangled = Some("wild_write(int*)");
         let calls = cuda_batch(&[failed, cuda_row(1_000, "cuMemAlloc_v2", 2, 7)]);
         let recorded = recorded_batch(&[cuda_row(500, "cuLaunchKernel", 0, 9)], "node-a/x/1");
         let full = cuda_calls(&[calls.clone(), recorded.clone()]);
@@ -105,8 +116,16 @@ mod tests {
             pod_name: Some("trainer-0".into()),
             ..Default::default()
         }));
+        record.annotations.suspects = Some(vec![gpuship_sinks::schema::KernelSuspect {
+            time_ns: 4,
+            function: "cuLaunchKernel".into(),
+            kernel_name_demangled: "wild_write(int*)".into(),
+            ..Default::default()
+        }]);
         let xid = xid_batch(&[record]);
         let full = xids(std::slice::from_ref(&xid));
+        assert_eq!(full[0].suspect_kernel.as_deref(), Some("wild_write(int*)"));
+        assert_eq!(full[0].suspects[0].kernel, "wild_write(int*)");
         assert_eq!(full[0].pod.as_deref(), Some("ml/trainer-0"));
         assert_eq!(full[0].gpu_uuid.as_deref(), Some("GPU-1"));
         assert_eq!(xids(&[project(&xid, XID_COLUMNS)]), full);

@@ -145,8 +145,12 @@ pub fn export_trace(args: &ExportTraceArgs) -> anyhow::Result<ExitCode> {
         0 => String::new(),
         n => format!(", {n} of them from the flight recorder"),
     };
+    let suspects = match counts.suspects {
+        0 => String::new(),
+        n => format!(" with {n} suspect kernels"),
+    };
     eprintln!(
-        "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only{recorded}; {} XIDs; \
+        "gpuship export-trace: {} events ({} CUDA calls, {} of them entry-only{recorded}; {} XIDs{suspects}; \
          {} driver operations; {} names; {} counter samples from {} cuda_stats rows) from \
          {files_read} file(s), {range}, to {}",
         counts.total(),

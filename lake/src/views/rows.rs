@@ -9,6 +9,14 @@ use arrow_array::{
     Array, ArrowPrimitiveType, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
 };
 
+mod driver;
+mod memory;
+mod nested;
+
+pub use driver::{driver_ops, DriverOp};
+pub use memory::{memory_held, MemoryHeld, MEMORY_COLUMNS};
+pub use nested::{headline, Allocation, Held, Suspect};
+
 /// Result name of entry-only calls (`[sources.cuda] entry_only`): no duration, no result.
 pub const NOT_CAPTURED: &str = "NOT_CAPTURED";
 
@@ -38,6 +46,14 @@ pub struct CudaCall {
     pub flight_recorder: bool,
     /// The kernel a launch ran, demangled (`kernel_name_demangled`, schema version 5).
     pub kernel: Option<String>,
+    /// The GPU it ran on (`gpu_uuid`, `pci_bus_id`, `gpu_index`; schema version 6).
+    pub gpu_uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub gpu_index: Option<i32>,
+    /// On an allocation that failed out of memory: what the process held on that GPU
+    /// (`held_memory`) and its largest allocations there (`largest_allocations`).
+    pub held: Option<Held>,
+    pub largest_allocations: Vec<Allocation>,
 }
 
 impl CudaCall {
@@ -62,6 +78,7 @@ pub struct Xid {
     pub pci_bus_id: String,
     pub gpu_uuid: Option<String>,
     pub gpu_model: Option<String>,
+    pub gpu_index: Option<i32>,
     pub message: String,
     pub source: Option<String>,
     pub pid: Option<i32>,
@@ -76,8 +93,12 @@ pub struct Xid {
     /// `namespace/name` of the attributed process's Kubernetes pod (`pod_namespace`,
     /// `pod_name`; schema version 3).
     pub pod: Option<String>,
+    /// The attributed process's container (`container_id`).
+    pub container_id: Option<String>,
     /// The first kernel the XID's suspects list (`suspect_kernel`, schema version 5).
     pub suspect_kernel: Option<String>,
+    /// The kernels the process launched last before it, most recent first (`suspects`).
+    pub suspects: Vec<Suspect>,
 }
 
 impl Xid {
@@ -101,22 +122,6 @@ impl Xid {
             .clone()
             .unwrap_or_else(|| crate::catalog::lookup(self.code).action.to_string())
     }
-}
-
-/// One driver operation (`driver` table). Each field is the column of the same name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DriverOp {
-    pub time_ns: i64,
-    pub host: String,
-    pub pid: i32,
-    pub tid: i32,
-    pub comm: String,
-    pub hook: String,
-    pub device: Option<String>,
-    pub request: Option<u32>,
-    pub request_name: Option<String>,
-    pub duration_ns: u64,
-    pub result: Option<i64>,
 }
 
 /// Column accessors of one batch (also for [`super::cuda_stats`]).
@@ -219,6 +224,11 @@ pub fn cuda_calls(batches: &[RecordBatch]) -> Vec<CudaCall> {
                 incident_id: text(c.strings("incident_id"), i),
                 flight_recorder: c.flag("flight_recorder", i) == Some(true),
                 kernel: text(c.strings("kernel_name_demangled"), i),
+                gpu_uuid: text(c.strings("gpu_uuid"), i),
+                pci_bus_id: text(c.strings("pci_bus_id"), i),
+                gpu_index: value(c.primitive::<Int32Type>("gpu_index"), i),
+                held: nested::held(batch, i),
+                largest_allocations: nested::largest_allocations(batch, i),
             });
         }
     }
@@ -256,6 +266,7 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                 pci_bus_id: text(c.strings("pci_bus_id"), i).unwrap_or_default(),
                 gpu_uuid: text(c.strings("gpu_uuid"), i),
                 gpu_model: text(c.strings("gpu_model"), i),
+                gpu_index: value(c.primitive::<Int32Type>("gpu_index"), i),
                 message: text(c.strings("message"), i).unwrap_or_default(),
                 source: text(c.strings("source"), i),
                 pid: value(c.primitive::<Int32Type>("pid"), i),
@@ -270,41 +281,14 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                 pod: text(c.strings("pod_namespace"), i)
                     .zip(text(c.strings("pod_name"), i))
                     .map(|(namespace, name)| format!("{namespace}/{name}")),
+                container_id: text(c.strings("container_id"), i),
                 suspect_kernel: text(c.strings("suspect_kernel"), i),
+                suspects: nested::suspects(batch, i),
             });
         }
     }
     xids.sort_by_key(|x| x.time_ns);
     xids
-}
-
-/// Every driver operation in `batches`.
-pub fn driver_ops(batches: &[RecordBatch]) -> Vec<DriverOp> {
-    let mut ops = Vec::new();
-    for batch in batches {
-        let c = Columns(batch);
-        for (i, time_ns) in c.times().into_iter().enumerate() {
-            let (Some(time_ns), Some(pid)) = (time_ns, value(c.primitive::<Int32Type>("pid"), i))
-            else {
-                continue;
-            };
-            ops.push(DriverOp {
-                time_ns,
-                host: text(c.strings("host"), i).unwrap_or_default(),
-                pid,
-                tid: value(c.primitive::<Int32Type>("tid"), i).unwrap_or(pid),
-                comm: text(c.strings("comm"), i).unwrap_or_default(),
-                hook: text(c.strings("hook"), i).unwrap_or_else(|| "driver".into()),
-                device: text(c.strings("device"), i),
-                request: value(c.primitive::<UInt32Type>("request"), i),
-                request_name: text(c.strings("request_name"), i),
-                duration_ns: value(c.primitive::<UInt64Type>("duration_ns"), i).unwrap_or(0),
-                result: value(c.primitive::<Int64Type>("result"), i),
-            });
-        }
-    }
-    ops.sort_by_key(|o| (o.time_ns, o.pid, o.tid));
-    ops
 }
 
 #[cfg(test)]

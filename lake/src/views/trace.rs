@@ -7,7 +7,9 @@
 //!   flight recorder wrote are on a track of their own per thread ([`calls`]).
 //! - Driver operations are complete events on a track of their own per thread: tid
 //!   `DRIVER_TRACK_BASE + tid`, above any real Linux tid.
-//! - XIDs are global instant events (`s: g`) on pseudo-process 0 ("GPUs"), one thread per GPU.
+//! - XIDs are global instant events (`s: g`) on pseudo-process 0 ("GPUs"), one thread per GPU;
+//!   an XID's suspect kernels are instants on its GPU's thread at their launch times, and are
+//!   listed in its args ([`suspects`]).
 //! - `cuda_stats` rows (stats mode, whose single calls are not known) are counter tracks per
 //!   process and function: calls per second and mean/p99 latency per interval ([`counters`]).
 //!
@@ -19,6 +21,7 @@ mod args;
 pub mod calls;
 pub mod counters;
 mod names;
+pub mod suspects;
 
 use serde_json::{json, Map, Value};
 
@@ -43,6 +46,8 @@ pub struct TraceCounts {
     pub flight_recorder: usize,
     /// XIDs (`i`, global).
     pub xid: usize,
+    /// Suspect kernels of XIDs (`i`, on the GPU's track).
+    pub suspects: usize,
     /// Driver operations (`X`).
     pub driver: usize,
     /// Process and thread names (`M`).
@@ -59,6 +64,7 @@ impl TraceCounts {
         self.cuda_complete
             + self.cuda_instant
             + self.xid
+            + self.suspects
             + self.driver
             + self.metadata
             + self.counters
@@ -160,6 +166,7 @@ pub fn build(rows: Rows<'_>, context: Map<String, Value>) -> (Value, TraceCounts
         .chain(rows.xids.iter().map(|x| x.time_ns))
         .chain(rows.driver.iter().map(|d| d.time_ns))
         .chain(counters.samples.iter().map(|s| s.at_ns))
+        .chain(suspects::times(rows.xids))
         .min();
     let mut builder = Builder {
         origin: first.unwrap_or(0),
@@ -171,6 +178,7 @@ pub fn build(rows: Rows<'_>, context: Map<String, Value>) -> (Value, TraceCounts
     builder.driver(rows.driver);
     builder.counters(&counters);
     builder.xids(rows.xids);
+    builder.suspects(rows.xids);
     let Builder {
         mut counts,
         names,
@@ -234,6 +242,7 @@ mod tests {
                 cuda_instant: 1,
                 flight_recorder: 0,
                 xid: 1,
+                suspects: 0,
                 driver: 0,
                 metadata: 4,
                 counters: 0,
@@ -344,6 +353,7 @@ mod tests {
                 cuda_instant: 0,
                 flight_recorder: 0,
                 xid: 0,
+                suspects: 0,
                 driver: 0,
                 metadata: 3,
                 counters: 6,

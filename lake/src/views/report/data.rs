@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::flight_recorder::{self, RecordedCalls};
 use super::functions::{self, FunctionStats};
+use super::incident::{self, Detail};
 use super::lanes;
 use crate::views::cuda_stats::CudaStats;
 use crate::views::rows::{CudaCall, Xid};
@@ -121,6 +122,8 @@ pub struct Incident {
     pub affected: Vec<(i32, String)>,
     /// Failed CUDA calls carrying its id.
     pub failed_calls: usize,
+    /// Its XIDs, processes, suspects, the flight recorder's calls, failed calls and memory.
+    pub detail: Detail,
 }
 
 /// Rank of a severity, for "worst of".
@@ -166,7 +169,8 @@ pub fn without_functions(
         .iter()
         .filter(|c| c.failed() && !c.flight_recorder)
         .collect();
-    let incidents = incidents(xids, &failures);
+    let mut incidents = incidents(xids, &failures);
+    incident::attach_calls(&mut incidents, calls);
     let flight_recorder = flight_recorder::summarize(calls, &incidents);
     let (gpus, unlinked) = lanes::timelines(xids, &failures, &flight_recorder);
     ReportData {
@@ -243,7 +247,16 @@ fn incidents(xids: &[Xid], failures: &[&CudaCall]) -> Vec<Incident> {
                     }
                 }
             }
+            let (suspects_of, suspects) = incident::suspects(&members);
+            let detail = Detail {
+                xids: members.iter().map(|x| (*x).clone()).collect(),
+                processes: incident::processes(&members),
+                suspects,
+                suspects_of,
+                ..Detail::default()
+            };
             Some(Incident {
+                detail,
                 failed_calls: failed.get(id.as_str()).copied().unwrap_or(0),
                 gpu: gpu_of(root),
                 root: root.clone(),

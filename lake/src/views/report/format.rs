@@ -132,6 +132,22 @@ fn write_significant(out: &mut String, value: f64, unit: &str) -> std::fmt::Resu
     }
 }
 
+/// A size in bytes, exact, with its binary-unit reading from 1 KiB on: `512 B`,
+/// `3145728 B (3.00 MiB)`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{n} B ({value:.2} {})", UNITS[unit])
+}
+
 /// Calls per second, three decimals (`0.003`, `120.500`).
 pub fn rate(per_second: f64) -> String {
     format!("{per_second:.3}")
@@ -163,6 +179,9 @@ mod tests {
         assert_eq!(duration(4_560_000), "4.56 ms");
         assert_eq!(duration(1_200_000_000), "1.20 s");
         assert_eq!(rate(2.0 / 600.0), "0.003");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 << 20), "3145728 B (3.00 MiB)");
+        assert_eq!(bytes(u64::MAX), "18446744073709551615 B (16.00 EiB)");
     }
 
     #[test]

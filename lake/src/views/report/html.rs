@@ -13,7 +13,7 @@ use maud::{html, Escaper, Markup, PreEscaped, Render};
 
 use super::data::{Incident, ReportData};
 use super::format::time;
-use super::{accounting_html, flight_recorder, functions_table, timeline};
+use super::{accounting_html, flight_recorder, functions_table, incident_html, timeline};
 use crate::range::rfc3339;
 
 const STYLE: &str = "
@@ -30,6 +30,11 @@ svg.timeline .grid{stroke:#ececec}svg.timeline .lane{stroke:#d0d0d0}
 svg.timeline .tick{font-size:11px;fill:#555}svg.timeline .gpu-label{font-size:13px;font-weight:600;fill:#1d1d1f}
 svg.timeline .lane-label{font-size:12px;fill:#444}
 code{font-size:12px}
+.incident-detail{border:1px solid #ddd;border-radius:6px;padding:4px 14px 10px;margin:14px 0}
+.incident-detail h3{font-size:15px;margin:8px 0}.incident-detail h4{font-size:13px;margin:12px 0 4px}
+.incident-detail ol,.incident-detail ul{margin:2px 0;padding-left:22px}
+.first-suspect mark{background:#ffd54f;padding:1px 4px;border-radius:3px;font-weight:600}
+.suspect .completed{color:#666}details.recorded-calls summary{cursor:pointer}
 ";
 
 /// Text from the data (names, messages, file names, errors) as page text: HTML-escaped by
@@ -220,6 +225,9 @@ fn incidents(data: &ReportData) -> Markup {
                         @for incident in &data.incidents { (incident_row(incident)) }
                     }
                 }
+                @for (i, incident) in data.incidents.iter().enumerate() {
+                    (incident_html::render(i + 1, incident))
+                }
             }
         }
     }
@@ -357,13 +365,14 @@ mod tests {
 
     /// Every place the data reaches the page: hosts, lake location, unreadable files and
     /// their errors (twice), XID messages (the timeline's titles and the incident table), sink,
-    /// drop reason and ring names (attribute and cell), the root XID's suspect kernel.
+    /// drop reason and ring names (attribute and cell), the root XID's suspect kernel, and in
+    /// the incidents' sections the XID messages (twice) and the suspect kernel.
     #[test]
     fn text_from_the_data_is_escaped_wherever_it_lands() {
         let page = render(&rich(2, HOSTILE));
         let escaped =
             "&lt;b&gt;x&lt;/b&gt; &amp; &quot;q&quot; &#39;a&#39; \u{fffd}[2J\u{fffd}\u{fffd} ok";
-        assert_eq!(page.matches(escaped).count(), 16, "{page}");
+        assert_eq!(page.matches(escaped).count(), 19, "{page}");
         assert!(page.contains(&format!("suspect kernel: <code>{escaped}</code>")));
         assert!(!page.contains("<b>x"), "{page}");
         assert!(!page.contains("'a'"), "{page}");

@@ -2,7 +2,9 @@
 //! timeline of XIDs and failed CUDA calls, incidents with their root cause and recommended
 //! action, the calls the flight recorder wrote before them, CUDA call rates and latencies per
 //! function (from `cuda` rows and `cuda_stats` aggregates, each call once), and the delivery
-//! accounting that says how complete all of that is.
+//! accounting that says how complete all of that is. Each incident has a section of its own:
+//! GPU, XIDs, processes, suspect kernels, the flight recorder's calls, failed calls and the
+//! memory its processes held ([`incident`], [`incident_html`], [`failures_html`]).
 //!
 //! [`data`], [`lanes`] and [`functions`] compute, [`timeline`], [`html`], [`functions_table`]
 //! and [`accounting_html`] render, [`flight_recorder`] does both for its rows, [`format`]
@@ -10,11 +12,14 @@
 
 pub mod accounting_html;
 pub mod data;
+pub mod failures_html;
 pub mod flight_recorder;
 pub mod format;
 pub mod functions;
 pub mod functions_table;
 pub mod html;
+pub mod incident;
+pub mod incident_html;
 pub mod lanes;
 pub mod sql;
 pub mod timeline;
@@ -44,6 +49,7 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
             EventKind::Cuda,
             EventKind::Driver,
             EventKind::CudaStats,
+            EventKind::CudaMemory,
         ],
         &range,
     )?;
@@ -92,6 +98,9 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     );
     data.functions = cuda.functions;
     phase("aggregated");
+    let memory = sql::memory_held(&mut read, &incident::pids(&data.incidents))?;
+    incident::attach_memory(&mut data.incidents, &memory);
+    phase("memory held");
     let page = html::render(&data);
     phase("rendered");
     Ok((data, page))

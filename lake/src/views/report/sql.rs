@@ -30,7 +30,7 @@ use crate::engine::QueryError;
 use crate::read::LakeRead;
 use crate::views::columns::{select_list, CUDA_CALL_COLUMNS, XID_COLUMNS};
 use crate::views::cuda_stats::cuda_stats;
-use crate::views::rows::{self, CudaCall, Xid, NOT_CAPTURED};
+use crate::views::rows::{self, CudaCall, MemoryHeld, Xid, MEMORY_COLUMNS, NOT_CAPTURED};
 
 /// Rows the views count as CUDA calls or aggregates (rows::cuda_calls and
 /// cuda_stats::cuda_stats leave the others out).
@@ -99,6 +99,23 @@ pub fn xids(read: &mut LakeRead<'_>) -> Result<Vec<Xid>, QueryError> {
     })?;
     xids.sort_by_key(|x| x.time_ns);
     Ok(xids)
+}
+
+/// The `cuda_memory` rows of `pids` (the processes of the range's incidents), which
+/// [`super::incident::attach_memory`] narrows to the figures nearest each incident.
+pub fn memory_held(read: &mut LakeRead<'_>, pids: &[i32]) -> Result<Vec<MemoryHeld>, QueryError> {
+    if pids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+    let sql = format!(
+        "SELECT {} FROM cuda_memory WHERE pid IN ({})",
+        select_list(MEMORY_COLUMNS),
+        pids.join(", ")
+    );
+    read.fold(EventKind::CudaMemory, &sql, Vec::new, |rows, batch| {
+        rows.extend(rows::memory_held(&[batch]));
+    })
 }
 
 /// What the report asks of `cuda` and `cuda_stats` in aggregate: statistics per function, most

@@ -45,6 +45,17 @@ pub fn cuda_args(call: &CudaCall) -> Map<String, Value> {
 
 /// An XID's columns.
 pub fn xid_args(xid: &Xid) -> Value {
+    let suspects: Vec<Value> = xid
+        .suspects
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({
+                "rank": i + 1, "kernel": s.kernel, "function": s.function,
+                "completed": s.completed, "time_ns": s.time_ns, "tid": s.tid,
+            })
+        })
+        .collect();
     json!({
         "code": xid.code,
         "pci_bus_id": xid.pci_bus_id,
@@ -60,6 +71,7 @@ pub fn xid_args(xid: &Xid) -> Value {
         "incident_id": xid.incident_id,
         "root_candidate": xid.root_candidate,
         "suspect_kernel": xid.suspect_kernel,
+        "suspects": suspects,
         "host": xid.host,
     })
 }
