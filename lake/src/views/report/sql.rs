@@ -6,7 +6,8 @@
 //! reads only the columns it uses: `cuda_stats` once and `cuda` twice (statistics and hosts,
 //! then the failed calls, which the `result` statistics let the scan skip in files without
 //! failures), `xid` and `driver` once. A third scan of `cuda` reads the flight recorder's rows,
-//! only when the statistics' scan saw some.
+//! only when the statistics' scan saw some; `cuda_memory` is read once, for the incidents'
+//! processes only.
 //!
 //! Percentiles of single calls are nearest-rank over a histogram per function whose buckets are
 //! the durations as the page writes them ([`super::format::duration`], three significant digits,
