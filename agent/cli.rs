@@ -67,8 +67,9 @@ pub enum CliCommand {
     /// flags.
     #[command(disable_help_flag = true)]
     Report(LakeViewArgs),
-    /// Ask the data lake anything in SQL (tables xid, cuda, driver, cuda_stats; the rows of --since/--until)
-    /// and print the rows as a table, CSV or JSON. Exit status 2 for wrong SQL.
+    /// Ask the data lake anything in SQL (tables xid, cuda, driver, cuda_stats, cuda_memory; the
+    /// rows of --since/--until) and print the rows as a table, CSV or JSON. Exit status 2 for
+    /// wrong SQL.
     ///
     /// Runs `gpuship-lake query` (installed beside gpuship): `gpuship query --help` lists its
     /// flags.
@@ -149,6 +150,11 @@ pub struct ValidateArgs {
     /// The file to check.
     #[arg(long, short)]
     pub config: PathBuf,
+    /// Check the file alone: skip each sink's start check, which reads what `run` reads from
+    /// this machine before it starts (secrets, `${env:NAME}` values, TLS files). For a file
+    /// checked away from the nodes that will run it.
+    #[arg(long)]
+    pub syntax_only: bool,
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Err(gpuship::lake_views::exec_view(name, log_level, args))
     };
     let result = match cli.command {
-        CliCommand::Validate(args) => validate(&args.config),
+        CliCommand::Validate(args) => validate(&args.config, args.syntax_only),
         CliCommand::Run(args) => run_command(args),
         CliCommand::Doctor(args) => doctor(args),
         CliCommand::Xid(args) => xid(args),
@@ -82,8 +82,26 @@ fn xid(args: XidArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn validate(path: &Path) -> anyhow::Result<ExitCode> {
+fn validate(path: &Path, syntax_only: bool) -> anyhow::Result<ExitCode> {
     let config = Config::load(path)?;
+    // What `run` would refuse at start (an unset `${env:NAME}`, a missing secret or TLS file)
+    // is refused here too, with the same words.
+    let problems = if syntax_only {
+        Vec::new()
+    } else {
+        gpuship::run::start_problems(&config)
+    };
+    if !problems.is_empty() {
+        for problem in &problems {
+            eprintln!("{}: {problem}", path.display());
+        }
+        eprintln!(
+            "{}: the file is valid, but `gpuship run` would not start with it here \
+             (--syntax-only checks the file alone)",
+            path.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
     println!(
         "{}: valid ({} sink(s))",
         path.display(),

@@ -20,6 +20,7 @@ mod cuda_stats;
 mod cuda_stats_peers;
 mod cuda_threads;
 mod deploy;
+mod doc_facts;
 mod doctor;
 mod driver_hooks;
 mod export_trace;

@@ -24,7 +24,9 @@ use toml::Spanned;
 use parse::{typed, Document, Problems};
 
 pub use metrics::{MetricsConfig, OtlpMetricsConfig};
-pub use sinks::{sink_name_problem, sink_names, CudaFilter, SinkConfig, SinkEntry, SinkOptions};
+pub use sinks::{
+    sink_name_problem, sink_names, CudaFilter, SinkConfig, SinkEntry, SinkOptions, OPTION_KEYS,
+};
 pub use sources::{
     CudaSourceConfig, DriverSourceConfig, KmsgStart, SourcesConfig, TracepointFields,
     XidSourceConfig,

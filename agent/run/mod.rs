@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::summary::RunSummary;
 
 pub use privileges::{can_trace, effective_capabilities};
-pub use sinks::{build_sink, check_sinks, sink_names};
+pub use sinks::{build_sink, check_sinks, sink_names, start_problems};
 
 /// What to trace.
 #[derive(Debug, Clone, PartialEq, Eq)]

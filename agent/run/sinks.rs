@@ -42,6 +42,20 @@ pub fn check_start(config: &SinkConfig) -> Result<(), String> {
     config.sink_type().check_start()
 }
 
+/// Every sink's start check, as `gpuship run` makes it before capture begins: the sinks that
+/// would not start, as `sink NAME cannot start: why` lines (empty when all would).
+pub fn start_problems(config: &crate::config::Config) -> Vec<String> {
+    sink_names(&config.sinks)
+        .iter()
+        .zip(&config.sinks)
+        .filter_map(|(name, entry)| {
+            check_start(&entry.sink)
+                .err()
+                .map(|reason| format!("sink {name} cannot start: {reason}"))
+        })
+        .collect()
+}
+
 /// Every sink's start check and destination health check, run now (concurrently, each within
 /// its timeout): `(sink name, type, outcome)`, for `gpuship doctor`. Creates nothing.
 pub fn check_sinks(config: &crate::config::Config) -> Vec<(String, &'static str, Health)> {

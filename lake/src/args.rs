@@ -63,9 +63,9 @@ pub enum QueryFormat {
 /// `gpuship query`.
 #[derive(Debug, Args)]
 pub struct QueryArgs {
-    /// The SQL (DataFusion's dialect) over the tables `xid`, `cuda`, `driver` and `cuda_stats`: the rows of
-    /// the range, with the hive partition columns `dt` and `hour`. Exit status 2 when the SQL
-    /// is wrong.
+    /// The SQL (DataFusion's dialect) over the tables `xid`, `cuda`, `driver`, `cuda_stats` and
+    /// `cuda_memory`: the rows of the range, with the hive partition columns `dt` and `hour`.
+    /// Exit status 2 when the SQL is wrong.
     pub sql: String,
     /// Range and lake.
     #[command(flatten)]

@@ -153,9 +153,26 @@ fn run_exits_non_zero_naming_a_sink_that_cannot_start() {
         !stderr.contains("s3cret"),
         "the secret is never printed:\n{stderr}"
     );
-    // validate checks what the file holds; a secret is only read by run.
-    let (code, _, stderr) = gpuship(&["validate", "--config", &path]);
+    // validate makes run's start check too, with the same words; --syntax-only checks the
+    // file alone.
+    let output = Command::new(binary())
+        .args(["validate", "--config", &path])
+        .env("GPUSHIP_TEST_CRLF_TOKEN", "Bearer s3cret\r\nX-Injected: 1")
+        .output()
+        .expect("run gpuship");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{path}: sink collector cannot start: header authorization: the value contains a \
+             line break (CR/LF); not a valid header value"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    let (code, stdout, stderr) = gpuship(&["validate", "--syntax-only", "--config", &path]);
     assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("valid (1 sink(s))"), "{stdout}");
 }
 
 #[test]
