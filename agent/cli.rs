@@ -1,5 +1,5 @@
 //! The command line: `gpuship run`, `validate`, `doctor`, `xid`, `top`, `export-trace`,
-//! `report` and `query`.
+//! `report`, `query`, `completions` and `man`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -78,6 +78,28 @@ pub enum CliCommand {
     /// Live terminal view of a running agent (read from its metrics server's /live): calls per
     /// second per CUDA function and per process, the latest XIDs, loss counters. q quits.
     Top(TopArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell (`make
+    /// install` installs bash's, zsh's and fish's).
+    Completions(CompletionsArgs),
+    /// Print the gpuship(1) man page as roff, or write one page per command into a folder
+    /// (`make install` installs them).
+    Man(ManArgs),
+}
+
+/// `gpuship completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `gpuship man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write gpuship.1 and gpuship-<command>.1 for every command into this folder instead.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 /// `gpuship report`, `export-trace` and `query`: every argument goes to `gpuship-lake` unread

@@ -25,6 +25,7 @@ pub mod accounting;
 pub mod batcher;
 pub mod bpf;
 pub mod cli;
+pub mod cli_docs;
 pub mod config;
 pub mod consumer;
 pub mod decode;

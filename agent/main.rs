@@ -31,6 +31,11 @@ fn main() -> ExitCode {
             interval: args.interval,
             once: args.once,
         }),
+        CliCommand::Completions(args) => {
+            gpuship::cli_docs::completions(args.shell, &mut std::io::stdout().lock());
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Man(args) => man(args.dir.as_deref()),
     };
     match result {
         Ok(code) => code,
@@ -107,6 +112,18 @@ fn validate(path: &Path, syntax_only: bool) -> anyhow::Result<ExitCode> {
         path.display(),
         config.sinks.len().max(1)
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn man(dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match dir {
+        Some(dir) => {
+            for page in gpuship::cli_docs::man_pages(dir)? {
+                println!("{}", dir.join(page).display());
+            }
+        }
+        None => gpuship::cli_docs::man_page(&mut std::io::stdout().lock())?,
+    }
     Ok(ExitCode::SUCCESS)
 }
 

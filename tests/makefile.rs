@@ -5,6 +5,8 @@
 //! agent; `make lake` (the command `gpuship report` names when gpuship-lake is missing:
 //! tests/lake_binary.rs) and `make build` build the views' binary.
 
+mod install;
+
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
