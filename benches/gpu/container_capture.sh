@@ -8,7 +8,8 @@
 # Run on the GPU machine from the repo root:
 #   GPUSHIP=target/gpu/gpuship [TRIGGER=target/gpu/xid_trigger.py] bash benches/gpu/container_capture.sh [STEPS]
 # With TRIGGER, the XID 31 trigger then runs the same way (its own libcuda copy) and the XID's
-# log line (its suspect kernel) is printed.
+# log line (its suspect kernel) is printed. With LAKE_OUT, the lake is copied there at the end
+# (e.g. $OUT/lake on the device tool, for `gpuship report` on another machine).
 set -uo pipefail
 GPUSHIP=${GPUSHIP:-target/release/gpuship}
 STEPS=${1:-2000}
@@ -73,6 +74,7 @@ if [ -n "${TRIGGER:-}" ]; then
 fi
 sleep 3
 agent_stop
+[ -n "${LAKE_OUT:-}" ] && mkdir -p "$LAKE_OUT" && cp -r "$WORK/lake/." "$LAKE_OUT/"
 grep -E "final ring accounting ring=\"cuda\"" "$WORK/agent.log" | cut -c1-300
 python3 - "$WORK/lake" "$WORK/job.out" <<'PY'
 import glob, re, sys
