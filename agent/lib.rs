@@ -31,7 +31,8 @@ pub mod consumer;
 pub mod decode;
 pub mod doctor;
 pub mod enrich;
-pub mod escape;
+/// Terminal escaping lives in `gpuship-top` (which the daemon links) so that there is one copy.
+pub use gpuship_top::escape;
 pub mod fanout;
 pub mod health;
 pub mod lake_views;

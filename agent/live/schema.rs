@@ -84,23 +84,4 @@ mod tests {
         assert_eq!(report.accounting.rings.len(), 3);
         assert_eq!(report.accounting.rings[1].ring, "cuda");
     }
-
-    /// `top` carries its own copy of the escaping (it does not depend on the daemon): both
-    /// escape the same characters the same way.
-    #[test]
-    fn top_escapes_text_as_the_daemon_does() {
-        for c in (0u32..0x3000).filter_map(char::from_u32) {
-            let text = format!("a{c}b");
-            assert_eq!(
-                gpuship_top::escape::escape_controls(&text),
-                crate::escape::escape_controls(&text),
-                "{c:?}"
-            );
-        }
-        let text = "x\u{feff}y\u{2069}\x1b]52;c;YQ==\x07";
-        assert_eq!(
-            gpuship_top::escape::escape_controls(text),
-            crate::escape::escape_controls(text)
-        );
-    }
 }

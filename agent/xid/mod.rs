@@ -19,3 +19,26 @@ pub mod suspects;
 /// The catalog is its own crate: the lake's views fill older rows from it too.
 pub use gpuship_catalog as catalog;
 pub use stage::{XidStage, XidStageSettings};
+
+#[cfg(test)]
+mod tests {
+    use super::catalog;
+    use crate::escape::escape_controls;
+    use std::borrow::Cow;
+
+    #[test]
+    fn the_xid_catalog_gpuship_xid_prints_has_nothing_to_escape() {
+        for info in catalog::entries() {
+            let text = format!("{info}\n{}", catalog::CATALOG_VERSION);
+            assert!(
+                matches!(escape_controls(&text.replace('\n', " ")), Cow::Borrowed(_)),
+                "{text:?}"
+            );
+        }
+        let unknown = catalog::lookup(999_999).to_string();
+        assert!(matches!(
+            escape_controls(&unknown.replace('\n', " ")),
+            Cow::Borrowed(_)
+        ));
+    }
+}

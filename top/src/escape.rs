@@ -1,19 +1,18 @@
-//! Text from outside made safe to print on a terminal: process names (any local user picks
-//! their own) and driver messages can hold escape sequences that clear the screen, rewrite
-//! lines or write the clipboard (OSC 52). Every cell `top` shows passes through
-//! [`escape_controls`] before it reaches the terminal or the `--once` text.
-//!
-//! A copy of the daemon's `escape` module's [`escape_controls`] (the same characters, the
-//! same escapes), so that this crate does not depend on the daemon; the two are checked
-//! against each other by the daemon's tests.
+//! Text from outside made safe to print on a terminal. Process names (any local user picks
+//! their own), kernel and driver messages, library symbol names and an agent's answers can
+//! hold escape sequences that clear the screen, rewrite lines or write the clipboard (OSC 52).
+//! Every terminal output of gpuship (`top`, the run summary and progress, `doctor`, `xid`, log
+//! fields with names or messages) passes such text through [`escape_controls`]. The one
+//! implementation: the daemon re-exports this module as `gpuship::escape`.
 //!
 //! What is escaped: every Unicode control character (C0 including TAB, CR and LF, DEL, C1),
 //! and the invisible characters that reorder or split what a reader sees (bidirectional
 //! overrides and isolates, line and paragraph separators). Each becomes a visible escape
 //! (`\x1b`, `\r`, `\u{9b}`); everything else, including other non-ASCII text, is kept.
+//! Backslashes are not doubled: the output is for people, not for parsing back.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 /// Whether `c` must not reach a terminal as itself.
 fn is_unsafe(c: char) -> bool {
@@ -59,6 +58,39 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`escape_controls`] as a `Display` value, for `tracing` fields: `comm = %Escaped(&comm)`.
+pub struct Escaped<'a>(pub &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&escape_controls(self.0))
+    }
+}
+
+/// A JSON document about to be printed (`doctor --json`), with the characters JSON allows raw
+/// inside strings but a terminal would act on (DEL, C1, the invisible reordering ones) written
+/// as `\uXXXX`. The document still parses to the same value. C0 characters are already
+/// escaped by every JSON encoder.
+pub fn escape_json_output(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(is_unsafe_in_json) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if is_unsafe_in_json(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`is_unsafe`] minus what JSON encoders already escape and the whitespace between tokens.
+fn is_unsafe_in_json(c: char) -> bool {
+    is_unsafe(c) && (c as u32) >= 0x20
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +111,7 @@ mod tests {
     fn every_control_character_becomes_a_visible_escape() {
         for (hostile, shown) in HOSTILE {
             assert_eq!(escape_controls(hostile), shown, "{hostile:?}");
+            assert_eq!(Escaped(hostile).to_string(), shown);
         }
         for c in (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32) {
             let escaped = escape_controls(&c.to_string()).into_owned();
@@ -89,7 +122,20 @@ mod tests {
             escape_controls("cuLaunchKernel"),
             Cow::Borrowed(_)
         ));
+        // Escaping is idempotent: escaped text has nothing left to escape.
         let once = escape_controls("x\x1b[31m").into_owned();
         assert_eq!(escape_controls(&once), once);
+    }
+
+    #[test]
+    fn json_output_keeps_its_value_and_loses_its_raw_controls() {
+        let value = serde_json::json!({"detail": "a\u{9b}b\x7f\u{2028}\x1b"});
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let safe = escape_json_output(&text);
+        assert!(!safe.chars().any(|c| is_unsafe(c) && c != '\n'), "{safe}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).unwrap(),
+            value
+        );
     }
 }
