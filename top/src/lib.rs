@@ -36,6 +36,8 @@ use wire::LiveReport;
 
 /// The shortest refresh interval.
 const MIN_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest: a view that refreshes less often than this is not live.
+const MAX_INTERVAL: Duration = Duration::from_secs(600);
 
 /// What `gpuship top` was asked.
 #[derive(Debug, Clone)]
@@ -48,27 +50,33 @@ pub struct TopOptions {
     pub once: bool,
 }
 
-/// A refresh interval: `200ms`, `1s`, `1.5s`, `2m`, or plain seconds (`2`).
+/// A refresh interval: `200ms`, `1s`, `1.5s`, `2m`, or plain seconds (`2`). The grammar is
+/// humantime's, as for the lake's `--since` (`1m30s`, `500ms`, `2min`).
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
+    let plain_seconds = !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let parsed = if plain_seconds {
+        humantime::parse_duration(&format!("{text}s"))
+    } else {
+        humantime::parse_duration(text)
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 200ms, 1s or 2m"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s or m)")),
-    };
-    let interval = Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))?;
+    let interval = parsed.map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } if !unit.is_empty() => {
+            format!("unknown unit {unit:?} in {text:?} (ms, s or m)")
+        }
+        humantime::DurationError::NumberOverflow => format!("{text:?} is too long"),
+        _ => format!("{text:?} is not a duration such as 200ms, 1s or 2m"),
+    })?;
     if interval < MIN_INTERVAL {
         return Err(format!(
             "{text:?} is shorter than {}ms",
             MIN_INTERVAL.as_millis()
+        ));
+    }
+    if interval > MAX_INTERVAL {
+        return Err(format!(
+            "{text:?} is longer than {}m",
+            MAX_INTERVAL.as_secs() / 60
         ));
     }
     Ok(interval)
@@ -169,8 +177,15 @@ mod tests {
         assert!(parse_interval("10ms")
             .unwrap_err()
             .contains("shorter than 50ms"));
-        assert!(parse_interval("1h").unwrap_err().contains("unknown unit"));
-        assert!(parse_interval("fast").is_err());
+        assert_eq!(parse_interval("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("1h")
+            .unwrap_err()
+            .contains("longer than 10m"));
+        assert!(parse_interval("2x").unwrap_err().contains("unknown unit"));
+        assert!(parse_interval("fast")
+            .unwrap_err()
+            .contains("not a duration"));
         assert!(parse_interval("").is_err());
+        assert!(parse_interval("-1s").is_err());
     }
 }
