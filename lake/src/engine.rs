@@ -25,7 +25,7 @@ use datafusion::logical_expr::{col, lit, Expr};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::scalar::ScalarValue;
 use futures_util::StreamExt;
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 use object_store::ObjectMeta;
 
 use crate::lake_table::LakeTable;
@@ -91,15 +91,16 @@ fn table_schema(kind: EventKind) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// The kind's schema as the sinks define it. It comes as Arrow IPC bytes because the sinks may
-/// be built on a newer arrow than the engine's; the columns, types and metadata are the same.
+/// The kind's schema as the sinks define it. It comes as Arrow IPC bytes (gpuship-model's copy,
+/// which a sinks test keeps equal to their schemas) because the sinks may be built on a newer
+/// arrow than the engine's; the columns, types and metadata are the same.
 pub fn kind_schema(kind: EventKind) -> SchemaRef {
-    let bytes = gpuship_sinks::schema::schema_ipc(kind);
-    match arrow_ipc::reader::StreamReader::try_new(bytes.as_slice(), None) {
+    let bytes = gpuship_model::schemas::schema_ipc(kind);
+    match arrow_ipc::reader::StreamReader::try_new(bytes, None) {
         Ok(reader) => reader.schema(),
         // Both sides are Arrow's IPC format, which is versioned and stable across releases;
         // the unit test below reads every kind.
-        Err(err) => unreachable!("the {kind} schema from gpuship-sinks is not readable: {err}"),
+        Err(err) => unreachable!("the {kind} schema from gpuship-model is not readable: {err}"),
     }
 }
 
@@ -374,7 +375,7 @@ mod tests {
                     .collect::<Vec<String>>()
             };
         }
-        for &kind in gpuship_sinks::EventKind::ALL {
+        for &kind in EventKind::ALL {
             let ours = kind_schema(kind);
             let theirs = gpuship_sinks::schema::schema_for(kind);
             assert_eq!(describe!(ours), describe!(theirs), "{kind}");

@@ -50,11 +50,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use arrow_array::RecordBatch;
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 
 pub use accounting::{AccountingTotals, KmsgTotals, RingTotals, SinkTotals};
 pub use engine::QueryError;
-use gpuship_sinks::parquet::S3Url;
+use gpuship_model::s3::S3Url;
 pub use local::LocalStorage;
 pub use range::{RangeError, TimeRange};
 pub use read::LakeRead;

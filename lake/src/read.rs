@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 use object_store::ObjectMeta;
 
 use crate::engine::{Engine, QueryError};

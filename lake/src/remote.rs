@@ -1,15 +1,15 @@
 //! [`LakeStorage`] over an S3 bucket (or any S3-compatible store): the lake a Parquet sink with
-//! `path = "s3://bucket/prefix"` writes. The client is the sink's own (`ObjectStoreOptions`),
-//! so endpoint, region, credentials and plain-HTTP permission come from the standard AWS
-//! environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, either meaning path-style addressing;
-//! `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
+//! `path = "s3://bucket/prefix"` writes. The client is the one the sink writes with
+//! (`gpuship_model::s3::ObjectStoreOptions`), so endpoint, region, credentials and plain-HTTP
+//! permission come from the standard AWS environment (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`,
+//! either meaning path-style addressing; `AWS_REGION`, `AWS_ALLOW_HTTP`, the credential chain).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
-use gpuship_sinks::parquet::{ObjectStoreOptions, S3Url};
+use gpuship_model::s3::{ObjectStoreOptions, S3Url};
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
@@ -62,7 +62,7 @@ impl ObjectStoreStorage {
             what,
             target: format!("{}/{key}", self.url),
             // The store's message names the request's URL (endpoint, signature): redacted.
-            source: std::io::Error::other(gpuship_sinks::secret::redact_text(
+            source: std::io::Error::other(gpuship_model::redact::redact_text(
                 &err.to_string(),
                 &[],
             )),

@@ -5,19 +5,15 @@
 //! here must not panic or wrap even for a value that never went through validation: a config
 //! built in code, or a range widened later.
 
-use std::fmt::Display;
-use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
 /// Longest wait any deadline is pushed to: far beyond any configured duration, far below the
 /// point where the monotonic clock's arithmetic overflows.
 pub const MAX_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// `"<value> is outside <lo>..=<hi>"` when `value` is out of `range`.
-pub fn out_of_range<T: PartialOrd + Display>(value: T, range: RangeInclusive<T>) -> Option<String> {
-    (!range.contains(&value))
-        .then(|| format!("{value} is outside {}..={}", range.start(), range.end()))
-}
+/// `"<value> is outside <lo>..=<hi>"` when `value` is out of `range` (the event model's, which
+/// checks the object-store settings with it).
+pub use gpuship_model::out_of_range;
 
 /// `start + wait`, with `wait` capped at [`MAX_WAIT`] and the sum at the latest representable
 /// instant: a deadline that never overflows (`Instant + Duration` panics when it would).

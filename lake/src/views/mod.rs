@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 use serde_json::{json, Map};
 
 use crate::args::{ExportTraceArgs, RangeArgs, ReportArgs};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use arrow_array::RecordBatch;
 use datafusion::arrow::{csv, json, util::pretty};
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 
 use super::{no_data, open, warn_unreadable};
 use crate::args::{QueryArgs, QueryFormat};

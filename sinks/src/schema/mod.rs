@@ -52,8 +52,9 @@ pub fn schema_for(kind: EventKind) -> Arc<Schema> {
     }
 }
 
-/// The schema of one event kind as an Arrow IPC stream with no batches: how a reader built on
-/// another arrow version (the lake, on DataFusion's) takes the one definition of the columns.
+/// The schema of one event kind as an Arrow IPC stream with no batches. The lake, on another
+/// arrow version, reads these bytes from gpuship-model's copy (`gpuship_model::schemas`), which
+/// the test below keeps equal to these schemas.
 pub fn schema_ipc(kind: EventKind) -> Vec<u8> {
     let schema = schema_for(kind);
     let mut bytes = Vec::new();
@@ -89,6 +90,34 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{kind}: {e}"));
             assert_eq!(reader.schema(), schema_for(kind), "{kind}");
             assert_eq!(reader.count(), 0, "{kind}: no batches");
+        }
+    }
+
+    /// The lake reads the schemas from gpuship-model's files (it does not link this crate):
+    /// they must be these schemas. `GPUSHIP_WRITE_SCHEMAS=1` rewrites them first.
+    #[test]
+    fn schema_files_match_the_schemas() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/schemas");
+        let write = std::env::var_os("GPUSHIP_WRITE_SCHEMAS").is_some_and(|v| v == "1");
+        for &kind in EventKind::ALL {
+            let path = folder.join(gpuship_model::schemas::file_name(kind));
+            if write {
+                std::fs::write(&path, schema_ipc(kind)).unwrap();
+            }
+            // The file, not the bytes compiled into gpuship-model, so a rewrite is checked in
+            // the same run; the compiled bytes are the file's unless it was just rewritten.
+            let bytes = std::fs::read(&path).unwrap();
+            if !write {
+                assert_eq!(bytes, gpuship_model::schemas::schema_ipc(kind), "{kind}");
+            }
+            let reader = arrow_ipc::reader::StreamReader::try_new(bytes.as_slice(), None)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                reader.schema(),
+                schema_for(kind),
+                "{}: out of date; rewrite it with GPUSHIP_WRITE_SCHEMAS=1 cargo test -p gpuship-sinks --lib schema_files",
+                path.display()
+            );
         }
     }
 }

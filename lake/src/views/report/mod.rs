@@ -26,7 +26,7 @@ pub mod timeline;
 
 use std::collections::BTreeSet;
 
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 
 use crate::{Lake, TimeRange};
 pub use data::ReportData;

@@ -24,7 +24,7 @@ use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 
-use gpuship_sinks::EventKind;
+use gpuship_model::EventKind;
 
 use super::functions::{FunctionStats, Tally};
 use crate::engine::QueryError;
