@@ -175,7 +175,18 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-# The whole suite: unit tests, real-eBPF integration tests (root), benches compiled and run once.
+# The unit tests of every crate as any user, no root, no test tools: the few that need root
+# (/dev/kmsg, tracefs, mounts, chown) are listed as ignored here and run by `make test`.
+unit:
+	$(CARGO) test --workspace --lib --bins --locked
+
+# `$(call timed,what,command)`: runs the command and prints its wall time.
+timed = @start=$$(date +%s); $(2); status=$$?; echo "== $(1): $$(( $$(date +%s) - start )) s"; exit $$status
+# The unit tests that need root, on in `make test` (CI fails when a test is ignored).
+ROOT_TESTS := --features gpuship/root-tests
+
+# The whole suite: unit tests, real-eBPF integration tests (root), benches compiled and run once,
+# each part with its wall time.
 # It needs root: anyone else re-runs `make test` under sudo.
 ifeq ($(IS_ROOT),)
 test bench:
@@ -183,7 +194,9 @@ test bench:
 	$(RERUN) $@
 else
 test: deps testenv lint
-	$(CARGO) test --workspace --all-targets --locked
+	$(call timed,unit tests,$(CARGO) test --workspace --lib --bins --locked $(ROOT_TESTS))
+	$(call timed,integration tests,$(CARGO) test --workspace --test '*' --locked $(ROOT_TESTS))
+	$(call timed,benches as tests,$(CARGO) test --workspace --bench '*' --locked $(ROOT_TESTS))
 
 # The overhead bench compares with bpftrace (Debian's package). `cargo bench --bench soak` is the
 # hour-long memory soak (docs/performance.md).

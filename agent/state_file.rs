@@ -167,6 +167,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn what_is_not_a_small_regular_file_of_ours_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");

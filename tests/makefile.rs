@@ -46,11 +46,24 @@ fn as_root_nothing_goes_through_sudo() {
             .any(|l| l.starts_with("./target/release/gpuship run")),
         "{run}"
     );
+    // Unit tests (the root-only ones on), then every integration test, then the benches once,
+    // each timed.
     let test = dry_run("test", None);
+    for part in [
+        "test --workspace --lib --bins --locked --features gpuship/root-tests",
+        "test --workspace --test '*' --locked --features gpuship/root-tests",
+        "test --workspace --bench '*' --locked --features gpuship/root-tests",
+    ] {
+        assert!(test.contains(part), "{part}:\n{test}");
+    }
+    // `make unit` needs no root: no sudo, and the root-only tests stay off.
+    let unit = dry_run("unit", NOBODY);
+    assert!(!unit.contains("sudo"), "{unit}");
     assert!(
-        test.contains("test --workspace --all-targets --locked"),
-        "{test}"
+        unit.contains("test --workspace --lib --bins --locked"),
+        "{unit}"
     );
+    assert!(!unit.contains("root-tests"), "{unit}");
 }
 
 #[test]
@@ -76,7 +89,7 @@ fn as_a_user_root_work_goes_through_sudo_and_the_build_does_not() {
         assert!(rerun.ends_with(&format!(" {target}")), "{rerun}");
         assert!(rerun.contains("make CARGO="), "{rerun}");
         assert!(
-            !plan.contains("--all-targets --locked"),
+            !plan.contains("test --workspace"),
             "nothing runs before the re-run:\n{plan}"
         );
     }

@@ -44,6 +44,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn bpf_and_perfmon_or_sys_admin_suffice() {
         assert!(can_trace(1 << CAP_BPF | 1 << CAP_PERFMON));
         assert!(can_trace(1 << CAP_SYS_ADMIN));

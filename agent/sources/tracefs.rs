@@ -38,6 +38,10 @@ fn find() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn tracefs_is_found_or_mounted_as_root() {
         let root = super::ensure_mounted().expect("tests run as root");
         assert!(root.join("events/sched/sched_process_fork/format").exists());

@@ -290,6 +290,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn a_directory_of_another_user_is_refused() {
         let root = tempfile::tempdir().unwrap();
         let theirs = root.path().join("theirs");

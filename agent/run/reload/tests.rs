@@ -64,6 +64,10 @@ impl Drop for Fixture {
 const BLACKHOLE: &str = "[[sinks]]\ntype = \"blackhole\"\nname = \"a\"\n";
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: `make test` runs it"
+)]
 fn the_same_file_changes_nothing_and_a_changed_one_says_what() {
     let fixture = Fixture::new(BLACKHOLE);
     let same = fixture.prepare(BLACKHOLE, &Target::AllProcesses).unwrap();

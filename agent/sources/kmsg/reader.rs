@@ -288,6 +288,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn kmsg_from_beginning_yields_parseable_record() {
         let mut reader = open_kmsg(StartAt::Beginning);
         let raw = reader
@@ -299,6 +303,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn kmsg_from_end_sees_our_own_write() {
         let mut reader = open_kmsg(StartAt::End);
         let nanos = SystemTime::now()

@@ -196,6 +196,10 @@ print fmt: \"Xid (PCI:%s): %u, %s\", __get_str(dev), REC->error_code, __get_str(
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "root-tests"),
+        ignore = "needs root: `make test` runs it"
+    )]
     fn absent_tracepoint_is_explained_not_fatal() {
         let root = crate::sources::tracefs::ensure_mounted().expect("tests run as root");
         let mut storage = MaybeUninit::uninit();

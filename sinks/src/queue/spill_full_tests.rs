@@ -12,6 +12,10 @@ use crate::stats::DropReason;
 use crate::test_support::{cuda_batch as cuda, result_tag as tag};
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: `make test` runs it"
+)]
 fn a_full_spool_disk_counts_every_batch_it_cannot_write_and_keeps_the_rest_whole() {
     let Some(disk) = crate::small_disk::SmallDisk::mount("64k") else {
         panic!("mounting a tmpfs needs root, as the tests run in CI");
