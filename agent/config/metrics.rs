@@ -45,7 +45,7 @@ pub struct OtlpMetricsConfig {
     pub timeout_secs: u64,
     /// TLS settings for `https://` endpoints.
     #[serde(default)]
-    pub tls: Option<gpuship_sinks::otlp::config::OtlpTls>,
+    pub tls: Option<gpuship_sinks::tls::TlsConfig>,
     /// Resource attributes added to (or replacing) gpuship's own (`${env:NAME}` is read at
     /// start).
     #[serde(default)]

@@ -18,6 +18,7 @@
 //! - [`secret`]: passwords and tokens read from the environment or a file, never logged, and
 //!   [`secret::redact_url`] for every endpoint that is printed.
 //! - [`secure_fs`]: files under the state directory: 0700/0600, no symlink followed.
+//! - [`tls`]: `[sinks.tls]`, the TLS settings the Kafka and OTLP clients share.
 //! - [`template`]: `gpuship.{kind}`-style name templates (topics, message keys).
 //! - [`blackhole`]: discards batches (optionally slowly), for measurements and tests.
 //! - [`limits`]: the range of every configured size and duration; overflow-free arithmetic.
@@ -45,6 +46,7 @@ pub mod sink_type;
 pub mod spool;
 pub mod stats;
 pub mod template;
+pub mod tls;
 
 #[cfg(test)]
 mod small_disk;

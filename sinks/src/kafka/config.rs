@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
-use super::security::{self, KafkaSasl, KafkaTls};
+use super::security::{self, KafkaSasl};
 use crate::encode::Encoding;
 use crate::limits::{out_of_range, secs_to_millis};
 use crate::secret::SecretError;
 use crate::template::Template;
+use crate::tls::TlsConfig;
 
 /// Placeholders a topic template may use (constant per kind).
 pub const TOPIC_PLACEHOLDERS: &[&str] = &["kind", "host"];
@@ -130,7 +131,7 @@ pub struct KafkaSinkConfig {
     pub max_in_flight_kbytes: u64,
     /// TLS to the brokers.
     #[serde(default)]
-    pub tls: Option<KafkaTls>,
+    pub tls: Option<TlsConfig>,
     /// SASL authentication.
     #[serde(default)]
     pub sasl: Option<KafkaSasl>,
@@ -313,9 +314,9 @@ impl KafkaSinkConfig {
                 problem("sasl.username", "must not be empty".into());
             }
         }
-        if let Some(password) = self.tls.as_ref().and_then(|t| t.key_password.as_ref()) {
-            if let Some(err) = password.problem() {
-                problem("tls.key_password", err);
+        if let Some(tls) = &self.tls {
+            for (key, message) in tls.problems() {
+                problem(&key, message);
             }
         }
         problems

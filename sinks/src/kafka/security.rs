@@ -1,37 +1,11 @@
-//! `[sinks.tls]` and `[sinks.sasl]` of the Kafka sink, and the librdkafka settings they become
-//! (secrets read at that moment, never stored in the config).
-
-use std::path::PathBuf;
+//! `[sinks.sasl]` of the Kafka sink, and the librdkafka settings it and `[sinks.tls]` (the
+//! shared [`TlsConfig`]) become (secrets read at that moment, never stored in the config).
 
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
 use crate::secret::{SecretError, SecretSource};
-
-fn yes() -> bool {
-    true
-}
-
-/// `[sinks.tls]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaTls {
-    /// CA bundle to verify brokers with (default: the system's).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate, for mutual TLS.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// Client key, for mutual TLS.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    /// Password of an encrypted client key.
-    #[serde(default)]
-    pub key_password: Option<SecretSource>,
-    /// Check that the broker's certificate names the host connected to (default true).
-    #[serde(default = "yes")]
-    pub verify_hostname: bool,
-}
+use crate::tls::TlsConfig;
 
 /// SASL mechanisms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -71,7 +45,7 @@ pub struct KafkaSasl {
 
 /// Sets `security.protocol` and the TLS and SASL properties on `config`.
 pub fn apply(
-    tls: Option<&KafkaTls>,
+    tls: Option<&TlsConfig>,
     sasl: Option<&KafkaSasl>,
     config: &mut ClientConfig,
 ) -> Result<(), SecretError> {

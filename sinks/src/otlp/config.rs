@@ -1,13 +1,12 @@
 //! `[[sinks]] type = "otlp"`: endpoint, transport, headers (secrets allowed), TLS, compression,
 //! request sizing and the resource attributes users add.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use serde::Deserialize;
+use std::collections::BTreeMap;
 
 use crate::limits::out_of_range;
 use crate::secret::{redact_url, Secret, SecretError, SecretSource};
+use crate::tls::TlsConfig;
 
 /// Transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -51,21 +50,6 @@ impl HeaderValue {
     }
 }
 
-/// `[sinks.tls]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpTls {
-    /// CA bundle (PEM) to verify the collector with (default: the system's roots).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate (PEM), for mutual TLS.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// Client key (PEM), for mutual TLS.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-}
-
 /// `[[sinks]] type = "otlp"`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,7 +77,7 @@ pub struct OtlpSinkConfig {
     pub batch_size: usize,
     /// TLS settings for `https://` endpoints.
     #[serde(default)]
-    pub tls: Option<OtlpTls>,
+    pub tls: Option<TlsConfig>,
     /// Resource attributes added to (or replacing) gpuship's own; a value `${env:NAME}` is read
     /// from the environment at start (e.g. a Kubernetes node name).
     #[serde(default)]
@@ -176,6 +160,11 @@ impl OtlpSinkConfig {
                 }
             }
         }
+        if let Some(tls) = &self.tls {
+            for (key, message) in tls.rustls_problems("otlp") {
+                problem(&key, message);
+            }
+        }
         // Environment values are read at start (the file may be checked elsewhere); only their
         // form is checked here.
         for (key, value) in &self.resource_attributes {
@@ -213,16 +202,7 @@ impl OtlpSinkConfig {
         self.resolved_headers()?;
         self.resolved_resource_attributes()?;
         if let Some(tls) = &self.tls {
-            for (key, file) in [
-                ("tls.ca_file", &tls.ca_file),
-                ("tls.cert_file", &tls.cert_file),
-                ("tls.key_file", &tls.key_file),
-            ] {
-                if let Some(path) = file {
-                    std::fs::metadata(path)
-                        .map_err(|err| format!("{key} {}: {err}", path.display()))?;
-                }
-            }
+            tls.check_files()?;
         }
         Ok(())
     }

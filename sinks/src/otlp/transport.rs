@@ -126,16 +126,14 @@ impl Exporter {
                     .connect_timeout(timeout)
                     .user_agent(concat!("gpuship/", env!("CARGO_PKG_VERSION")));
                 if let Some(tls) = &config.tls {
-                    if let Some(ca) = &tls.ca_file {
-                        let pem = read(ca)?;
+                    if let Some(pem) = tls.ca_pem()? {
                         builder = builder.add_root_certificate(
                             reqwest::Certificate::from_pem(&pem)
                                 .map_err(|e| format!("tls.ca_file: {e}"))?,
                         );
                     }
-                    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-                        let mut pem = read(cert)?;
-                        pem.extend(read(key)?);
+                    if let Some((mut pem, key)) = tls.identity_pem()? {
+                        pem.extend(key);
                         builder = builder.identity(
                             reqwest::Identity::from_pem(&pem).map_err(|e| format!("tls: {e}"))?,
                         );
@@ -263,18 +261,14 @@ impl Signal {
     }
 }
 
-fn read(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-}
-
 fn grpc_tls(config: &OtlpSinkConfig) -> Result<ClientTlsConfig, String> {
     let mut tls = ClientTlsConfig::new().with_native_roots();
     if let Some(settings) = &config.tls {
-        if let Some(ca) = &settings.ca_file {
-            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        if let Some(ca) = settings.ca_pem()? {
+            tls = tls.ca_certificate(Certificate::from_pem(ca));
         }
-        if let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) {
-            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        if let Some((cert, key)) = settings.identity_pem()? {
+            tls = tls.identity(Identity::from_pem(cert, key));
         }
     }
     Ok(tls)
