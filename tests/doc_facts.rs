@@ -6,6 +6,7 @@
 //! kinds carry the GPU columns the Kafka key uses (docs/kafka.md), and the `/metrics` table
 //! (`doc_facts/metrics.rs`). docs/schema.md's and docs/otlp.md's tables: `wire_docs.rs`.
 
+mod architecture;
 mod examples;
 mod metrics;
 
