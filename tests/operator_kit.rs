@@ -20,7 +20,7 @@ use crate::support::operator_kit::{
 use crate::support::repo_root;
 
 /// The sample names of `/metrics`: agent/metrics/render.rs writes the pipeline's and
-/// agent/metrics/health_render.rs the GPU-health families. This list must match them. A
+/// agent/metrics/health_render.rs the GPU-health families (listed in health_table.rs). This list must match them. A
 /// histogram family appears as its `_bucket`, `_sum` and `_count` samples.
 pub(crate) const EXPOSED: &[&str] = &[
     // Pipeline.

@@ -1,7 +1,6 @@
-//! The GPU-health families of `/metrics`, from one [`HealthSnapshot`]: XIDs by GPU, code,
-//! name and severity, each GPU's latest XID, CUDA calls by function, failures by function and
-//! result, and call-duration histograms by function. Label sets and their bounds:
-//! docs/operations.md, "Alerting metrics".
+//! The GPU-health families of `/metrics`, from one [`HealthSnapshot`]: the rows of
+//! [`HEALTH`] (shared with the OTLP exporter) with Prometheus label names, then the OTLP
+//! exporter's own counts. Label sets and their bounds: docs/operations.md, "Alerting metrics".
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -10,22 +9,11 @@ use prometheus_client::metrics::MetricType;
 
 use std::sync::atomic::Ordering;
 
+use super::health_table::{Kind, Label, Value, HEALTH};
 use super::otlp::ExportCounters;
 use super::render::{family, Labels};
 use crate::health::xids::GpuLabels;
 use crate::health::HealthSnapshot;
-
-/// Family names, for the docs and the operator kit's cross-check.
-pub const HEALTH_FAMILIES: [&str; 8] = [
-    "gpuship_gpu_xid_errors_total",
-    "gpuship_gpu_last_xid_timestamp_seconds",
-    "gpuship_gpu_last_xid_code",
-    "gpuship_cuda_calls_total",
-    "gpuship_cuda_call_errors_total",
-    "gpuship_cuda_call_duration_seconds",
-    "gpuship_metrics_series_overflow_total",
-    "gpuship_cuda_memory_held_bytes",
-];
 
 /// Encodes a [`HealthSnapshot`] and the OTLP exporter's counts.
 #[derive(Debug)]
@@ -60,6 +48,26 @@ fn gpu_labels(gpu: &GpuLabels) -> Labels<'_> {
     ]
 }
 
+/// The table's labels with their Prometheus names.
+fn labels<'a>(labels: &[Label<'a>]) -> Labels<'a> {
+    let mut out = Vec::new();
+    for label in labels {
+        match *label {
+            Label::Gpu(gpu) => out.extend(gpu_labels(gpu)),
+            Label::Xid {
+                code,
+                name,
+                severity,
+            } => out.extend([("code", code), ("name", name), ("severity", severity)]),
+            Label::Function(function) => out.push(("function", function)),
+            Label::Result(result) => out.push(("result", result)),
+            Label::Family(family) => out.push(("family", family)),
+            Label::MemoryKind(kind) => out.push(("kind", kind)),
+        }
+    }
+    out
+}
+
 /// Counter families are written by the pipeline's encoder (`_total` handling, label-less
 /// families).
 fn counters<'a>(
@@ -87,105 +95,67 @@ fn float_gauges<'a>(
 
 impl Collector for HealthCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let health = &self.health;
-        let xids = health.xids.series.iter().map(|(series, count)| {
-            let mut labels = gpu_labels(&series.gpu);
-            labels.extend([
-                ("code", series.code.as_str()),
-                ("name", series.name.as_str()),
-                ("severity", series.severity.as_str()),
-            ]);
-            (labels, *count)
-        });
-        counters(
-            &mut encoder,
-            HEALTH_FAMILIES[0],
-            "XIDs the driver reported, by GPU, code, catalog name and severity.",
-            xids,
-        )?;
-        float_gauges(
-            &mut encoder,
-            HEALTH_FAMILIES[1],
-            "When each GPU's latest XID was reported (Unix seconds).",
-            health
-                .xids
-                .last
-                .iter()
-                .map(|(gpu, last)| (gpu_labels(gpu), last.unix_seconds)),
-        )?;
-        family(
-            &mut encoder,
-            HEALTH_FAMILIES[2],
-            "The code of each GPU's latest XID.",
-            MetricType::Gauge,
-            health
-                .xids
-                .last
-                .iter()
-                .map(|(gpu, last)| (gpu_labels(gpu), u64::from(last.code))),
-        )?;
-        counters(
-            &mut encoder,
-            HEALTH_FAMILIES[3],
-            "CUDA driver API calls traced, by function (aggregated stats-mode calls included).",
-            health
-                .functions
-                .iter()
-                .map(|f| (vec![("function", f.function.as_str())], f.calls)),
-        )?;
-        counters(
-            &mut encoder,
-            HEALTH_FAMILIES[4],
-            "CUDA driver API calls that returned an error, by function and CUresult name.",
-            health.failures.iter().map(|f| {
-                (
-                    vec![("function", f.function.as_str()), ("result", f.result)],
-                    f.calls,
-                )
-            }),
-        )?;
-        let mut durations = encoder.encode_descriptor(
-            HEALTH_FAMILIES[5],
-            "Durations of traced CUDA calls, by function (entry-only calls have none).",
-            None,
-            MetricType::Histogram,
-        )?;
-        for function in health.functions.iter().filter(|f| f.durations.total() > 0) {
-            let labels = vec![("function", function.function.as_str())];
-            durations
-                .encode_family(&labels)?
-                .encode_histogram::<NoLabelSet>(
-                    function.duration_sum_ns as f64 / 1e9,
-                    function.durations.total(),
-                    &function.durations.buckets_seconds(),
-                    None,
-                )?;
+        for row in &HEALTH {
+            let samples = (row.samples)(&self.health);
+            match row.kind {
+                Kind::Histogram => {
+                    let mut durations = encoder.encode_descriptor(
+                        row.name,
+                        row.help,
+                        None,
+                        MetricType::Histogram,
+                    )?;
+                    for sample in &samples {
+                        let Value::Durations(function) = sample.value else {
+                            continue;
+                        };
+                        durations
+                            .encode_family(&labels(&sample.labels))?
+                            .encode_histogram::<NoLabelSet>(
+                                function.duration_sum_ns as f64 / 1e9,
+                                function.durations.total(),
+                                &function.durations.buckets_seconds(),
+                                None,
+                            )?;
+                    }
+                }
+                Kind::Gauge if samples.iter().any(|s| matches!(s.value, Value::Float(_))) => {
+                    float_gauges(
+                        &mut encoder,
+                        row.name,
+                        row.help,
+                        samples.iter().map(|sample| {
+                            let value = match sample.value {
+                                Value::Float(value) => value,
+                                Value::Int(value) => value as f64,
+                                Value::Durations(_) => 0.0,
+                            };
+                            (labels(&sample.labels), value)
+                        }),
+                    )?;
+                }
+                kind => {
+                    let metric_type = match kind {
+                        Kind::Counter => MetricType::Counter,
+                        _ => MetricType::Gauge,
+                    };
+                    family(
+                        &mut encoder,
+                        row.name,
+                        row.help,
+                        metric_type,
+                        samples.iter().map(|sample| {
+                            let value = match sample.value {
+                                Value::Int(value) => value,
+                                Value::Float(value) => value as u64,
+                                Value::Durations(_) => 0,
+                            };
+                            (labels(&sample.labels), value)
+                        }),
+                    )?;
+                }
+            }
         }
-        counters(
-            &mut encoder,
-            HEALTH_FAMILIES[6],
-            "Samples counted in a family's overflow series because its series bound was reached.",
-            [(
-                vec![("family", "gpuship_gpu_xid_errors")],
-                health.xids.overflow,
-            )],
-        )?;
-        family(
-            &mut encoder,
-            HEALTH_FAMILIES[7],
-            "Memory traced processes hold, summed per GPU and kind (device, managed, host_pinned, pool, physical), as of the last statistics interval; per process in the cuda_memory table.",
-            MetricType::Gauge,
-            health.memory.iter().flat_map(|gpu| {
-                gpuship_sinks::schema::MEMORY_KINDS
-                    .iter()
-                    .zip(gpu.bytes)
-                    .map(|(kind, bytes)| {
-                        let mut labels = gpu_labels(&gpu.gpu);
-                        labels.push(("kind", kind));
-                        (labels, bytes)
-                    })
-            }),
-        )?;
         let Some(exports) = self.otlp_exports else {
             return Ok(());
         };

@@ -5,6 +5,7 @@
 //! accounting snapshot per scrape (`render`).
 
 mod health_render;
+mod health_table;
 pub mod otlp;
 mod render;
 mod server;
@@ -16,7 +17,7 @@ use tokio::net::TcpListener;
 
 use crate::config::MetricsConfig;
 
-pub use health_render::HEALTH_FAMILIES;
+pub use health_table::HEALTH_FAMILIES;
 pub use render::{render, CONTENT_TYPE, LIBRARY_FAMILIES, RELOAD_FAMILIES};
 pub use server::{serve, Limits, Served, ACCEPT_ERROR_PAUSE};
 

@@ -1,5 +1,6 @@
-//! The GPU-health metrics as one OTLP `ExportMetricsServiceRequest`, following OpenTelemetry's
-//! semantic conventions where they exist (docs/otlp.md, "Metrics"):
+//! The GPU-health metrics as one OTLP `ExportMetricsServiceRequest`: the rows of the health
+//! table (`metrics::health_table`, shared with `/metrics`) that have an OTLP name, with
+//! OpenTelemetry's semantic conventions where they exist (docs/otlp.md, "Metrics"):
 //!
 //! - `hw.errors` (`{error}`, cumulative sum): XIDs, with `hw.type = gpu`, `hw.id` = the GPU's
 //!   UUID (its bus id when the UUID is unknown), `error.type = xid_<code>`, and gpuship's
@@ -25,19 +26,10 @@ use gpuship_sinks::otlp::proto::tonic::metrics::v1::{
 };
 use gpuship_sinks::otlp::proto::tonic::resource::v1::Resource;
 
+use super::super::health_table::{Kind, Label, Sample, Value, HEALTH};
 use crate::health::durations::BOUNDS_NS;
 use crate::health::xids::GpuLabels;
 use crate::health::HealthSnapshot;
-
-/// Metric names, for the docs and tests.
-pub const METRIC_NAMES: [&str; 6] = [
-    "hw.errors",
-    "gpu.xid.last.time",
-    "gpu.xid.last.code",
-    "cuda.calls",
-    "cuda.call.errors",
-    "cuda.call.duration",
-];
 
 fn unix_nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
@@ -80,6 +72,35 @@ fn gpu_attributes(gpu: &GpuLabels) -> Vec<KeyValue> {
         attributes.push(int("gpu.index", index));
     }
     attributes
+}
+
+/// The table's labels as OTLP attributes.
+fn attributes(labels: &[Label<'_>]) -> Vec<KeyValue> {
+    let mut out = Vec::new();
+    for label in labels {
+        match *label {
+            Label::Gpu(gpu) => out.extend(gpu_attributes(gpu)),
+            Label::Xid {
+                code,
+                name,
+                severity,
+            } => {
+                out.push(text("error.type", &format!("xid_{code}")));
+                if let Ok(code) = code.parse::<i64>() {
+                    out.push(int("gpu.xid.code", code));
+                }
+                if !name.is_empty() {
+                    out.push(text("gpu.xid.name", name));
+                }
+                out.push(text("gpu.xid.severity", severity));
+            }
+            Label::Function(function) => out.push(text("cuda.function", function)),
+            Label::Result(result) => out.push(text("error.type", result)),
+            Label::Family(family) => out.push(text("gpuship.metric.family", family)),
+            Label::MemoryKind(kind) => out.push(text("cuda.memory.kind", kind)),
+        }
+    }
+    out
 }
 
 fn metric(name: &str, description: &str, unit: &str, data: metric::Data) -> Metric {
@@ -132,53 +153,20 @@ pub fn metrics_request(
     scope: &InstrumentationScope,
 ) -> ExportMetricsServiceRequest {
     let (start, now) = (unix_nanos(health.started), unix_nanos(now));
-    let as_int = |n: u64| number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX));
-    let xids = health
-        .xids
-        .series
-        .iter()
-        .map(|(series, count)| {
-            let mut attributes = gpu_attributes(&series.gpu);
-            attributes.push(text("error.type", &format!("xid_{}", series.code)));
-            if let Ok(code) = series.code.parse::<i64>() {
-                attributes.push(int("gpu.xid.code", code));
-            }
-            if !series.name.is_empty() {
-                attributes.push(text("gpu.xid.name", &series.name));
-            }
-            attributes.push(text("gpu.xid.severity", &series.severity));
-            point(start, now, attributes, as_int(*count))
-        })
-        .collect();
-    let last = |value: fn(&crate::health::xids::LastXid) -> number_data_point::Value| {
-        health
-            .xids
-            .last
-            .iter()
-            .map(|(gpu, last)| point(start, now, gpu_attributes(gpu), value(last)))
-            .collect()
+    let number = |sample: &Sample<'_>| {
+        let value = match sample.value {
+            Value::Int(n) => number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX)),
+            Value::Float(x) => number_data_point::Value::AsDouble(x),
+            Value::Durations(_) => number_data_point::Value::AsInt(0),
+        };
+        point(start, now, attributes(&sample.labels), value)
     };
-    let function = |name: &str| vec![text("cuda.function", name)];
-    let calls = health
-        .functions
-        .iter()
-        .map(|f| point(start, now, function(&f.function), as_int(f.calls)))
-        .collect();
-    let errors = health
-        .failures
-        .iter()
-        .map(|f| {
-            let mut attributes = function(&f.function);
-            attributes.push(text("error.type", f.result));
-            point(start, now, attributes, as_int(f.calls))
-        })
-        .collect();
-    let durations = health
-        .functions
-        .iter()
-        .filter(|f| f.durations.total() > 0)
-        .map(|f| HistogramDataPoint {
-            attributes: function(&f.function),
+    let histogram = |sample: &Sample<'_>| {
+        let Value::Durations(f) = sample.value else {
+            return None;
+        };
+        Some(HistogramDataPoint {
+            attributes: attributes(&sample.labels),
             start_time_unix_nano: start,
             time_unix_nano: now,
             count: f.durations.total(),
@@ -187,52 +175,25 @@ pub fn metrics_request(
             explicit_bounds: BOUNDS_NS.iter().map(|ns| *ns as f64 / 1e9).collect(),
             ..Default::default()
         })
+    };
+    let mut metrics: Vec<Metric> = HEALTH
+        .iter()
+        .filter_map(|row| {
+            let otlp = row.otlp?;
+            let samples = (row.samples)(health);
+            let data = match row.kind {
+                Kind::Counter => counter(samples.iter().map(number).collect()),
+                Kind::Gauge => metric::Data::Gauge(Gauge {
+                    data_points: samples.iter().map(number).collect(),
+                }),
+                Kind::Histogram => metric::Data::Histogram(Histogram {
+                    data_points: samples.iter().filter_map(histogram).collect(),
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                }),
+            };
+            Some(metric(otlp.name, row.help, otlp.unit, data))
+        })
         .collect();
-    let mut metrics = vec![
-        metric(
-            METRIC_NAMES[0],
-            "XIDs the NVIDIA driver reported, by GPU and code.",
-            "{error}",
-            counter(xids),
-        ),
-        metric(
-            METRIC_NAMES[1],
-            "When each GPU's latest XID was reported.",
-            "s",
-            metric::Data::Gauge(Gauge {
-                data_points: last(|l| number_data_point::Value::AsDouble(l.unix_seconds)),
-            }),
-        ),
-        metric(
-            METRIC_NAMES[2],
-            "The code of each GPU's latest XID.",
-            "1",
-            metric::Data::Gauge(Gauge {
-                data_points: last(|l| number_data_point::Value::AsInt(i64::from(l.code))),
-            }),
-        ),
-        metric(
-            METRIC_NAMES[3],
-            "CUDA driver API calls traced, by function.",
-            "{call}",
-            counter(calls),
-        ),
-        metric(
-            METRIC_NAMES[4],
-            "CUDA driver API calls that returned an error, by function and CUresult.",
-            "{call}",
-            counter(errors),
-        ),
-        metric(
-            METRIC_NAMES[5],
-            "Durations of traced CUDA calls, by function.",
-            "s",
-            metric::Data::Histogram(Histogram {
-                data_points: durations,
-                aggregation_temporality: AggregationTemporality::Cumulative as i32,
-            }),
-        ),
-    ];
     // A metric without data points says nothing (an agent that saw no XID yet).
     metrics.retain(|m| points(m) > 0);
     ExportMetricsServiceRequest {

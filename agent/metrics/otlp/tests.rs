@@ -6,7 +6,7 @@ use gpuship_sinks::otlp::proto::tonic::common::v1::{any_value, KeyValue};
 use gpuship_sinks::otlp::proto::tonic::metrics::v1::{metric, number_data_point, Metric};
 use gpuship_sinks::schema::{GpuIdentity, XidRecord, XidSource};
 
-use super::mapping::{metrics_request, METRIC_NAMES};
+use super::mapping::metrics_request;
 use crate::health::xids::XidCounts;
 use crate::health::HealthSnapshot;
 use crate::sources::cuda::plan::FunctionTable;
@@ -79,7 +79,17 @@ fn xids_are_hw_errors_of_a_gpu_with_the_semantic_convention_attributes() {
     );
     let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
     let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, METRIC_NAMES);
+    assert_eq!(
+        names,
+        [
+            "hw.errors",
+            "gpu.xid.last.time",
+            "gpu.xid.last.code",
+            "cuda.calls",
+            "cuda.call.errors",
+            "cuda.call.duration",
+        ]
+    );
     let errors = find(metrics, "hw.errors");
     assert_eq!(errors.unit, "{error}");
     let Some(metric::Data::Sum(sum)) = &errors.data else {
