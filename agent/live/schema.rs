@@ -60,26 +60,18 @@ pub fn xid_live(record: &XidRecord) -> XidLive {
 
 #[cfg(test)]
 mod tests {
-    use gpuship_top::client::parse_answer;
+    use gpuship_top::client::parse_body;
 
     use super::LIVE_VERSION;
     use crate::accounting::Accounting;
     use crate::live::LiveTap;
-
-    fn http(body: &str) -> Vec<u8> {
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    }
 
     /// `gpuship top` reads the document the agent serves.
     #[test]
     fn reads_what_the_agent_serves() {
         let tap = LiveTap::new();
         let json = tap.json(Accounting::default().snapshot());
-        let report = parse_answer("a:1", &http(&json)).expect("parses");
+        let report = parse_body("a:1", 200, json.as_bytes()).expect("parses");
         assert_eq!(report.version, LIVE_VERSION);
         assert_eq!(report.accounting.rings.len(), 3);
         assert_eq!(report.accounting.rings[1].ring, "cuda");

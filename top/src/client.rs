@@ -1,9 +1,8 @@
-//! Reading the running agent's `GET /live` over plain HTTP/1.1 (the metrics server answers one
-//! request per connection and closes it) into a [`LiveReport`], with an error that says what
-//! was wrong with the answer.
+//! Reading the running agent's `GET /live` over plain HTTP/1.1 (ureq, without TLS: the metrics
+//! server is plain HTTP) into a [`LiveReport`], with an error that says what was wrong with the
+//! answer.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io;
 use std::time::Duration;
 
 use crate::wire::{LiveReport, LIVE_VERSION};
@@ -68,18 +67,30 @@ pub enum FetchError {
 #[derive(Debug, Clone)]
 pub struct Client {
     address: String,
-    timeout: Duration,
+    agent: ureq::Agent,
 }
 
 impl Client {
-    /// A client for `agent` (`host:port`, optionally with `http://` and a trailing `/`).
+    /// A client for `agent` (`host:port`, optionally with `http://` and a trailing `/`); each
+    /// step of a request (connect, send, answer, body) may take `timeout`.
     pub fn new(agent: &str, timeout: Duration) -> Self {
         let address = agent
             .trim()
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_string();
-        Self { address, timeout }
+        let agent = ureq::Agent::config_builder()
+            // The agent is on this host or named by address: no proxy from the environment.
+            .proxy(None)
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .timeout_connect(Some(timeout))
+            .timeout_send_request(Some(timeout))
+            .timeout_recv_response(Some(timeout))
+            .timeout_recv_body(Some(timeout))
+            .build()
+            .new_agent();
+        Self { address, agent }
     }
 
     /// The agent's address as used.
@@ -87,57 +98,62 @@ impl Client {
         &self.address
     }
 
-    fn resolve(&self) -> Result<SocketAddr, FetchError> {
-        let resolve_error = |reason: String| FetchError::Resolve {
-            address: self.address.clone(),
-            reason,
-        };
-        self.address
-            .to_socket_addrs()
-            .map_err(|e| resolve_error(e.to_string()))?
-            .next()
-            .ok_or_else(|| resolve_error("no address".into()))
-    }
-
     /// One `GET /live`.
     pub fn fetch(&self) -> Result<LiveReport, FetchError> {
+        let mut response = self
+            .agent
+            .get(format!("http://{}/live", self.address))
+            .header("Accept", "application/json")
+            .call()
+            .map_err(|err| self.error(err))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|err| self.error(err))?;
+        parse_body(&self.address, status, &body)
+    }
+
+    fn error(&self, err: ureq::Error) -> FetchError {
         let address = self.address.clone();
-        let io = |source| FetchError::Io {
-            address: address.clone(),
-            source,
-        };
-        let mut stream =
-            TcpStream::connect_timeout(&self.resolve()?, self.timeout).map_err(|source| {
-                FetchError::Connect {
-                    address: address.clone(),
-                    source,
-                }
-            })?;
-        stream.set_read_timeout(Some(self.timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(self.timeout)).map_err(io)?;
-        let request = format!(
-            "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-            self.address
-        );
-        stream.write_all(request.as_bytes()).map_err(io)?;
-        let mut answer = Vec::new();
-        stream.take(MAX_BODY).read_to_end(&mut answer).map_err(io)?;
-        parse_answer(&self.address, &answer)
+        match err {
+            ureq::Error::HostNotFound => FetchError::Resolve {
+                address,
+                reason: "no address".into(),
+            },
+            ureq::Error::BadUri(reason) => FetchError::Resolve { address, reason },
+            ureq::Error::Io(source)
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::AddrNotAvailable
+                        | io::ErrorKind::HostUnreachable
+                        | io::ErrorKind::NetworkUnreachable
+                ) =>
+            {
+                FetchError::Connect { address, source }
+            }
+            ureq::Error::ConnectionFailed => FetchError::Connect {
+                address,
+                source: io::Error::other("connection failed"),
+            },
+            ureq::Error::Io(source) => FetchError::Io { address, source },
+            ureq::Error::Timeout(what) => FetchError::Io {
+                address,
+                source: io::Error::new(io::ErrorKind::TimedOut, format!("timed out ({what})")),
+            },
+            other => FetchError::Io {
+                address,
+                source: io::Error::other(other.to_string()),
+            },
+        }
     }
 }
 
-/// The report in an HTTP answer (`address` names the agent in errors).
-pub fn parse_answer(address: &str, answer: &[u8]) -> Result<LiveReport, FetchError> {
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n");
-    let (head, body) = match split {
-        Some(at) => (&answer[..at], &answer[at + 4..]),
-        None => (answer, &[][..]),
-    };
-    let status = String::from_utf8_lossy(head)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+/// The report in an HTTP answer with `status` and `body` (`address` names the agent in errors).
+pub fn parse_body(address: &str, status: u16, body: &[u8]) -> Result<LiveReport, FetchError> {
     if status != 200 {
         return Err(FetchError::Status {
             address: address.into(),
@@ -163,21 +179,13 @@ pub fn parse_answer(address: &str, answer: &[u8]) -> Result<LiveReport, FetchErr
 mod tests {
     use super::*;
 
-    fn http(body: &str) -> Vec<u8> {
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    }
-
     #[test]
     fn says_what_is_wrong_with_other_answers() {
-        let err = parse_answer("a:1", b"HTTP/1.1 404 Not Found\r\n\r\nnot found\n").unwrap_err();
+        let err = parse_body("a:1", 404, b"not found\n").unwrap_err();
         assert!(err.to_string().contains("HTTP 404"), "{err}");
-        let err = parse_answer("a:1", &http("# HELP x\n")).unwrap_err();
+        let err = parse_body("a:1", 200, b"# HELP x\n").unwrap_err();
         assert!(matches!(err, FetchError::Parse { .. }), "{err}");
-        let err = parse_answer("a:1", &http(r#"{"version":2}"#)).unwrap_err();
+        let err = parse_body("a:1", 200, br#"{"version":2}"#).unwrap_err();
         assert_eq!(
             err.to_string(),
             "the agent at a:1 serves /live version 2; this gpuship reads version 1"
