@@ -278,9 +278,16 @@ impl Collector for SnapshotCollector {
         family(
             &mut encoder,
             "gpuship_build_info",
-            "Version of the running agent.",
+            "Version, git commit and build date of the running agent (as gpuship --version).",
             MetricType::Gauge,
-            [(vec![("version", env!("CARGO_PKG_VERSION"))], 1)],
+            [(
+                vec![
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("commit", env!("GPUSHIP_COMMIT")),
+                    ("built", env!("GPUSHIP_BUILD_DATE")),
+                ],
+                1,
+            )],
         )
     }
 }

@@ -38,7 +38,15 @@ fn exposition_has_every_family_with_labels_and_values() {
         "gpuship_sink_healthy{component_id=\"lake\",component_kind=\"sink\"} 0",
         "gpuship_sink_delivery_errors_total{component_id=\"lake\",component_kind=\"sink\",error=\"message_timed_out\"} 4",
         "gpuship_component_discarded_events_total{component_id=\"lake\",component_kind=\"sink\",kind=\"cuda\",reason=\"rejected\",intentional=\"false\"} 0",
-        concat!("gpuship_build_info{version=\"", env!("CARGO_PKG_VERSION"), "\"} 1"),
+        concat!(
+            "gpuship_build_info{version=\"",
+            env!("CARGO_PKG_VERSION"),
+            "\",commit=\"",
+            env!("GPUSHIP_COMMIT"),
+            "\",built=\"",
+            env!("GPUSHIP_BUILD_DATE"),
+            "\"} 1"
+        ),
         "gpuship_config_reloads_total{result=\"applied\"} 0",
         "gpuship_config_reloads_total{result=\"rejected\"} 0",
         "gpuship_config_last_reload_success 1",
