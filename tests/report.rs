@@ -48,6 +48,22 @@ fn row<'a>(html: &'a str, start: &str) -> &'a str {
     &html[at..end]
 }
 
+/// `gpuship report --since <since> --until <until> --data <data> --output <page>`: asserts it
+/// succeeded and returns its standard error (the one-line summary).
+fn run_report(since: &str, until: &str, data: &Path, page: &Path) -> String {
+    let report = Command::new(binary())
+        .args(["report", "--since", since, "--until", until])
+        .arg("--data")
+        .arg(data)
+        .arg("--output")
+        .arg(page)
+        .output()
+        .expect("running report");
+    let stderr = String::from_utf8_lossy(&report.stderr).into_owned();
+    assert!(report.status.success(), "{stderr}");
+    stderr
+}
+
 /// Runs chromium headless with `args` on `page`, with a deadline; returns stdout.
 fn chromium(args: &[&str], page: &Path, profile: &Path) -> Vec<u8> {
     let mut child = Command::new("chromium")
@@ -185,22 +201,7 @@ fn the_report_shows_exactly_what_the_agent_recorded_and_renders_in_a_browser() {
 
     let out_dir = tempfile::tempdir().unwrap();
     let page = out_dir.path().join("report.html");
-    let report = Command::new(binary())
-        .args([
-            "report",
-            "--since",
-            &since.to_rfc3339(),
-            "--until",
-            &until.to_rfc3339(),
-        ])
-        .arg("--data")
-        .arg(data.path())
-        .arg("--output")
-        .arg(&page)
-        .output()
-        .expect("running report");
-    let stderr = String::from_utf8_lossy(&report.stderr);
-    assert!(report.status.success(), "{stderr}");
+    let stderr = run_report(&since.to_rfc3339(), &until.to_rfc3339(), data.path(), &page);
     assert!(
         stderr.contains("gpuship report: 2 XIDs in 2 incident(s), 28 CUDA calls (2 failed)"),
         "{stderr}"

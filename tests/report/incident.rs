@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{SubsecRound, Utc};
 use serde_json::Value;
 
-use super::{blobs, chromium, decode_png, rgb};
+use super::{blobs, chromium, decode_png, rgb, run_report};
 use crate::support;
 use crate::support::agent::{binary, data_dir, Agent};
 use crate::support::lake::fake_gpu_dir;
@@ -140,17 +140,7 @@ fn an_incident_names_its_gpu_suspect_kernels_and_the_calls_before_it_in_a_browse
 
     let out = tempfile::tempdir().unwrap();
     let page = out.path().join("report.html");
-    let report = Command::new(binary())
-        .arg("report")
-        .args(&range)
-        .arg("--data")
-        .arg(data.path())
-        .arg("--output")
-        .arg(&page)
-        .output()
-        .expect("running report");
-    let stderr = String::from_utf8_lossy(&report.stderr);
-    assert!(report.status.success(), "{stderr}");
+    let stderr = run_report(&range[1], &range[3], data.path(), &page);
     assert!(
         stderr.contains("gpuship report: 1 XIDs in 1 incident(s)"),
         "{stderr}"

@@ -4,12 +4,11 @@
 //! count each call once, exactly as the agent's own run summary does (docs/views.md), and as
 //! docs/rca.md's DuckDB query of the same rule does.
 
-use std::process::Command;
-
 use chrono::{SubsecRound, Utc};
 
+use super::run_report;
 use crate::support;
-use crate::support::agent::{binary, data_dir, Agent};
+use crate::support::agent::{data_dir, Agent};
 use crate::support::cuda_stats::stats_config;
 use crate::support::lake::{duckdb, rca_query};
 use crate::support::Fixtures;
@@ -58,22 +57,7 @@ fn stats_mode_calls_count_once_as_the_run_summary_counts_them() {
 
     let until = Utc::now().trunc_subsecs(0) + chrono::Duration::seconds(60);
     let page = data.path().join("report.html");
-    let report = Command::new(binary())
-        .args([
-            "report",
-            "--since",
-            &since.to_rfc3339(),
-            "--until",
-            &until.to_rfc3339(),
-        ])
-        .arg("--data")
-        .arg(data.path())
-        .arg("--output")
-        .arg(&page)
-        .output()
-        .expect("running report");
-    let stderr = String::from_utf8_lossy(&report.stderr);
-    assert!(report.status.success(), "{stderr}");
+    let stderr = run_report(&since.to_rfc3339(), &until.to_rfc3339(), data.path(), &page);
     // Not 96: the 12 aggregated successes are rows too, and count once, from cuda_stats.
     assert!(
         stderr.contains(
