@@ -17,6 +17,7 @@ use gpuship::config::{Config, OPTION_KEYS};
 use gpuship_sinks::schema::schema_for;
 use gpuship_sinks::EventKind;
 
+use crate::support::markdown::{cells, code_spans};
 use crate::support::repo_root;
 
 /// A file of the repository, as text.
@@ -25,24 +26,10 @@ pub(crate) fn read(path: &str) -> String {
 }
 
 /// The cells of the Markdown table rows of `text` whose first cell starts with `first`.
-pub(crate) fn table_rows<'a>(text: &'a str, first: &str) -> Vec<Vec<&'a str>> {
+pub(crate) fn table_rows(text: &str, first: &str) -> Vec<Vec<String>> {
     text.lines()
         .filter(|line| line.starts_with(&format!("| {first}")))
-        .map(|line| {
-            line.trim_matches('|')
-                .split(" | ")
-                .map(str::trim)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The words in backticks in `text` (`` `a` `` -> `a`; `` `"a"` `` -> `a`).
-pub(crate) fn backticked(text: &str) -> Vec<String> {
-    text.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|word| word.trim_matches('"').to_string())
+        .filter_map(cells)
         .collect()
 }
 
@@ -87,7 +74,7 @@ fn sink_defaults_and_shared_keys_are_the_documented_ones() {
     let keys: BTreeSet<String> = table_rows(section, "`")
         .iter()
         .map(|row| {
-            let key = backticked(row[0]).remove(0);
+            let key = code_spans(&row[0]).remove(0);
             // `[sinks.buffer]` is the key `buffer`.
             key.trim_start_matches("[sinks.")
                 .trim_end_matches(']')
@@ -126,7 +113,7 @@ fn query_help_and_views_doc_name_every_table() {
             );
         }
         assert!(
-            backticked(tables).contains(&kind),
+            code_spans(tables).contains(&kind),
             "docs/views.md's query section does not name the table {kind}:\n{tables}"
         );
     }
@@ -150,7 +137,7 @@ fn source_defaults_are_the_documented_ones() {
     for (key, on) in code {
         let rows = table_rows(&doc, key);
         assert_eq!(rows.len(), 1, "one {key} row in docs/operations.md");
-        let documented = match rows[0][1] {
+        let documented = match rows[0][1].as_str() {
             "on" => true,
             "off" | "none" => false,
             other => panic!("{key}: default {other:?} is neither on nor off/none"),
@@ -165,10 +152,10 @@ fn kafka_doc_says_which_kinds_carry_the_gpu_of_the_key() {
     let rows = table_rows(&doc, "`");
     let documented: Vec<(String, bool)> = rows
         .iter()
-        .filter(|row| row.len() == 2 && kind_names().contains(&backticked(row[0])[0]))
+        .filter(|row| row.len() == 2 && kind_names().contains(&code_spans(&row[0])[0]))
         .map(|row| {
-            let carries = !row[1].starts_with("no such column");
-            (backticked(row[0]).remove(0), carries)
+            let carries = !&row[1].starts_with("no such column");
+            (code_spans(&row[0]).remove(0), carries)
         })
         .collect();
     let code: Vec<(String, bool)> = EventKind::ALL

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::support::markdown::{cells, code_spans};
 use arrow_array::builder::{Int32Builder, ListBuilder};
 use arrow_array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
@@ -29,29 +30,6 @@ const KINDS: &[EventKind] = EventKind::ALL;
 fn doc(name: &str) -> String {
     let path = format!("{}/docs/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// The cells of a Markdown table row (`| a | b |`), trimmed; None for other lines and the
-/// separator row.
-fn cells(line: &str) -> Option<Vec<String>> {
-    let inner = line.trim().strip_prefix('|')?.strip_suffix('|')?;
-    let cells: Vec<String> = inner.split('|').map(|c| c.trim().to_string()).collect();
-    if cells
-        .iter()
-        .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
-    {
-        return None;
-    }
-    Some(cells)
-}
-
-/// Every `code span` of a cell, in order.
-fn code_spans(cell: &str) -> Vec<String> {
-    cell.split('`')
-        .enumerate()
-        .filter(|(i, _)| i % 2 == 1)
-        .map(|(_, s)| s.to_string())
-        .collect()
 }
 
 /// The tables of `text` whose header starts with `header`, each with the heading above it:

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 
 use gpuship_sinks::EventKind;
 
-use super::{backticked, read, table_rows};
+use super::{read, table_rows};
+use crate::support::markdown::code_spans;
 use crate::support::repo_root;
 
 /// The workspace members' package names, from each member's Cargo.toml.
@@ -40,7 +41,7 @@ fn the_architecture_names_every_crate_and_their_number() {
     let section = &doc[doc.find("## Crates").expect("## Crates")..];
     let table: BTreeSet<String> = table_rows(section, "`gpuship")
         .iter()
-        .map(|row| backticked(row[0]).remove(0))
+        .map(|row| code_spans(&row[0]).remove(0))
         .collect();
     assert_eq!(table, packages, "docs/ARCHITECTURE.md's crates table");
     let words = [
@@ -57,7 +58,7 @@ fn the_architecture_names_every_crate_and_their_number() {
         .expect("the lake's tables");
     for kind in EventKind::ALL {
         assert!(
-            backticked(lake_tables).contains(&kind.as_str().to_string()),
+            code_spans(lake_tables).contains(&kind.as_str().to_string()),
             "the lake's tables in docs/ARCHITECTURE.md lack {kind}"
         );
     }
@@ -66,7 +67,7 @@ fn the_architecture_names_every_crate_and_their_number() {
 #[test]
 fn every_shared_bpf_header_is_in_its_readme() {
     let readme = read("bpf/include/README.md");
-    let named: BTreeSet<String> = backticked(&readme).into_iter().collect();
+    let named: BTreeSet<String> = code_spans(&readme).into_iter().collect();
     let mut headers = Vec::new();
     for entry in std::fs::read_dir(repo_root().join("bpf/include")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();

@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{backticked, read, table_rows};
+use super::{read, table_rows};
 use crate::support;
 use crate::support::agent::{data_dir, Agent};
+use crate::support::markdown::code_spans;
 use crate::support::metrics::http;
 use crate::support::Fixtures;
 
@@ -17,7 +18,7 @@ type Families = BTreeMap<String, (String, BTreeSet<String>)>;
 /// (a name starting with `_` replaces as many trailing words of the one before).
 fn row_names(cell: &str) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for name in backticked(cell) {
+    for name in code_spans(cell) {
         match (name.strip_prefix('_'), names.first()) {
             (Some(suffix), Some(base)) => {
                 let words: Vec<&str> = base.split('_').collect();
@@ -53,12 +54,12 @@ fn documented() -> Families {
     let doc = read("docs/operations.md");
     let mut families = Families::new();
     for row in table_rows(&doc, "`gpuship_") {
-        if !["counter", "gauge", "histogram"].contains(&row[1]) {
+        if !["counter", "gauge", "histogram"].contains(&row[1].as_str()) {
             continue; // the cardinality table
         }
-        for name in row_names(row[0]) {
-            let labels = label_names(row[2]);
-            let previous = families.insert(name.clone(), (row[1].to_string(), labels));
+        for name in row_names(&row[0]) {
+            let labels = label_names(&row[2]);
+            let previous = families.insert(name.clone(), (row[1].clone(), labels));
             assert!(previous.is_none(), "{name} documented twice");
         }
     }

@@ -11,6 +11,7 @@ pub mod cuda_stats;
 pub mod grafana_schema;
 pub mod kafka;
 pub mod lake;
+pub mod markdown;
 pub mod metrics;
 pub mod operator_kit;
 pub mod otlp_metrics;
