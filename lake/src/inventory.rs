@@ -2,9 +2,14 @@
 //! `dt=` folders of the range, hour folders outside it pruned by name, hidden, in-progress and
 //! non-Parquet names left alone, and every remaining file checked without reading it (a FIFO,
 //! a device or a file this user may not read is reported and left out, never waited on).
+//! Compacted hours are read by the rule of [`crate::compact::rule`]: each row once, whether the
+//! compaction of the hour has not started, is running, was killed or is done.
+
+use std::collections::BTreeMap;
 
 use object_store::ObjectMeta;
 
+use crate::compact::rule::{self, HourFolder};
 use crate::partition;
 use crate::range::TimeRange;
 use crate::storage::{LakeStorage, Unreadable};
@@ -17,8 +22,9 @@ pub struct Inventory {
     pub files: Vec<ObjectMeta>,
     /// Files whose partitions lie outside the range (never fetched).
     pub pruned: usize,
-    /// Hidden or in-progress files (names starting with `.`), non-Parquet files, and files
-    /// outside `dt=`/`hour=` folders, left alone.
+    /// Hidden or in-progress files (names starting with `.`), non-Parquet files, files
+    /// outside `dt=`/`hour=` folders, and the files the compaction rule leaves out (agents'
+    /// files a committed compaction replaced, compacted files not committed), left alone.
     pub ignored: usize,
     /// Files and folders that could not be listed or opened, with why.
     pub unreadable: Vec<Unreadable>,
@@ -58,7 +64,7 @@ fn check_footer(storage: &dyn LakeStorage, key: &str, size: u64) -> Result<(), S
 }
 
 /// True for a key under `<table>/dt=.../hour=.../`, the folders the engine partitions by.
-fn in_hour_folder(key: &str) -> bool {
+pub(crate) fn in_hour_folder(key: &str) -> bool {
     let parts: Vec<&str> = key.split('/').collect();
     parts.len() == 4 && parts[1].starts_with("dt=") && parts[2].starts_with("hour=")
 }
@@ -79,32 +85,66 @@ pub fn take(
             tracing::warn!(folder = %folder.key, error = %folder.error, "skipping a folder that cannot be listed");
             inventory.unreadable.push(folder);
         }
+        let mut hours: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for key in listing.keys {
-            let name = key.rsplit('/').next().unwrap_or(&key);
-            if name.starts_with('.') || !name.ends_with(".parquet") || !in_hour_folder(&key) {
-                inventory.ignored += 1;
-                continue;
-            }
-            if !partition::may_overlap(&key, range) {
-                inventory.pruned += 1;
-                continue;
-            }
-            match storage
-                .stat(&key)
-                .map_err(|e| e.to_string())
-                .and_then(|meta| {
-                    check_footer(storage, &key, meta.size)?;
-                    Ok(meta)
-                }) {
-                Ok(meta) => inventory.files.push(meta),
-                Err(error) => {
-                    tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
-                    inventory.unreadable.push(Unreadable { key, error });
+            match key.rsplit_once('/') {
+                Some((folder, _)) if in_hour_folder(&key) => {
+                    hours.entry(folder.to_string()).or_default().push(key);
                 }
+                _ => inventory.ignored += 1,
             }
+        }
+        for (folder, keys) in hours {
+            take_hour(
+                storage,
+                &HourFolder::classify(&folder, keys),
+                range,
+                &mut inventory,
+            );
         }
     }
     Ok(inventory)
+}
+
+/// The files a reader reads of one hour folder, by the compaction rule ([`rule`]): committed
+/// compacted files instead of the agents' files they replaced, never a compacted file that no
+/// committed marker names.
+fn take_hour(
+    storage: &dyn LakeStorage,
+    hour: &HourFolder,
+    range: &TimeRange,
+    inventory: &mut Inventory,
+) {
+    inventory.ignored += hour.markers.len() + hour.rest.len();
+    if !partition::may_overlap(&format!("{}/", hour.folder), range) {
+        inventory.pruned += hour.sources.len() + hour.outputs.len() + hour.others.len();
+        return;
+    }
+    let (markers, damaged) = rule::load_markers(hour, |key| storage.get(key));
+    for marker in damaged {
+        tracing::warn!(marker = %marker.key, error = %marker.reason, "skipping a compaction marker that cannot be read; the hour's agents' files are read instead");
+        inventory.unreadable.push(Unreadable {
+            key: marker.key,
+            error: format!("compaction marker not used: {}", marker.reason),
+        });
+    }
+    let visible = hour.visible(&markers);
+    inventory.ignored += visible.replaced + visible.uncommitted;
+    for key in visible.read {
+        match storage
+            .stat(&key)
+            .map_err(|e| e.to_string())
+            .and_then(|meta| {
+                check_footer(storage, &key, meta.size)?;
+                Ok(meta)
+            }) {
+            Ok(meta) => inventory.files.push(meta),
+            Err(error) => {
+                tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
+                inventory.unreadable.push(Unreadable { key, error });
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! gpuship-lake: reads the data lake the Parquet sink writes (`<root>/<kind>/dt=YYYY-MM-DD/
 //! hour=HH/part-<host>-<uuid>.parquet`, plus `<root>/_accounting/*.json`) for a time range, and
-//! the views people read it through (`gpuship report`, `gpuship export-trace`). Nothing here
-//! writes to the lake, and nothing here needs BPF or root: a user who only reads the lake links
-//! this crate (or runs its `gpuship-lake` binary) without the agent.
+//! the views people read it through (`gpuship report`, `gpuship export-trace`). Nothing but
+//! [`compact`] writes to the lake, and nothing here needs BPF or root: a user who only reads
+//! the lake links this crate (or runs its `gpuship-lake` binary) without the agent.
 //!
 //! - [`storage`]: the [`LakeStorage`] trait, the only code that touches where the lake is kept;
 //!   [`local`] implements it for a folder, [`remote`] for S3.
@@ -21,6 +21,9 @@
 //!   shared with the agent, which writes it into every XID row; the views fill older rows from
 //!   it.
 //! - [`views`]: the report and the trace export; [`args`]: their command-line arguments.
+//! - [`compact`]: `gpuship-lake compact`, the one part that writes: it rewrites closed hours
+//!   into large files and commits them with a marker; [`compact::rule`] is how every reader
+//!   above sees each row once meanwhile.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
 //! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
@@ -29,6 +32,7 @@
 pub mod accounting;
 pub mod args;
 mod bounded_udf;
+pub mod compact;
 /// The XID catalog, from its own crate (the agent uses it too).
 pub use gpuship_catalog as catalog;
 pub mod engine;
@@ -60,6 +64,22 @@ pub use range::{RangeError, TimeRange};
 pub use read::LakeRead;
 pub use remote::ObjectStoreStorage;
 pub use storage::{LakeStorage, Listing, StorageError, Unreadable};
+
+/// The storage of the lake at `location`: a local folder or `s3://bucket/prefix` (client
+/// settings from the AWS environment).
+pub fn open_storage(location: &str) -> anyhow::Result<Box<dyn LakeStorage>> {
+    if let Some(url) = S3Url::parse(location) {
+        let url = url.map_err(|err| anyhow::anyhow!(err))?;
+        return Ok(Box::new(ObjectStoreStorage::open(url)?));
+    }
+    if let Some((scheme, _)) = location.split_once("://") {
+        anyhow::bail!("{location}: {scheme}:// lakes are not supported; use a folder or s3://");
+    }
+    let storage = LocalStorage::open(Path::new(location)).with_context(|| {
+        format!("no data lake at {location} (the Parquet sink's `path`; pass it with --data)")
+    })?;
+    Ok(Box::new(storage))
+}
 
 /// The rows of one table for a range, and what it took to get them.
 #[derive(Debug, Default)]
@@ -101,17 +121,7 @@ impl Lake {
     /// Opens the lake at `location`: the Parquet sink's `path`, a local folder or
     /// `s3://bucket/prefix` (client settings from the AWS environment).
     pub fn open(location: &str) -> anyhow::Result<Lake> {
-        if let Some(url) = S3Url::parse(location) {
-            let url = url.map_err(|err| anyhow::anyhow!(err))?;
-            return Ok(Self::with_storage(Box::new(ObjectStoreStorage::open(url)?)));
-        }
-        if let Some((scheme, _)) = location.split_once("://") {
-            anyhow::bail!("{location}: {scheme}:// lakes are not supported; use a folder or s3://");
-        }
-        let storage = LocalStorage::open(Path::new(location)).with_context(|| {
-            format!("no data lake at {location} (the Parquet sink's `path`; pass it with --data)")
-        })?;
-        Ok(Self::with_storage(Box::new(storage)))
+        Ok(Self::with_storage(open_storage(location)?))
     }
 
     /// A lake kept in `storage`.

@@ -44,7 +44,8 @@ impl LocalStorage {
         })
     }
 
-    fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
+    /// The file `key` names (checked to stay below the root).
+    pub(crate) fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
         check_key(key)?;
         Ok(key
             .split('/')

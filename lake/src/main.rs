@@ -1,6 +1,7 @@
 //! `gpuship-lake`: the lake's views without the agent, for people who only read the lake (no
 //! BPF, no root): `report`, `export-trace` and `query`, with the same flags and exit statuses as `gpuship
-//! report`, `gpuship export-trace` and `gpuship query`.
+//! report`, `gpuship export-trace` and `gpuship query`; and `compact`, the fleet's one job that
+//! rewrites closed hours into large files.
 
 use std::process::ExitCode;
 
@@ -43,6 +44,9 @@ enum Command {
     ExportTrace(ExportTraceArgs),
     /// Ask the lake anything in SQL over the tables xid, cuda, driver and cuda_stats (as `gpuship query`).
     Query(QueryArgs),
+    /// Rewrite the agents' small files of closed hours into large sorted files, exactly once
+    /// (docs/operations.md, "Compacting the lake"); the one command that writes to the lake.
+    Compact(gpuship_lake::compact::CompactArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Report(args) => gpuship_lake::views::report(&args),
         Command::ExportTrace(args) => gpuship_lake::views::export_trace(&args),
         Command::Query(args) => gpuship_lake::views::query(&args),
+        Command::Compact(args) => gpuship_lake::compact::compact(&args),
     };
     match result {
         Ok(code) => code,
