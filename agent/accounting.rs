@@ -15,6 +15,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use crate::bpf::cuda::types::gpuship_ring_stat;
 
+pub mod budget;
 pub mod libraries;
 mod reloads;
 mod sinks;
@@ -115,6 +116,8 @@ pub struct Accounting {
     pub reloads: ReloadCounters,
     /// The CUDA source's libraries and how late they were attached.
     pub libraries: libraries::LibraryCounters,
+    /// The CUDA source's overhead budget.
+    pub budget: budget::BudgetCounters,
     /// State files found unusable at start and set aside.
     pub state_files: state_files::StateFileCounters,
     /// The programs' per-CPU counter maps, read live by every snapshot.
@@ -295,6 +298,7 @@ impl Accounting {
             sink_health,
             reloads: self.reloads.snapshot(),
             libraries: self.libraries.snapshot(),
+            budget: self.budget.snapshot(),
             state_files_set_aside: self.state_files.snapshot(),
         }
     }

@@ -81,6 +81,7 @@ static __always_inline bool is_traced(__u32 tgid)
 
 #include "cuda_arguments.h"
 #include "cuda_stats_mode.h"
+#include "cuda_budget.h"
 #include "cuda_lookup_memo.h"
 
 /* The kfunc of a `uprobe.session` program (Linux >= 6.13); weak, so that the object loads
@@ -127,9 +128,13 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 pid_tgid, __u64 c
 	bool entry_only = (lookup && lookup->repeat) || ((cookie >> GPUSHIP_COOKIE_ENTRY_ONLY_SHIFT) & 1);
 	bool stats = (cookie >> GPUSHIP_COOKIE_STATS_SHIFT) & 1;
 
+	if (!link_records(cookie))
+		return 0;
 	invalidate_lookups(cookie);
 	if (!is_traced(pid_tgid >> 32))
 		return 0;
+	if (count_process_traps)
+		count_traps(pid_tgid >> 32, cookie, !entry_only);
 	if (!entry_only)
 		slot = claim_slot(slot_owner(pid_tgid, cookie));
 	entry = slot ? &slot->entry : &local;
@@ -205,6 +210,8 @@ static __always_inline int on_return(struct pt_regs *ctx, long ret)
 	__u64 kernel, lookup_epoch;
 	__u32 lookup_generation;
 
+	if (!link_records(cookie))
+		return 0;
 	invalidate_after(cookie, (__u32)ret);
 	if (!is_traced(pid_tgid >> 32))
 		return 0;

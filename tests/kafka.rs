@@ -89,7 +89,7 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
         assert_eq!(event["host"], "node-k");
         assert_eq!(event["source"], "kmsg");
         assert_eq!(record.headers["kind"], "xid");
-        assert_eq!(record.headers["schema_version"], "6");
+        assert_eq!(record.headers["schema_version"], "7");
         assert_eq!(record.headers["host"], "node-k");
         assert_eq!(record.headers["encoding"], "json");
     }

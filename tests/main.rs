@@ -49,6 +49,7 @@ mod operator_kit;
 mod otlp;
 mod outage;
 mod outage_load;
+mod overhead_budget;
 mod preemption;
 mod probe_sites;
 mod query;

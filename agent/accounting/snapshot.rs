@@ -19,6 +19,8 @@ pub struct Snapshot {
     pub reloads: super::ReloadSnapshot,
     /// The CUDA libraries attached and how late.
     pub libraries: super::libraries::LibrarySnapshot,
+    /// The CUDA source's overhead budget.
+    pub budget: super::budget::BudgetSnapshot,
     /// State files set aside at start, by file and reason.
     pub state_files_set_aside: super::state_files::StateFileSnapshot,
 }

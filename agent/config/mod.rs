@@ -196,6 +196,22 @@ mod defaults {
     pub fn stats_entry_only() -> Vec<String> {
         vec!["cuLaunchKernel*".to_string()]
     }
+    /// 1%: the slowdown a launch-bound training loop may see (docs/performance.md).
+    pub fn overhead_budget() -> String {
+        "1%".to_string()
+    }
+    /// Launches and async copies: thousands per second in a training loop, each a trap.
+    pub fn hot_functions() -> Vec<String> {
+        ["cuLaunchKernel*", "cuGraphLaunch*", "cuMemcpyAsync*"]
+            .map(String::from)
+            .to_vec()
+    }
+    pub fn min_observed_fraction() -> f64 {
+        0.01
+    }
+    pub fn incident_full_probing_secs() -> u64 {
+        300
+    }
     pub fn cuda_stats_interval_secs() -> u64 {
         10
     }

@@ -218,13 +218,58 @@ pub struct CudaSourceConfig {
     /// its return.
     #[serde(default = "defaults::yes")]
     pub repeat_lookups_at_entry: bool,
+    /// The overhead budget: the share of a process's time its probes may cost it, as a
+    /// percentage (`"1%"`), or `"off"` for exact mode (every call of every process). With a
+    /// budget, the `hot_functions` are attached per process (pid-filtered links, Linux >= 6.6
+    /// with `uprobe_multi`) whenever some process's estimated cost (its traps per second times
+    /// the trap cost measured on the node) passes the budget; such a process has its hot
+    /// functions probed part of the time, and `cuda_stats` says which part and estimates the
+    /// whole. Quiet processes keep every call. `gpuship run --pid` / `run -- COMMAND` are exact.
+    #[serde(default = "defaults::overhead_budget")]
+    pub overhead_budget: String,
+    /// The functions (names or globs) the budget may probe part of the time: the ones that can
+    /// trap thousands of times a second. The rest stays probed in every process.
+    #[serde(default = "defaults::hot_functions")]
+    pub hot_functions: Vec<String>,
+    /// The least share of the time a process's hot functions stay probed, however busy it is
+    /// (0 < x <= 1): each window lasts one drain interval, so 0.01 with the default 100 ms is
+    /// a window every 10 s, one per statistics interval.
+    #[serde(default = "defaults::min_observed_fraction")]
+    pub min_observed_fraction: f64,
+    /// After an incident (an XID on a GPU, or a sticky CUDA error), the processes on that GPU
+    /// are probed in full for this many seconds, so that a recurrence is caught whole.
+    #[serde(default = "defaults::incident_full_probing_secs")]
+    pub incident_full_probing_secs: u64,
 }
 
 impl CudaSourceConfig {
+    /// The overhead budget as a fraction of a process's time (`"1%"` -> 0.01); None for
+    /// `"off"` or a value that does not parse (validation reports it).
+    pub fn budget_fraction(&self) -> Option<f64> {
+        parse_budget(&self.overhead_budget).ok().flatten()
+    }
+
     /// Whether libraries that processes map are attached too (`discover_libraries`, or by
     /// default whether `libraries` has `"auto"`).
     pub fn discovers_libraries(&self) -> bool {
         self.discover_libraries
             .unwrap_or_else(|| self.libraries.iter().any(|l| l == "auto"))
+    }
+}
+
+/// `overhead_budget`: `"off"` (None) or a percentage in (0, 100] such as `"1%"` or `"0.5%"`.
+pub fn parse_budget(text: &str) -> Result<Option<f64>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let Some(number) = text.strip_suffix('%') else {
+        return Err(format!(
+            "{text:?} is neither \"off\" nor a percentage such as \"1%\""
+        ));
+    };
+    match number.trim().parse::<f64>() {
+        Ok(percent) if percent > 0.0 && percent <= 100.0 => Ok(Some(percent / 100.0)),
+        _ => Err(format!("{text:?} is not a percentage in (0%, 100%]")),
     }
 }

@@ -330,6 +330,7 @@ impl Config {
             ("entry_only", &cuda.entry_only),
             ("stats_entry_only", &cuda.stats_entry_only),
             ("stats", &cuda.stats),
+            ("hot_functions", &cuda.hot_functions),
         ];
         for (key, patterns) in lists {
             for pattern in patterns {
@@ -338,6 +339,23 @@ impl Config {
                 }
             }
         }
+        if let Err(message) = super::sources::parse_budget(&cuda.overhead_budget) {
+            report.add("sources.cuda", "overhead_budget", message);
+        }
+        let fraction = cuda.min_observed_fraction;
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            report.add(
+                "sources.cuda",
+                "min_observed_fraction",
+                format!("{fraction} is not in (0, 1]"),
+            );
+        }
+        report.range(
+            "sources.cuda",
+            "incident_full_probing_secs",
+            cuda.incident_full_probing_secs,
+            0..=86_400,
+        );
         report.range(
             "sources.cuda",
             "stats_interval_secs",

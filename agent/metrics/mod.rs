@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use crate::config::MetricsConfig;
 
 pub use health_table::HEALTH_FAMILIES;
-pub use render::{render, CONTENT_TYPE, LIBRARY_FAMILIES, RELOAD_FAMILIES};
+pub use render::{render, BUDGET_FAMILIES, CONTENT_TYPE, LIBRARY_FAMILIES, RELOAD_FAMILIES};
 pub use server::{serve, Limits, Served, ACCEPT_ERROR_PAUSE};
 
 /// Lifecycle state reported by `/health`.

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+pub use budget::BUDGET_FAMILIES;
 pub use libraries::LIBRARY_FAMILIES;
 pub use reload::RELOAD_FAMILIES;
 
@@ -274,6 +275,7 @@ impl Collector for SnapshotCollector {
         self.encode_sinks(&mut encoder)?;
         reload::encode(&snapshot.reloads, &mut encoder)?;
         libraries::encode(&snapshot.libraries, &mut encoder)?;
+        budget::encode(&snapshot.budget, &mut encoder)?;
         state_files::encode(&snapshot.state_files_set_aside, &mut encoder)?;
         family(
             &mut encoder,
@@ -375,6 +377,7 @@ fn health_labels(sink: &str) -> Labels<'_> {
     vec![("component_id", sink), ("component_kind", "sink")]
 }
 
+mod budget;
 mod libraries;
 mod reload;
 mod state_files;

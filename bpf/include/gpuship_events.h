@@ -143,7 +143,9 @@ enum gpuship_driver_hook {
 
 /*
  * Attach cookie of a CUDA probe: which function it is and where its arguments are.
- * bits  0..23  function id
+ * bits  0..21  function id
+ * bit  22      a hot function under the overhead budget (cuda_budget.h)
+ * bit  23      set on the cookies of per-process (pid-filtered) hot links
  * bits 24..27  argument index holding a name to read (a kernel's), 0xF = none
  * bit  28      with stats: a successful call is a row only when its answer (the value read
  *              through the out pointer) is new for (process, function, handle); repeats are
@@ -169,7 +171,12 @@ enum gpuship_driver_hook {
  */
 enum gpuship_cookie_layout {
 	GPUSHIP_COOKIE_NONE = 0xF,
-	GPUSHIP_COOKIE_FUNCTION_MASK = 0xFFFFFF,
+	GPUSHIP_COOKIE_FUNCTION_MASK = 0x3FFFFF,
+	/* One bit: a hot function under the overhead budget (cuda_budget.h): its traps count
+	 * toward its process's cost, and only the links of the current hot mode record it. */
+	GPUSHIP_COOKIE_HOT_SHIFT = 22,
+	/* One bit: the link carrying this cookie is a per-process (pid-filtered) hot link. */
+	GPUSHIP_COOKIE_PER_PROCESS_SHIFT = 23,
 	GPUSHIP_COOKIE_NAME_SHIFT = 24,
 	GPUSHIP_COOKIE_ROW_IF_NEW_SHIFT = 28,
 	GPUSHIP_COOKIE_THREAD_CONTEXT_SHIFT = 29,

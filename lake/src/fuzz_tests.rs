@@ -162,6 +162,7 @@ fn seed_batch(kind: EventKind) -> gpuship_sinks::arrow_array::RecordBatch {
                         ],
                     }),
                     workload: None,
+                    observed_fraction: 1.0,
                 });
             }
             builder.finish().expect("a cuda_stats batch")

@@ -66,6 +66,7 @@ fn stats(function: &str, calls: u64, result: u32) -> CudaStatsRow {
         bytes_sum: None,
         durations: None,
         workload: None,
+        observed_fraction: 1.0,
     }
 }
 

@@ -35,10 +35,13 @@ pub fn attach_all(
     let sessions = multi && sessions;
     let mut libraries: Vec<&Path> = probes.iter().map(|p| p.library.as_path()).collect();
     libraries.dedup();
+    // Hot probes have links of their own (`budget`).
     let of = |library: &Path, in_session: bool| -> Vec<&PlannedProbe> {
         probes
             .iter()
-            .filter(|p| p.library == library && (sessions && p.repeats_at_entry) == in_session)
+            .filter(|p| {
+                !p.hot && p.library == library && (sessions && p.repeats_at_entry) == in_session
+            })
             .collect()
     };
     let mut attached: Vec<(PathBuf, Links)> = Vec::new();
@@ -123,20 +126,54 @@ fn attach_sessions(
         })
 }
 
+/// The hot probes of one library on their own uprobe_multi links: system-wide (`pid` -1) or
+/// for one process, whose links then carry the per-process cookie bit (`bpf/include/
+/// cuda_budget.h`: only the links of the kernel's current hot mode record).
+pub fn attach_hot(
+    skel: &CudaSkel<'_>,
+    library: &Path,
+    probes: &[&PlannedProbe],
+    pid: Option<u32>,
+) -> anyhow::Result<Links> {
+    let per_process = u64::from(pid.is_some())
+        << crate::bpf::cuda::types::gpuship_cookie_layout::GPUSHIP_COOKIE_PER_PROCESS_SHIFT.0;
+    let pid = pid.map_or(-1, |pid| pid as i32);
+    let (entry, ret) = attach_multi_for(skel, library, probes, pid, per_process)?;
+    Ok(Links {
+        entry: vec![entry],
+        ret: ret.into_iter().collect(),
+    })
+}
+
 fn attach_multi(
     skel: &CudaSkel<'_>,
     library: &Path,
     probes: &[&PlannedProbe],
 ) -> anyhow::Result<(Link, Option<Link>)> {
+    attach_multi_for(skel, library, probes, -1, 0)
+}
+
+/// One entry link and, when some probe keeps its return, one return link, for `pid` (-1: every
+/// process), with `extra_cookie_bits` or'ed into every cookie.
+fn attach_multi_for(
+    skel: &CudaSkel<'_>,
+    library: &Path,
+    probes: &[&PlannedProbe],
+    pid: i32,
+    extra_cookie_bits: u64,
+) -> anyhow::Result<(Link, Option<Link>)> {
     let attach = |program: &ProgramMut<'_>, retprobe: bool, probes: &[&PlannedProbe]| {
         let opts = UprobeMultiOpts {
             offsets: probes.iter().map(|p| p.file_offset as usize).collect(),
-            cookies: probes.iter().map(|p| p.cookie).collect(),
+            cookies: probes
+                .iter()
+                .map(|p| p.cookie | extra_cookie_bits)
+                .collect(),
             retprobe,
             ..Default::default()
         };
         program
-            .attach_uprobe_multi_with_opts(-1, library, "", opts)
+            .attach_uprobe_multi_with_opts(pid, library, "", opts)
             .with_context(|| {
                 format!(
                     "attaching {} uprobe_multi to {}",

@@ -12,9 +12,12 @@
 //! - [`results`]: CUresult names.
 //! - [`kernels`]: which kernel each handle is, for naming launch rows.
 //! - [`history`]: each process's last launches and synchronisations, for an XID's suspects.
+//! - [`budget`]: the overhead budget: hot functions probed part of the time in processes
+//!   whose probes would cost them more than it.
 
 pub mod attach;
 pub mod batcher;
+pub mod budget;
 pub mod catalog;
 pub mod decode;
 pub mod devices;

@@ -32,6 +32,9 @@ pub struct PlannedProbe {
     /// (`bpf/include/cuda_lookup_memo.h`): attached with the session program when
     /// [`ProbePlan::answer_changes_unprobed`] is empty and the kernel has it.
     pub repeats_at_entry: bool,
+    /// Probed part of the time under the overhead budget ([`ProbePlan::mark_hot`]): attached
+    /// on its own links (system-wide or per process), not with the library's other probes.
+    pub hot: bool,
 }
 
 impl PlannedProbe {
@@ -170,11 +173,32 @@ pub fn plan_probes_onto(
                 entry_only: at_entry,
                 stats: in_stats,
                 repeats_at_entry: row_if_new,
+                hot: false,
             });
         }
     }
     plan.missing = found.missing(&selection);
     plan
+}
+
+impl ProbePlan {
+    /// Marks the probes of `stats`-mode functions matching `hot` (globs) as hot, cookie bit
+    /// included, for the overhead budget (their `cuda_stats` rows say what share was observed
+    /// and estimate the rest). Functions recorded as rows stay exact (rows are the detail asked
+    /// for), and so do functions that keep state beside their rows (kernel names, devices) and
+    /// lookups whose repeats are counted at entry: they stay probed in every process.
+    pub fn mark_hot(&mut self, hot: &[String]) {
+        let hot = compile(hot);
+        for probe in &mut self.probes {
+            if !probe.stats || probe.repeats_at_entry || keeps_its_return(&probe.symbol) {
+                continue;
+            }
+            if hot.iter().any(|p| p.matches(&probe.symbol)) {
+                probe.hot = true;
+                probe.cookie |= 1 << gpuship_cookie_layout::GPUSHIP_COOKIE_HOT_SHIFT.0;
+            }
+        }
+    }
 }
 
 /// The configured lists, compiled: `"default"`, exact names, globs, exclusions and the

@@ -142,6 +142,7 @@ mod tests {
             entry_only: false,
             stats: false,
             repeats_at_entry: false,
+            hot: false,
         }
     }
 

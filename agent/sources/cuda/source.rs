@@ -54,7 +54,8 @@ impl RingSource for CudaSource {
             return Loaded::skipped(NAME, "disabled in config");
         }
         match probes::load(storage, config, setup.filter, &setup.enrich.proc_dir) {
-            Ok(Ok(probes)) => {
+            Ok(Ok(mut probes)) => {
+                probes.start_budget(&setup.enrich.proc_dir, &setup.accounting);
                 let detail = match (probes.probed_symbols, probes.discovery.is_some()) {
                     (0, true) => {
                         "no library mapped yet; attaching each libcuda processes map".to_string()
@@ -148,6 +149,8 @@ struct CudaCapture<'obj> {
     kernels_expired_at: Instant,
     /// When the library statuses were last published.
     libraries_published_at: Instant,
+    /// Processes of incidents seen since the last flush, for the budget's full probing.
+    boosts: Vec<u32>,
     accounting: Arc<Accounting>,
 }
 
@@ -209,6 +212,7 @@ impl<'obj> CudaCapture<'obj> {
             proc_dir: setup.enrich.proc_dir.clone(),
             kernels_expired_at: Instant::now(),
             libraries_published_at: Instant::now(),
+            boosts: Vec::new(),
             probes,
         }
     }
@@ -233,6 +237,7 @@ impl<'obj> CudaCapture<'obj> {
             memory,
             proc_dir,
             accounting,
+            boosts,
             ..
         } = self;
         let event = cuda_event(raw)?;
@@ -287,6 +292,9 @@ impl<'obj> CudaCapture<'obj> {
             // A sticky error starts an incident: the flight recorder writes the seconds before.
             if let Some(plan) = recorder.as_mut().filter(|_| is_sticky(row.result)) {
                 incident = Some(plan.sticky_failure(row.pid, row.time_ns, incident));
+            }
+            if is_sticky(row.result) {
+                boosts.push(row.pid as u32);
             }
             return Ok(batcher.push_linked(&row, incident.as_deref()));
         }
@@ -346,6 +354,7 @@ impl RunningRing for CudaCapture<'_> {
             );
         }
         self.write_flight_recorder();
+        self.budget_tick(now);
         self.poll_stats(now, all);
         self.report_memory(now, all);
         self.view.publish(&self.calls, now, all);

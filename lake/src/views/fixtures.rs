@@ -151,6 +151,7 @@ pub fn stats_row(
         bytes_sum: None,
         durations,
         workload: None,
+        observed_fraction: 1.0,
     }
 }
 

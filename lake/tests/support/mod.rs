@@ -65,6 +65,7 @@ pub fn stats(
         bytes_sum: None,
         durations,
         workload: None,
+        observed_fraction: 1.0,
     }
 }
 

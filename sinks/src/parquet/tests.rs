@@ -189,7 +189,7 @@ fn files_rotate_by_rows_and_carry_schema_metadata() {
             .find(|k| k.key == key)
             .and_then(|k| k.value.clone())
     };
-    assert_eq!(get("gpuship.schema_version").as_deref(), Some("6"));
+    assert_eq!(get("gpuship.schema_version").as_deref(), Some("7"));
     assert_eq!(get("gpuship.kind").as_deref(), Some("cuda"));
     assert_eq!(reader.metadata().file_metadata().num_rows(), 4);
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StructBuilder, UInt64Builder};
-use arrow_array::{ArrayRef, Int32Array, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Float64Array, Int32Array, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Fields, Schema};
 
 use super::common::common_fields;
@@ -44,7 +44,7 @@ pub struct DurationStats {
 }
 
 /// One (process, function, result) over one interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CudaStatsRow {
     /// End of the interval, nanoseconds since the Unix epoch.
     pub time_ns: i64,
@@ -68,6 +68,37 @@ pub struct CudaStatsRow {
     pub durations: Option<DurationStats>,
     /// The container and pod of the process, when it runs in one.
     pub workload: Option<Arc<Workload>>,
+    /// The share of the interval in which the function was probed in this process (1.0
+    /// unless the overhead budget probed it part of the time).
+    pub observed_fraction: f64,
+}
+
+impl CudaStatsRow {
+    /// `calls` scaled to the whole interval: `calls / observed_fraction`, rounded.
+    pub fn calls_estimated(&self) -> u64 {
+        estimate(self.calls, self.observed_fraction)
+    }
+
+    /// `bytes_sum` scaled the same way.
+    pub fn bytes_estimated(&self) -> Option<u64> {
+        self.bytes_sum
+            .map(|bytes| estimate(bytes, self.observed_fraction))
+    }
+}
+
+/// `observed / fraction`, rounded, saturating; `observed` itself for a fraction that is not in
+/// (0, 1) (a fully observed interval, or a value that cannot scale).
+fn estimate(observed: u64, fraction: f64) -> u64 {
+    if fraction > 0.0 && fraction < 1.0 {
+        let scaled = (observed as f64 / fraction).round();
+        if scaled >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            scaled as u64
+        }
+    } else {
+        observed
+    }
 }
 
 fn bucket_fields() -> Fields {
@@ -104,6 +135,9 @@ pub fn schema() -> Arc<Schema> {
         Field::new("duration_p50_ns", DataType::UInt64, true),
         Field::new("duration_p99_ns", DataType::UInt64, true),
         Field::new("duration_buckets", buckets_type(), true),
+        Field::new("observed_fraction", DataType::Float64, true),
+        Field::new("calls_estimated", DataType::UInt64, true),
+        Field::new("bytes_estimated", DataType::UInt64, true),
     ]);
     fields.extend(workload_fields());
     super::with_metadata(EventKind::CudaStats, fields)
@@ -145,6 +179,11 @@ impl KindRows for CudaStatsRow {
             durations(&|d| d.p50_ns),
             durations(&|d| d.p99_ns),
             buckets_column(rows),
+            Arc::new(Float64Array::from_iter_values(
+                rows.iter().map(|r| r.observed_fraction),
+            )),
+            u64s(&|r| Some(r.calls_estimated())),
+            u64s(&|r| r.bytes_estimated()),
         ]
     }
 }
@@ -200,6 +239,24 @@ mod tests {
             bytes_sum: None,
             durations,
             workload: None,
+            observed_fraction: 1.0,
+        }
+    }
+
+    #[test]
+    fn estimates_scale_by_the_observed_fraction_and_saturate() {
+        let mut sampled = row(None);
+        sampled.calls = 1_001;
+        sampled.bytes_sum = Some(3);
+        sampled.observed_fraction = 0.1;
+        assert_eq!(sampled.calls_estimated(), 10_010);
+        assert_eq!(sampled.bytes_estimated(), Some(30));
+        sampled.calls = u64::MAX;
+        assert_eq!(sampled.calls_estimated(), u64::MAX);
+        for fraction in [1.0, 0.0, -0.5, f64::NAN, 1.5] {
+            sampled.observed_fraction = fraction;
+            sampled.calls = 17;
+            assert_eq!(sampled.calls_estimated(), 17, "fraction {fraction}");
         }
     }
 

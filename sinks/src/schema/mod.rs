@@ -35,7 +35,7 @@ pub use xid::{
 use crate::EventKind;
 
 /// Version of the column layout, stored in Parquet key-value metadata and Kafka headers.
-pub const SCHEMA_VERSION: &str = "6";
+pub const SCHEMA_VERSION: &str = "7";
 /// Metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
 /// Metadata key holding the event kind (`xid`, `cuda`).

@@ -337,3 +337,55 @@ fn calls_that_change_lookup_answers_carry_their_bit_and_unprobed_ones_are_named(
     let plan = plan_probes(&lib, &["default".into()], &[], &[], &[], &[]);
     assert!(plan.probes.iter().all(|p| !p.repeats_at_entry));
 }
+
+#[test]
+fn only_stats_mode_functions_matching_the_hot_globs_become_hot() {
+    use crate::bpf::cuda::types::gpuship_cookie_layout as layout;
+    let library = PathBuf::from("/lib/libcuda.so.1");
+    let exported = [
+        "cuLaunchKernel",
+        "cuMemcpyAsync",
+        "cuMemAlloc_v2",
+        "cuKernelGetFunction",
+        "cuCtxSynchronize",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, name)| ExportedFunction {
+        name: name.to_string(),
+        file_offset: 0x1000 * (i as u64 + 1),
+    })
+    .collect();
+    let mut plan = plan_probes(
+        &[(library, exported)],
+        &["default".to_string()],
+        &[],
+        &[],
+        &["cuLaunchKernel*".into(), "cuKernelGetFunction".into()],
+        &[],
+    );
+    plan.mark_hot(&["cu*".into()]);
+    let hot_bit = 1u64 << layout::GPUSHIP_COOKIE_HOT_SHIFT.0;
+    let hot: Vec<(&str, bool, bool)> = plan
+        .probes
+        .iter()
+        .map(|p| (p.symbol.as_str(), p.hot, p.cookie & hot_bit != 0))
+        .collect();
+    // Launches are in stats mode: hot. The lookup's repeats are counted at entry: never hot.
+    // cuMemcpyAsync, allocations and syncs are rows here: exact.
+    assert_eq!(
+        hot,
+        vec![
+            ("cuLaunchKernel", true, true),
+            ("cuMemcpyAsync", false, false),
+            ("cuMemAlloc_v2", false, false),
+            ("cuKernelGetFunction", false, false),
+            ("cuCtxSynchronize", false, false),
+        ]
+    );
+    // The hot bit leaves the function id alone.
+    assert!(plan
+        .probes
+        .iter()
+        .all(|p| (p.function_id() as usize) < plan.functions.len()));
+}

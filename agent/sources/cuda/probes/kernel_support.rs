@@ -74,6 +74,7 @@ mod tests {
                 entry_only: false,
                 stats: repeats_at_entry,
                 repeats_at_entry,
+                hot: false,
             }],
             answer_changes_unprobed: unprobed.iter().map(|s| s.to_string()).collect(),
             ..ProbePlan::default()

@@ -78,6 +78,9 @@ impl CudaProbes<'_> {
             "no requested function is exported by {}",
             reach.display()
         );
+        if self.later.budget {
+            plan.mark_hot(&config.hot_functions);
+        }
         probe_sites::place_probes(&mut plan.probes);
         let sessions = self.later.sessions
             && repeat_lookups(
@@ -90,6 +93,10 @@ impl CudaProbes<'_> {
         let (attached, in_sessions) =
             attach::attach_all(&self.skel, &plan.probes, self.later.multi, sessions)?;
         let symbols = plan.probes.len();
+        let hot: Vec<_> = plan.probes.iter().filter(|p| p.hot).cloned().collect();
+        if let Some(budget) = self.budget.borrow_mut().as_mut() {
+            budget.add_library(&self.skel, key, reach, hot)?;
+        }
         {
             let mut libraries = self.libraries.borrow_mut();
             for (_, links) in attached {
@@ -117,6 +124,9 @@ impl CudaProbes<'_> {
 
     /// Detaches the probes of `key` (return probes first); false when none were attached.
     pub fn detach_library(&self, key: FileKey) -> bool {
+        if let Some(budget) = self.budget.borrow_mut().as_mut() {
+            budget.remove_library(key);
+        }
         let mut libraries = self.libraries.borrow_mut();
         let before = libraries.len();
         libraries.retain_mut(|(k, links)| {

@@ -19,8 +19,9 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
 use super::attach;
+use super::budget::HotProbes;
 use super::discovery::{Discovery, FileKey};
-use super::plan::FunctionTable;
+use super::plan::{FunctionTable, PlannedProbe};
 use super::probe_sites;
 use super::recorder::RecorderSize;
 use crate::bpf::cuda::types::sent_answer_key;
@@ -50,6 +51,12 @@ pub struct CudaProbes<'obj> {
     global_links: RefCell<Vec<Link>>,
     /// Each attached library's probes, by file.
     libraries: RefCell<Vec<(FileKey, attach::Links)>>,
+    /// The overhead budget's hot links, once started ([`CudaProbes::start_budget`]).
+    budget: RefCell<Option<HotProbes>>,
+    /// The budget's share of a process's time, when one applies.
+    budget_fraction: Option<f64>,
+    /// Hot probes planned at start, by library, until the budget starts.
+    pending_hot: Vec<(FileKey, std::path::PathBuf, Vec<PlannedProbe>)>,
 }
 
 /// The settings a library found after start is planned and attached with.
@@ -59,6 +66,8 @@ struct LaterLibraries {
     /// Whether the session program is loaded (lookups of a library may then use it).
     sessions: bool,
     kernel_release: Option<String>,
+    /// Whether hot functions are marked for the budget.
+    budget: bool,
 }
 
 impl CudaProbes<'_> {
@@ -68,6 +77,9 @@ impl CudaProbes<'_> {
     /// return probe is still attached its calls would return without the entry program having
     /// run (unmatched returns). Entries stored after that have no return and are not emitted.
     pub fn detach(&self) {
+        if let Some(budget) = self.budget.borrow_mut().as_mut() {
+            budget.detach_all();
+        }
         let mut libraries = self.libraries.borrow_mut();
         for (_, links) in libraries.iter_mut() {
             links.ret.clear();
@@ -93,6 +105,61 @@ impl CudaProbes<'_> {
             }
         }
         forgotten
+    }
+
+    /// Starts the overhead budget, when one applies: measures the trap cost and attaches the
+    /// hot probes planned at start system-wide.
+    pub fn start_budget(
+        &mut self,
+        proc_dir: &Path,
+        accounting: &std::sync::Arc<crate::accounting::Accounting>,
+    ) {
+        let Some(fraction) = self.budget_fraction else {
+            return;
+        };
+        let mut budget = HotProbes::new(
+            &self.skel,
+            &self.later.config,
+            fraction,
+            proc_dir,
+            std::sync::Arc::clone(accounting),
+        );
+        for (key, path, probes) in std::mem::take(&mut self.pending_hot) {
+            if let Err(err) = budget.add_library(&self.skel, key, &path, probes) {
+                tracing::error!(
+                    library = %path.display(),
+                    error = format!("{err:#}"),
+                    "attaching the hot CUDA functions failed: launches of this library are not recorded"
+                );
+            }
+        }
+        *self.budget.borrow_mut() = Some(budget);
+    }
+
+    /// The budget's tick (see [`HotProbes::tick`]); nothing without a budget.
+    pub fn budget_tick(&self, now: std::time::Instant, newcomers: &[u32]) {
+        if let Some(budget) = self.budget.borrow_mut().as_mut() {
+            budget.tick(&self.skel, now, newcomers);
+        }
+    }
+
+    /// Probes `pids` in full for the incident time (nothing without a budget).
+    pub fn budget_boost(&self, pids: &[u32], now: std::time::Instant) {
+        if let Some(budget) = self.budget.borrow_mut().as_mut() {
+            budget.boost(pids, now);
+        }
+    }
+
+    /// The observed share per process of the statistics interval that just closed, and which
+    /// function ids are hot; None without a budget.
+    pub fn budget_fractions(&self) -> Option<super::stats::Observed> {
+        let mut budget = self.budget.borrow_mut();
+        let budget = budget.as_mut()?;
+        let by_pid = budget.interval_fractions();
+        let hot: Vec<bool> = (0..self.functions.len() as u32)
+            .map(|id| budget.is_hot(id))
+            .collect();
+        Some(super::stats::Observed { by_pid, hot })
     }
 
     /// A handle on the map of traced processes, for [`ProcessFilter::Selected`].
@@ -125,6 +192,11 @@ pub fn load<'obj>(
         Ok(planned) => planned,
         Err(reason) => return Ok(Err(reason)),
     };
+    let multi = config.uprobe_multi && uprobe_multi_supported();
+    let budget_fraction = budget_applies(config, multi, filter);
+    if budget_fraction.is_some() {
+        plan.mark_hot(&config.hot_functions);
+    }
     let placement = probe_sites::place_probes(&mut plan.probes);
     if !placement.single_stepped.is_empty() {
         tracing::warn!(
@@ -134,7 +206,6 @@ pub fn load<'obj>(
         );
     }
     let recorder = RecorderSize::of(config)?;
-    let multi = config.uprobe_multi && uprobe_multi_supported();
     let release = crate::enrich::kernel_release();
     // The session program is loaded wherever the kernel and the setting allow it; each
     // library's lookups use it when its own plan allows (see `repeat_lookups`).
@@ -150,7 +221,13 @@ pub fn load<'obj>(
     };
     let discover = found.discovery.is_some();
     let load = |storage, sessions| {
-        open_and_load(storage, config, filter, recorder, multi, sessions, discover)
+        let programs = Programs {
+            multi,
+            sessions,
+            discover,
+            count_traps: budget_fraction.is_some(),
+        };
+        open_and_load(storage, config, filter, recorder, programs)
     };
     let skel = match load(storage, sessions) {
         Ok(skel) => skel,
@@ -190,6 +267,18 @@ pub fn load<'obj>(
     let (attached, in_sessions) =
         attach::attach_all(&skel, &plan.probes, multi, sessions && use_sessions)?;
     let mut libraries = Vec::new();
+    let mut pending_hot = Vec::new();
+    for library in &found.libraries {
+        let hot: Vec<PlannedProbe> = plan
+            .probes
+            .iter()
+            .filter(|p| p.hot && p.library == library.path)
+            .cloned()
+            .collect();
+        if !hot.is_empty() {
+            pending_hot.push((library.key, library.path.clone(), hot));
+        }
+    }
     for (path, links) in attached {
         let Some(library) = found.libraries.iter().find(|l| l.path == path) else {
             continue;
@@ -257,23 +346,60 @@ pub fn load<'obj>(
             multi,
             sessions,
             kernel_release: release,
+            budget: budget_fraction.is_some(),
         },
         global_links: RefCell::new(global_links),
         libraries: RefCell::new(libraries),
+        budget: RefCell::new(None),
+        budget_fraction,
+        pending_hot,
     }))
 }
 
+/// The overhead budget's share when one applies: configured, system-wide capture (`run --pid`
+/// and `run -- COMMAND` stay exact), and uprobe_multi links (pid-filtered attach in one step).
+fn budget_applies(config: &CudaSourceConfig, multi: bool, filter: ProcessFilter) -> Option<f64> {
+    let fraction = config.budget_fraction()?;
+    if filter == ProcessFilter::Selected {
+        return None;
+    }
+    if !multi {
+        tracing::warn!(
+            "overhead_budget needs uprobe_multi links (Linux >= 6.6, uprobe_multi = true): every process's hot CUDA functions are probed in full"
+        );
+        return None;
+    }
+    Some(fraction)
+}
+
+/// Which optional programs to load.
+#[derive(Debug, Clone, Copy)]
+struct Programs {
+    /// The uprobe_multi programs (else one link per symbol).
+    multi: bool,
+    /// The lookups' session program.
+    sessions: bool,
+    /// The library-open tracepoints (discovery).
+    discover: bool,
+    /// The budget's trap counting and calibration program.
+    count_traps: bool,
+}
+
 /// Opens the CUDA object, sizes its maps, sets its constants and loads the programs of the
-/// attach style in use (`sessions`: the lookups' session program too).
+/// attach style in use.
 fn open_and_load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     config: &CudaSourceConfig,
     filter: ProcessFilter,
     recorder: RecorderSize,
-    multi: bool,
-    sessions: bool,
-    discover: bool,
+    programs: Programs,
 ) -> anyhow::Result<CudaSkel<'obj>> {
+    let Programs {
+        multi,
+        sessions,
+        discover,
+        count_traps,
+    } = programs;
     let mut open = CudaSkelBuilder::default()
         .open(storage)
         .context("opening the CUDA BPF object")?;
@@ -308,11 +434,13 @@ fn open_and_load<'obj>(
     rodata.recorder_shift = recorder.shift;
     rodata.recorder_launch_details = config.flight_recorder_launch_details;
     rodata.repeat_lookups_at_entry = sessions;
+    rodata.count_process_traps = count_traps;
     // Load only the programs of the attach style this kernel supports.
     open.progs.cuda_call_entry_multi.set_autoload(multi);
     open.progs.cuda_call_return_multi.set_autoload(multi);
     open.progs.cuda_lookup_session.set_autoload(sessions);
     open.progs.library_openat.set_autoload(discover);
     open.progs.library_openat2.set_autoload(discover);
+    open.progs.trap_calibration.set_autoload(count_traps);
     open.load().context("loading the CUDA BPF program")
 }

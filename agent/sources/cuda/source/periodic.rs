@@ -18,13 +18,15 @@ impl CudaCapture<'_> {
         let Some(stats) = self.stats.as_mut() else {
             return;
         };
+        let probes = &self.probes;
         let polled = stats.poll(
             now,
             all,
-            &self.probes.skel.maps.call_stats,
-            &self.probes.functions,
+            &probes.skel.maps.call_stats,
+            &probes.functions,
             &mut self.workloads,
             self.accounting.ring(Ring::Cuda),
+            &mut || probes.budget_fractions(),
         );
         // Their successful calls count in the summary and the live view like rows do (their
         // failures came as rows).
@@ -76,12 +78,26 @@ impl CudaCapture<'_> {
         }
     }
 
+    /// The overhead budget's tick, with the processes of incidents since the last one probed
+    /// in full from now on.
+    pub(super) fn budget_tick(&mut self, now: Instant) {
+        if !self.boosts.is_empty() {
+            self.probes.budget_boost(&self.boosts, now);
+            self.boosts.clear();
+        }
+        self.probes.budget_tick(now, &[]);
+    }
+
     /// Writes the flight recorder's calls of every process an incident just started for.
     pub(super) fn write_flight_recorder(&mut self) {
+        let links = self.outputs.attribution.incident_links();
+        // An XID's processes are probed in full for a while (the budget), recorder or not.
+        self.boosts
+            .extend(links.iter().map(|(pid, _, _)| *pid as u32));
         let Some(plan) = self.recorder.as_mut() else {
             return;
         };
-        for (pid, incident, xid_ns) in self.outputs.attribution.incident_links() {
+        for (pid, incident, xid_ns) in links {
             plan.xid_incident(pid, incident, xid_ns);
         }
         let dumps = plan.take();

@@ -31,6 +31,26 @@ use crate::decode::c_chars;
 use crate::enrich::WorkloadResolver;
 use crate::health::durations::DurationHistogram;
 
+/// How much of a closed interval each process's hot functions were observed, under the
+/// overhead budget (`super::budget`).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Observed share of the interval by process; a process not here was observed whole.
+    pub by_pid: std::collections::HashMap<u32, f64>,
+    /// Hot function ids, by id.
+    pub hot: Vec<bool>,
+}
+
+impl Observed {
+    /// The share of the interval in which `function_id` was probed in `pid`.
+    pub fn fraction(&self, pid: u32, function_id: u32) -> f64 {
+        if !self.hot.get(function_id as usize).copied().unwrap_or(false) {
+            return 1.0;
+        }
+        self.by_pid.get(&pid).copied().unwrap_or(1.0)
+    }
+}
+
 /// One entry of the kernel's table, read back.
 #[derive(Debug, Clone, Copy)]
 pub struct StatsEntry {
@@ -93,6 +113,7 @@ impl StatsEntry {
             bytes_sum: (value.bytes_sum > 0).then_some(value.bytes_sum),
             durations,
             workload: None,
+            observed_fraction: 1.0,
         })
     }
 }
@@ -160,11 +181,13 @@ pub struct Polled {
 }
 
 /// An interval whose generation was flipped away from and waits to be taken out.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Closed {
     generation: u32,
     end_ns: i64,
     interval_ns: u64,
+    /// Under a budget: how much of the interval was observed.
+    observed: Option<Observed>,
 }
 
 /// When to flip, which generation is current, and the interval waiting to be taken out.
@@ -200,7 +223,9 @@ impl StatsDrain {
 
     /// One poll: takes out the interval closed at the previous poll, and closes the current
     /// one when it is due (every interval when `all` is false). With `all` (the probes are
-    /// detached, nothing adds any more) it takes out both generations.
+    /// detached, nothing adds any more) it takes out both generations. `observed` is asked
+    /// when an interval closes, for the share of it the budget observed.
+    #[allow(clippy::too_many_arguments)]
     pub fn poll(
         &mut self,
         now: Instant,
@@ -209,6 +234,7 @@ impl StatsDrain {
         functions: &FunctionTable,
         workloads: &mut WorkloadResolver,
         counters: &RingCounters,
+        observed: &mut dyn FnMut() -> Option<Observed>,
     ) -> Polled {
         if let Some(closed) = self.closed.take() {
             self.take_out(closed, table, functions, workloads, counters);
@@ -220,6 +246,7 @@ impl StatsDrain {
                 generation: self.generation,
                 end_ns,
                 interval_ns: end_ns.saturating_sub(self.started_ns).max(0) as u64,
+                observed: observed(),
             };
             self.take_out(current, table, functions, workloads, counters);
             self.started_ns = end_ns;
@@ -229,6 +256,7 @@ impl StatsDrain {
                 generation: self.generation,
                 end_ns,
                 interval_ns: end_ns.saturating_sub(self.started_ns).max(0) as u64,
+                observed: observed(),
             });
             self.generation ^= 1;
             self.started_ns = end_ns;
@@ -286,6 +314,10 @@ impl StatsDrain {
             match entry.row(functions, closed.end_ns, closed.interval_ns) {
                 Some(mut row) => {
                     row.workload = workloads.resolve(row.pid).cloned();
+                    if let Some(observed) = &closed.observed {
+                        row.observed_fraction =
+                            observed.fraction(entry.key.tgid, entry.key.function_id);
+                    }
                     self.builder.append(row);
                 }
                 None => {

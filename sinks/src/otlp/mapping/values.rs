@@ -1,8 +1,8 @@
-//! One Arrow cell as an OTLP attribute value: strings, booleans and integers as themselves,
+//! One Arrow cell as an OTLP attribute value: strings, booleans, integers and doubles as themselves,
 //! lists as arrays, structs (an XID's suspects) as key-value lists.
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::types::{Float64Type, Int32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -21,6 +21,7 @@ pub(super) fn attribute_value(column: &ArrayRef, row: usize) -> Option<Value> {
         DataType::UInt32 => Value::IntValue(column.as_primitive::<UInt32Type>().value(row).into()),
         // OTLP integers are signed 64-bit; device pointers and sizes fit (user space < 2^63).
         DataType::UInt64 => Value::IntValue(column.as_primitive::<UInt64Type>().value(row) as i64),
+        DataType::Float64 => Value::DoubleValue(column.as_primitive::<Float64Type>().value(row)),
         DataType::List(_) => {
             let items = column.as_list::<i32>().value(row);
             Value::ArrayValue(ArrayValue {

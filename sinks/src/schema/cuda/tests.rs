@@ -154,7 +154,7 @@ fn flight_recorded_rows_are_marked_with_their_incident() {
         ]
     );
     assert_eq!(batch.num_columns(), schema.fields().len());
-    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "6");
+    assert_eq!(schema.metadata()[super::super::SCHEMA_VERSION_KEY], "7");
     let marks = batch
         .column_by_name("flight_recorder")
         .unwrap()

@@ -1,0 +1,382 @@
+//! The overhead budget (`[sources.cuda] overhead_budget`): the hot CUDA functions (launches,
+//! graph launches, async copies) trap thousands of times a second in a training loop, and no
+//! BPF program can make a trap cheaper, so a process whose probes would cost it more than the
+//! budget has its hot functions probed only part of the time.
+//!
+//! - [`trap_cost`]: the node's cost of one probed call, measured on the agent itself at start
+//!   and every [`RECALIBRATE`].
+//! - [`schedule`]: the decisions (which share of the time, when windows open and close,
+//!   system-wide or per-process links, the ledger of observed time), free of BPF.
+//! - This module carries them out on the hot links, reads the kernel's `process_traps`, and
+//!   gives the statistics interval's observed fractions to `cuda_stats`.
+//!
+//! The hot probes of each library are attached either system-wide (one link set per library,
+//! every process exact) or per process (pid-filtered links; a process without its links has no
+//! breakpoint at all). The kernel records hot calls only through the links of the current mode
+//! (`hot_mode`, `bpf/include/cuda_budget.h`), so a switch attaches the new set, flips the mode
+//! and then drops the old set: nothing lost, nothing counted twice. Links are dropped on a
+//! thread of their own, because a detach waits for a grace period.
+
+pub mod schedule;
+pub mod trap_cost;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use self::schedule::{IntervalFractions, Mode, Reading, Schedule, Settings, Step};
+use super::attach::{self, Links};
+use super::discovery::FileKey;
+use super::plan::PlannedProbe;
+use crate::accounting::Accounting;
+use crate::bpf::cuda::CudaSkel;
+use crate::config::CudaSourceConfig;
+
+/// How often the trap cost is measured again.
+pub const RECALIBRATE: Duration = Duration::from_secs(600);
+/// The trap cost assumed when it cannot be measured (a VM's uprobe trap with a small program).
+const FALLBACK_TRAP_NS: f64 = 2_000.0;
+
+struct HotLibrary {
+    key: FileKey,
+    path: PathBuf,
+    probes: Vec<PlannedProbe>,
+    system_wide: Option<Links>,
+    per_process: BTreeMap<u32, Links>,
+}
+
+/// The hot links and the budget's schedule.
+pub struct HotProbes {
+    schedule: Schedule,
+    libraries: Vec<HotLibrary>,
+    fractions: IntervalFractions,
+    proc_dir: PathBuf,
+    next_calibration: Instant,
+    /// Function ids of hot probes, by id.
+    hot_ids: Vec<bool>,
+    accounting: Arc<Accounting>,
+}
+
+/// Drops links off the caller's thread (a detach waits for a grace period).
+fn drop_later(links: Vec<Links>) {
+    if links.is_empty() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let mut links = links;
+        for set in &mut links {
+            set.detach();
+        }
+    });
+}
+
+impl HotProbes {
+    /// A budget over `skel`'s hot links, with the trap cost measured now.
+    pub fn new(
+        skel: &CudaSkel<'_>,
+        config: &CudaSourceConfig,
+        budget: f64,
+        proc_dir: &Path,
+        accounting: Arc<Accounting>,
+    ) -> Self {
+        let now = Instant::now();
+        let trap_ns = measure_trap_cost(skel);
+        let settings = Settings {
+            budget,
+            floor: config.min_observed_fraction,
+            window: Duration::from_millis(config.drain_interval_ms),
+            incident_full: Duration::from_secs(config.incident_full_probing_secs),
+        };
+        accounting.budget.active.store(true, Ordering::Relaxed);
+        accounting
+            .budget
+            .trap_cost_ns
+            .store(trap_ns as u64, Ordering::Relaxed);
+        tracing::info!(
+            budget_percent = budget * 100.0,
+            trap_cost_ns = trap_ns,
+            min_observed_fraction = config.min_observed_fraction,
+            "overhead budget on: hot CUDA functions are probed part of the time in processes whose cost would pass it"
+        );
+        Self {
+            schedule: Schedule::new(settings, trap_ns, now),
+            libraries: Vec::new(),
+            fractions: IntervalFractions::default(),
+            proc_dir: proc_dir.to_path_buf(),
+            next_calibration: now + RECALIBRATE,
+            hot_ids: Vec::new(),
+            accounting,
+        }
+    }
+
+    /// Whether `function_id` is a hot function (its `cuda_stats` rows carry the fraction).
+    pub fn is_hot(&self, function_id: u32) -> bool {
+        self.hot_ids
+            .get(function_id as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Takes the hot probes of a library attached now, and attaches them as the current mode
+    /// says (system-wide, or for every process followed).
+    pub fn add_library(
+        &mut self,
+        skel: &CudaSkel<'_>,
+        key: FileKey,
+        path: &Path,
+        probes: Vec<PlannedProbe>,
+    ) -> anyhow::Result<()> {
+        if probes.is_empty() || self.libraries.iter().any(|l| l.key == key) {
+            return Ok(());
+        }
+        for probe in &probes {
+            let id = probe.function_id() as usize;
+            if id >= self.hot_ids.len() {
+                self.hot_ids.resize(id + 1, false);
+            }
+            self.hot_ids[id] = true;
+        }
+        let mut library = HotLibrary {
+            key,
+            path: path.to_path_buf(),
+            probes,
+            system_wide: None,
+            per_process: BTreeMap::new(),
+        };
+        match self.schedule.mode() {
+            Mode::SystemWide => library.system_wide = Some(attach_library(skel, &library, None)?),
+            Mode::PerProcess => {
+                let probed: Vec<u32> = self
+                    .libraries
+                    .first()
+                    .map(|l| l.per_process.keys().copied().collect())
+                    .unwrap_or_default();
+                for pid in probed {
+                    if let Ok(links) = attach_library(skel, &library, Some(pid)) {
+                        library.per_process.insert(pid, links);
+                    }
+                }
+            }
+        }
+        self.libraries.push(library);
+        Ok(())
+    }
+
+    /// Drops the hot links of a library no process maps any more.
+    pub fn remove_library(&mut self, key: FileKey) {
+        let Some(index) = self.libraries.iter().position(|l| l.key == key) else {
+            return;
+        };
+        let library = self.libraries.remove(index);
+        let mut links: Vec<Links> = library.per_process.into_values().collect();
+        links.extend(library.system_wide);
+        drop_later(links);
+    }
+
+    /// Probes the processes of an incident in full for `incident_full_probing_secs`.
+    pub fn boost(&mut self, pids: &[u32], now: Instant) {
+        self.schedule.boost(pids, now);
+    }
+
+    /// The observed share of each followed process's time since the last call (the last
+    /// statistics interval); a process not in it was observed whole.
+    pub fn interval_fractions(&mut self) -> HashMap<u32, f64> {
+        self.fractions.take(self.schedule.take_ledger())
+    }
+
+    /// One tick of the drain timer: reads the counters when due, lets the schedule decide,
+    /// and carries out its steps. `newcomers`: processes that just opened a CUDA library.
+    pub fn tick(&mut self, skel: &CudaSkel<'_>, now: Instant, newcomers: &[u32]) {
+        if now >= self.next_calibration {
+            self.next_calibration = now + RECALIBRATE;
+            let trap_ns = measure_trap_cost(skel);
+            self.schedule.set_trap_ns(trap_ns);
+            self.accounting
+                .budget
+                .trap_cost_ns
+                .store(trap_ns as u64, Ordering::Relaxed);
+        }
+        let readings = self
+            .schedule
+            .wants_reading(now)
+            .then(|| read_traps(&skel.maps.process_traps));
+        let proc_dir = &self.proc_dir;
+        let alive = |pid: u32| super::process_exists(proc_dir, pid);
+        let steps = self
+            .schedule
+            .tick(now, readings.as_deref(), newcomers, &alive);
+        for step in steps {
+            self.carry_out(skel, step);
+        }
+        let counters = &self.accounting.budget;
+        counters
+            .sampled_processes
+            .store(self.schedule.sampled() as u64, Ordering::Relaxed);
+        counters
+            .per_process
+            .store(self.schedule.mode() == Mode::PerProcess, Ordering::Relaxed);
+    }
+
+    fn carry_out(&mut self, skel: &CudaSkel<'_>, step: Step) {
+        let accounting = Arc::clone(&self.accounting);
+        let counters = &accounting.budget;
+        match step {
+            Step::SwitchToPerProcess(pids) => {
+                for pid in &pids {
+                    self.attach_process(skel, *pid);
+                }
+                set_hot_mode(skel, Mode::PerProcess);
+                let old: Vec<Links> = self
+                    .libraries
+                    .iter_mut()
+                    .filter_map(|l| l.system_wide.take())
+                    .collect();
+                drop_later(old);
+                counters.mode_switches.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    processes = pids.len(),
+                    "a process's probes would cost it more than the overhead budget: hot CUDA functions are now attached per process"
+                );
+            }
+            Step::SwitchToSystemWide => {
+                for library in &mut self.libraries {
+                    match attach_library(skel, library, None) {
+                        Ok(links) => library.system_wide = Some(links),
+                        Err(err) => tracing::warn!(
+                            library = %library.path.display(),
+                            error = format!("{err:#}"),
+                            "re-attaching the hot functions system-wide failed"
+                        ),
+                    }
+                }
+                set_hot_mode(skel, Mode::SystemWide);
+                let old: Vec<Links> = self
+                    .libraries
+                    .iter_mut()
+                    .flat_map(|l| std::mem::take(&mut l.per_process).into_values())
+                    .collect();
+                drop_later(old);
+                counters.mode_switches.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("no process needs sampling any more: hot CUDA functions are attached system-wide again");
+            }
+            Step::Attach(pid) => {
+                counters.windows.fetch_add(1, Ordering::Relaxed);
+                if self.attach_process(skel, pid) {
+                    self.schedule.attached(pid, Instant::now());
+                } else {
+                    self.schedule.attach_failed(pid);
+                }
+            }
+            Step::Detach(pid) => {
+                let links: Vec<Links> = self
+                    .libraries
+                    .iter_mut()
+                    .filter_map(|l| l.per_process.remove(&pid))
+                    .collect();
+                drop_later(links);
+            }
+            Step::Forget(pid) => {
+                let _ = skel.maps.process_traps.delete(&pid.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Attaches `pid`'s links on every library; true when it has links on at least one.
+    fn attach_process(&mut self, skel: &CudaSkel<'_>, pid: u32) -> bool {
+        for library in &mut self.libraries {
+            if library.per_process.contains_key(&pid) {
+                continue;
+            }
+            match attach_library(skel, library, Some(pid)) {
+                Ok(links) => {
+                    library.per_process.insert(pid, links);
+                }
+                Err(err) => {
+                    self.accounting
+                        .budget
+                        .attach_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        pid,
+                        error = format!("{err:#}"),
+                        "per-process hot attach failed"
+                    );
+                }
+            }
+        }
+        self.libraries
+            .iter()
+            .any(|l| l.per_process.contains_key(&pid))
+    }
+
+    /// Detaches every hot link now, returns first (the agent stops).
+    pub fn detach_all(&mut self) {
+        for library in &mut self.libraries {
+            for links in library.per_process.values_mut() {
+                links.ret.clear();
+            }
+            if let Some(links) = library.system_wide.as_mut() {
+                links.ret.clear();
+            }
+        }
+        for library in &mut self.libraries {
+            library.per_process.clear();
+            library.system_wide = None;
+        }
+    }
+}
+
+fn attach_library(
+    skel: &CudaSkel<'_>,
+    library: &HotLibrary,
+    pid: Option<u32>,
+) -> anyhow::Result<Links> {
+    let probes: Vec<&PlannedProbe> = library.probes.iter().collect();
+    attach::attach_hot(skel, &library.path, &probes, pid)
+}
+
+fn set_hot_mode(skel: &CudaSkel<'_>, mode: Mode) {
+    let value: u32 = match mode {
+        Mode::SystemWide => 0,
+        Mode::PerProcess => 1,
+    };
+    if let Err(err) =
+        skel.maps
+            .hot_mode
+            .update(&0u32.to_ne_bytes(), &value.to_ne_bytes(), MapFlags::ANY)
+    {
+        tracing::error!(%err, "cannot switch the kernel's hot mode");
+    }
+}
+
+/// Every process's cumulative traps.
+fn read_traps(map: &dyn MapCore) -> Vec<Reading> {
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    keys.into_iter()
+        .filter_map(|key| {
+            let pid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
+            let value = map.lookup(&key, MapFlags::ANY).ok()??;
+            let hot = u64::from_ne_bytes(value.get(0..8)?.try_into().ok()?);
+            let steady = u64::from_ne_bytes(value.get(8..16)?.try_into().ok()?);
+            Some(Reading { pid, hot, steady })
+        })
+        .collect()
+}
+
+fn measure_trap_cost(skel: &CudaSkel<'_>) -> f64 {
+    match trap_cost::measure(skel) {
+        Ok(ns) => ns,
+        Err(err) => {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                assumed_ns = FALLBACK_TRAP_NS,
+                "cannot measure the trap cost; assuming a typical one"
+            );
+            FALLBACK_TRAP_NS
+        }
+    }
+}

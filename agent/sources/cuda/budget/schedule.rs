@@ -1,0 +1,469 @@
+//! The overhead budget's decisions, free of BPF: from each process's trap counts and the
+//! node's trap cost, which share of the time its hot functions stay probed, when its windows
+//! open and close, when the hot links go per process and back, and how much of each process's
+//! time was observed (the ledger `cuda_stats` fractions come from).
+//!
+//! - **System-wide** (the start, and whenever no process needs sampling): the hot functions are
+//!   probed in every process by one link per library; every call is seen.
+//! - **Per process**: as soon as one process's estimated cost passes the budget, every known
+//!   process gets its own pid-filtered links, and the one over budget keeps its links only
+//!   for a window (one tick) out of every `window / fraction`. After `QUIET_BEFORE_SYSTEM_WIDE`
+//!   with no process over budget, the links go system-wide again.
+//!
+//! Cost of a process = (hot traps per second while probed × fraction + steady traps per second)
+//! × trap cost. The fraction is the largest share that keeps it within the budget, never below
+//! the floor (`min_observed_fraction`), and 1 for a process in an incident's full-probing time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// How long no process must need sampling before the hot links go system-wide again.
+pub const QUIET_BEFORE_SYSTEM_WIDE: Duration = Duration::from_secs(60);
+/// How often processes are checked for having exited.
+const ALIVE_CHECK: Duration = Duration::from_secs(1);
+/// How often counters are read while the links are system-wide (nothing is sampled then).
+const SYSTEM_WIDE_READ: Duration = Duration::from_secs(1);
+/// The largest share of a probed process's time taken as spent in traps (a measurement above it
+/// is noise: such a process would make no progress).
+const MAX_TRAPPED_SHARE: f64 = 0.99;
+/// Rates are averaged over about this long (an exponential average weighted by time), so a
+/// burst within one tick does not count as a busy process.
+const RATE_HORIZON_S: f64 = 2.0;
+
+/// The settings of the budget.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Share of a process's time its probes may cost (0.01 for 1%).
+    pub budget: f64,
+    /// Least share of the time hot functions stay probed.
+    pub floor: f64,
+    /// How long a window lasts (the drain interval: one tick).
+    pub window: Duration,
+    /// How long an incident keeps its GPU's processes probed in full.
+    pub incident_full: Duration,
+}
+
+/// Where the hot functions' links are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One link per library: every process, every call.
+    SystemWide,
+    /// Pid-filtered links, attached and detached per process.
+    PerProcess,
+}
+
+/// A process's cumulative traps, as the kernel's `process_traps` table holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    /// Process (thread group) id.
+    pub pid: u32,
+    /// Traps of hot functions.
+    pub hot: u64,
+    /// Traps of every other probed function.
+    pub steady: u64,
+}
+
+/// What the caller carries out, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Attach per-process links for these processes, switch the kernel to per-process links,
+    /// then drop the system-wide ones.
+    SwitchToPerProcess(Vec<u32>),
+    /// Attach the system-wide links, switch the kernel to them, drop every per-process link.
+    SwitchToSystemWide,
+    /// Attach this process's links.
+    Attach(u32),
+    /// Drop this process's links.
+    Detach(u32),
+    /// The process exited: forget its counters.
+    Forget(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Process {
+    hot_seen: u64,
+    steady_seen: u64,
+    /// Hot traps per second while probed; None until measured.
+    hot_rate: Option<f64>,
+    steady_rate: Option<f64>,
+    fraction: f64,
+    /// Its per-process links are attached (per-process mode only).
+    probed: bool,
+    window_started: Instant,
+    /// When its links actually took effect in the current window (the attach returned),
+    /// if later than the tick that opened it.
+    attached_at: Option<Instant>,
+    /// Seconds of the last tick's span in which it was probed (its hot rate's denominator).
+    probed_last_s: f64,
+    next_window: Instant,
+    full_until: Option<Instant>,
+    /// Nanoseconds followed, weighted by how fast the process calls in them (a span without
+    /// probes counts [`Process::speedup`] times: the process is faster without its traps),
+    /// and of those observed (hot functions probed, weight 1). Their ratio is the share of
+    /// the process's hot calls that were observed.
+    tracked_ns: f64,
+    observed_ns: f64,
+}
+
+impl Process {
+    /// How much faster the process makes hot calls without its hot probes than with them:
+    /// while probed, a share `c` of its time goes to their traps (hot rate × trap cost), time
+    /// it spends on its own work once they are gone.
+    fn speedup(&self, trap_s: f64) -> f64 {
+        let trapped = (self.hot_rate.unwrap_or(0.0) * trap_s).clamp(0.0, MAX_TRAPPED_SHARE);
+        1.0 / (1.0 - trapped)
+    }
+
+    fn new(now: Instant) -> Self {
+        Self {
+            hot_seen: 0,
+            steady_seen: 0,
+            hot_rate: None,
+            steady_rate: None,
+            fraction: 1.0,
+            probed: false,
+            window_started: now,
+            attached_at: None,
+            probed_last_s: 0.0,
+            next_window: now,
+            full_until: None,
+            tracked_ns: 0.0,
+            observed_ns: 0.0,
+        }
+    }
+}
+
+/// The budget's state over every process it follows.
+#[derive(Debug)]
+pub struct Schedule {
+    settings: Settings,
+    trap_ns: f64,
+    mode: Mode,
+    processes: BTreeMap<u32, Process>,
+    last_tick: Option<Instant>,
+    last_read: Option<Instant>,
+    last_alive_check: Option<Instant>,
+    /// When a process last needed sampling.
+    last_sampled: Instant,
+    /// The final ledger of processes that exited since the last [`Schedule::take_ledger`]: their
+    /// last interval's rows still need it.
+    departed: HashMap<u32, (f64, f64)>,
+}
+
+/// The average rate after `measured` over `span_s` seconds.
+fn ewma(previous: Option<f64>, measured: f64, span_s: f64) -> f64 {
+    match previous {
+        Some(previous) => {
+            let weight = 1.0 - (-span_s / RATE_HORIZON_S).exp();
+            previous + weight * (measured - previous)
+        }
+        None => measured,
+    }
+}
+
+impl Schedule {
+    /// A schedule that starts system-wide, with the node's trap cost in nanoseconds.
+    pub fn new(settings: Settings, trap_ns: f64, now: Instant) -> Self {
+        Self {
+            settings,
+            trap_ns,
+            mode: Mode::SystemWide,
+            processes: BTreeMap::new(),
+            last_tick: None,
+            last_read: None,
+            last_alive_check: None,
+            last_sampled: now,
+            departed: HashMap::new(),
+        }
+    }
+
+    /// Where the hot links are.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The trap cost in use, in nanoseconds.
+    pub fn trap_ns(&self) -> f64 {
+        self.trap_ns
+    }
+
+    /// A new measurement of the trap cost.
+    pub fn set_trap_ns(&mut self, trap_ns: f64) {
+        self.trap_ns = trap_ns;
+    }
+
+    /// Processes whose hot functions are probed part of the time.
+    pub fn sampled(&self) -> usize {
+        self.processes.values().filter(|p| p.fraction < 1.0).count()
+    }
+
+    /// The share of the time `pid`'s hot functions are to be probed now (1.0 when unknown).
+    pub fn fraction(&self, pid: u32) -> f64 {
+        self.processes.get(&pid).map_or(1.0, |p| p.fraction)
+    }
+
+    /// Whether the caller should read the counters at this tick.
+    pub fn wants_reading(&self, now: Instant) -> bool {
+        self.mode == Mode::PerProcess
+            || self
+                .last_read
+                .is_none_or(|at| now.duration_since(at) >= SYSTEM_WIDE_READ)
+    }
+
+    /// Probes `pids` in full until `now + incident_full`.
+    pub fn boost(&mut self, pids: &[u32], now: Instant) {
+        let until = now + self.settings.incident_full;
+        for pid in pids {
+            let process = self
+                .processes
+                .entry(*pid)
+                .or_insert_with(|| Process::new(now));
+            process.full_until = Some(until);
+            process.fraction = 1.0;
+        }
+    }
+
+    /// `pid`'s links of the window just opened took effect at `at` (after the attach call).
+    pub fn attached(&mut self, pid: u32, at: Instant) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.attached_at = Some(at);
+        }
+    }
+
+    /// `pid`'s links could not be attached: it is not probed.
+    pub fn attach_failed(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.probed = false;
+            process.attached_at = None;
+        }
+    }
+
+    /// Each followed process's nanoseconds followed and observed so far, with those that
+    /// exited since the last call.
+    pub fn take_ledger(&mut self) -> HashMap<u32, (f64, f64)> {
+        let mut ledger = std::mem::take(&mut self.departed);
+        ledger.extend(
+            self.processes
+                .iter()
+                .map(|(pid, p)| (*pid, (p.tracked_ns, p.observed_ns))),
+        );
+        ledger
+    }
+
+    /// One tick: `readings` when the counters were read (see [`Self::wants_reading`]),
+    /// `newcomers` that opened a CUDA library, `alive` to tell exited processes.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        readings: Option<&[Reading]>,
+        newcomers: &[u32],
+        alive: &dyn Fn(u32) -> bool,
+    ) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let span = self
+            .last_tick
+            .map_or(0.0, |at| now.duration_since(at).as_nanos() as f64);
+        self.last_tick = Some(now);
+        let system_wide = self.mode == Mode::SystemWide;
+        let trap_s = self.trap_ns / 1e9;
+        let last_tick = now - Duration::from_nanos(span as u64);
+        for process in self.processes.values_mut() {
+            let probed_ns = if system_wide {
+                span
+            } else if process.probed {
+                // From the end of the attach, when it ended after the tick that asked for it.
+                let from = process
+                    .attached_at
+                    .take()
+                    .unwrap_or(last_tick)
+                    .max(last_tick);
+                now.duration_since(from).as_nanos() as f64
+            } else {
+                0.0
+            };
+            let unprobed_ns = (span - probed_ns).max(0.0);
+            process.tracked_ns += probed_ns + unprobed_ns * process.speedup(trap_s);
+            process.observed_ns += probed_ns;
+            process.probed_last_s = probed_ns / 1e9;
+        }
+        if let Some(readings) = readings {
+            let read_span = self
+                .last_read
+                .map_or(0.0, |at| now.duration_since(at).as_secs_f64());
+            self.last_read = Some(now);
+            for reading in readings {
+                self.take_reading(reading, read_span, now, system_wide);
+            }
+        }
+        for pid in newcomers {
+            self.processes
+                .entry(*pid)
+                .or_insert_with(|| Process::new(now));
+        }
+        self.forget_exited(now, alive, &mut steps);
+        let budget = self.settings.budget;
+        let floor = self.settings.floor;
+        let trap_s = self.trap_ns / 1e9;
+        let mut any_sampled = false;
+        for process in self.processes.values_mut() {
+            process.fraction = if process.full_until.is_some_and(|until| now < until) {
+                1.0
+            } else {
+                let hot_cost = process.hot_rate.unwrap_or(0.0) * trap_s;
+                let steady_cost = process.steady_rate.unwrap_or(0.0) * trap_s;
+                if hot_cost <= 0.0 || hot_cost + steady_cost <= budget {
+                    1.0
+                } else {
+                    ((budget - steady_cost) / hot_cost).clamp(floor, 1.0)
+                }
+            };
+            any_sampled |= process.fraction < 1.0;
+        }
+        if any_sampled {
+            self.last_sampled = now;
+        }
+        match self.mode {
+            Mode::SystemWide if any_sampled => {
+                self.mode = Mode::PerProcess;
+                for process in self.processes.values_mut() {
+                    process.probed = true;
+                    process.window_started = now;
+                }
+                steps.push(Step::SwitchToPerProcess(
+                    self.processes.keys().copied().collect(),
+                ));
+            }
+            Mode::SystemWide => {}
+            Mode::PerProcess
+                if !any_sampled
+                    && now.duration_since(self.last_sampled) >= QUIET_BEFORE_SYSTEM_WIDE =>
+            {
+                self.mode = Mode::SystemWide;
+                for process in self.processes.values_mut() {
+                    process.probed = false;
+                }
+                steps.push(Step::SwitchToSystemWide);
+            }
+            Mode::PerProcess => self.open_and_close_windows(now, &mut steps),
+        }
+        steps
+    }
+
+    fn take_reading(&mut self, reading: &Reading, span: f64, now: Instant, system_wide: bool) {
+        let process = self
+            .processes
+            .entry(reading.pid)
+            .or_insert_with(|| Process::new(now));
+        // Counters that went back belong to a new process with a reused pid.
+        let hot = reading
+            .hot
+            .checked_sub(process.hot_seen)
+            .unwrap_or(reading.hot);
+        let steady = reading
+            .steady
+            .checked_sub(process.steady_seen)
+            .unwrap_or(reading.steady);
+        process.hot_seen = reading.hot;
+        process.steady_seen = reading.steady;
+        if span <= 0.0 {
+            return;
+        }
+        process.steady_rate = Some(ewma(process.steady_rate, steady as f64 / span, span));
+        // While per process, counters are read every tick: the rate is over the probed part.
+        let probed_s = if system_wide {
+            span
+        } else {
+            process.probed_last_s
+        };
+        if probed_s > 0.0 {
+            process.hot_rate = Some(ewma(process.hot_rate, hot as f64 / probed_s, probed_s));
+        } else if hot > 0 {
+            // Calls of a window that closed while its links were going away: observed too,
+            // for as long as they would have taken at the process's rate.
+            if let Some(rate) = process.hot_rate.filter(|r| *r > 0.0) {
+                let stray_ns = (hot as f64 / rate * 1e9).min(span * 1e9);
+                process.observed_ns = (process.observed_ns + stray_ns).min(process.tracked_ns);
+            }
+        }
+    }
+
+    fn forget_exited(&mut self, now: Instant, alive: &dyn Fn(u32) -> bool, steps: &mut Vec<Step>) {
+        if self
+            .last_alive_check
+            .is_some_and(|at| now.duration_since(at) < ALIVE_CHECK)
+        {
+            return;
+        }
+        self.last_alive_check = Some(now);
+        let exited: Vec<u32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|pid| !alive(*pid))
+            .collect();
+        for pid in exited {
+            if let Some(process) = self.processes.remove(&pid) {
+                self.departed
+                    .insert(pid, (process.tracked_ns, process.observed_ns));
+                if process.probed && self.mode == Mode::PerProcess {
+                    steps.push(Step::Detach(pid));
+                }
+                steps.push(Step::Forget(pid));
+            }
+        }
+    }
+
+    fn open_and_close_windows(&mut self, now: Instant, steps: &mut Vec<Step>) {
+        let window = self.settings.window;
+        for (pid, process) in &mut self.processes {
+            if process.probed {
+                let open_for = now.duration_since(process.window_started);
+                if process.fraction < 1.0 && open_for >= window {
+                    process.probed = false;
+                    let cycle = open_for.as_secs_f64() / process.fraction;
+                    process.next_window = process.window_started + Duration::from_secs_f64(cycle);
+                    steps.push(Step::Detach(*pid));
+                }
+            } else if process.fraction >= 1.0 || now >= process.next_window {
+                process.probed = true;
+                process.window_started = now;
+                steps.push(Step::Attach(*pid));
+            }
+        }
+    }
+}
+
+/// Per-interval fractions from the ledger: each call compares with the ledger of the previous
+/// call (the previous statistics interval's end).
+#[derive(Debug, Default)]
+pub struct IntervalFractions {
+    previous: HashMap<u32, (f64, f64)>,
+}
+
+impl IntervalFractions {
+    /// The observed share of each process's followed time since the last call; processes
+    /// followed in full (or not at all) get 1.0.
+    pub fn take(&mut self, ledger: HashMap<u32, (f64, f64)>) -> HashMap<u32, f64> {
+        let fractions = ledger
+            .iter()
+            .map(|(pid, &(tracked, observed))| {
+                let (tracked_before, observed_before) =
+                    self.previous.get(pid).copied().unwrap_or((0.0, 0.0));
+                let tracked = tracked - tracked_before;
+                let observed = observed - observed_before;
+                // (Sums of the same spans in another order differ in their last bits.)
+                let fraction = if tracked <= 0.0 || observed >= tracked * (1.0 - 1e-9) {
+                    1.0
+                } else {
+                    (observed / tracked).max(0.0)
+                };
+                (*pid, fraction)
+            })
+            .collect();
+        self.previous = ledger;
+        fractions
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+//! Real eBPF, the overhead budget (`[sources.cuda] overhead_budget`, default "1%"): a busy
+//! stand-in process (a launch loop with 20 µs of CPU work per launch, like a framework's) has
+//! its launches probed part of the time through per-process links, and its `cuda_stats` rows
+//! say which share was observed and estimate the whole; a quiet process beside it keeps every
+//! call; an incident (a sticky failure) puts the busy process back under full probing; exact
+//! mode is one setting away. The H100 figures are docs/performance.md's "The overhead budget".
+
+use crate::support;
+use crate::support::agent::{data_dir, Agent};
+use crate::support::lake::duckdb;
+use crate::support::metrics::scrape_floats;
+use crate::support::Fixtures;
+
+/// Launches of the busy process, and its CPU work per launch (about 6 s in all).
+const BUSY_LAUNCHES: u64 = 250_000;
+const BUSY_WORK_NS: &str = "20000";
+/// The quiet process: 4 bursts of 1,000 launches, a second apart.
+const QUIET_LAUNCHES: u64 = 4_000;
+
+fn budget_config(fixtures: &Fixtures, data: &std::path::Path, extra: &str) -> String {
+    fixtures.cuda_config(data, r#"["default"]"#).replace(
+        "stats = []\n",
+        &format!("stats = [\"cuLaunchKernel*\"]\nstats_interval_secs = 1\n{extra}"),
+    )
+}
+
+/// Per process of `pids`: (rows, sum of calls, sum of calls_estimated, least observed_fraction)
+/// of its cuLaunchKernel rows.
+fn launch_totals(data: &std::path::Path, pid: u32) -> (u64, u64, u64, f64) {
+    let rows = duckdb(&format!(
+        "select count(*), sum(calls), sum(calls_estimated), min(observed_fraction) \
+         from read_parquet('{}/cuda_stats/**/*.parquet', union_by_name = true) \
+         where function = 'cuLaunchKernel' and pid = {pid}",
+        data.display()
+    ));
+    let row = &rows[0];
+    (
+        row[0].parse().unwrap(),
+        row[1].parse().unwrap(),
+        row[2].parse().unwrap(),
+        row[3].parse().unwrap(),
+    )
+}
+
+fn spawn(fixtures: &Fixtures, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    fixtures
+        .workload(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the workload")
+}
+
+fn finish(child: std::process::Child) -> String {
+    let output = child.wait_with_output().expect("waiting for the workload");
+    assert!(output.status.success(), "workload: {:?}", output.status);
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[test]
+fn a_busy_process_is_sampled_with_estimates_and_a_quiet_one_keeps_every_call() {
+    // Alone on the machine: the busy process's rate is what the estimates are checked against.
+    let _exclusive = support::exclusive();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let agent = Agent::start(&budget_config(&fixtures, data.path(), ""), &[]);
+    let busy_count = BUSY_LAUNCHES.to_string();
+    let quiet_count = QUIET_LAUNCHES.to_string();
+    let busy = spawn(
+        &fixtures,
+        &["launches", &busy_count],
+        &[("LAUNCH_WORK_NS", BUSY_WORK_NS)],
+    );
+    let quiet = spawn(&fixtures, &["launches", &quiet_count, "1000000"], &[]);
+    let (busy_pid, quiet_pid) = (busy.id(), quiet.id());
+    assert_eq!(
+        finish(busy),
+        format!("workload: launches calls={BUSY_LAUNCHES}")
+    );
+    assert_eq!(
+        finish(quiet),
+        format!("workload: launches calls={QUIET_LAUNCHES}")
+    );
+    let metrics = scrape_floats(&agent.metrics_address());
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+
+    let (rows, seen, estimated, least) = launch_totals(data.path(), busy_pid);
+    assert!(rows >= 4, "{rows} rows");
+    // Sampled: part of its launches seen, every interval represented, the whole estimated.
+    assert!(least < 0.9, "least observed fraction {least}");
+    assert!(
+        seen < BUSY_LAUNCHES * 9 / 10,
+        "{seen} of {BUSY_LAUNCHES} seen"
+    );
+    let error = (estimated as f64 - BUSY_LAUNCHES as f64) / BUSY_LAUNCHES as f64;
+    assert!(
+        error.abs() <= 0.10,
+        "estimated {estimated} of {BUSY_LAUNCHES} ({:+.1}%), seen {seen}",
+        error * 100.0
+    );
+    // The quiet process is under the budget: every launch, exact, observed whole.
+    let (_, seen, estimated, least) = launch_totals(data.path(), quiet_pid);
+    assert_eq!(
+        (seen, estimated, least),
+        (QUIET_LAUNCHES, QUIET_LAUNCHES, 1.0)
+    );
+    // Nothing lost on the way: every call the kernel aggregated is in a row.
+    let ring = stopped.ring("cuda");
+    assert_eq!(
+        ring["aggregated"], ring["aggregated_received"],
+        "{}",
+        stopped.outcome
+    );
+    assert_eq!(ring["stats_full"], 0, "{}", stopped.outcome);
+    // What /metrics said while it ran.
+    let value = |name: &str| metrics.get(name).map(|(_, v)| *v).unwrap_or(-1.0);
+    assert!(
+        value("gpuship_cuda_budget_trap_cost_seconds") > 0.0,
+        "{metrics:?}"
+    );
+    assert!(
+        value("gpuship_cuda_budget_windows_total") >= 4.0,
+        "{metrics:?}"
+    );
+    assert!(
+        value("gpuship_cuda_budget_mode_switches_total") >= 1.0,
+        "{metrics:?}"
+    );
+    assert!(stopped
+        .log
+        .contains("hot CUDA functions are now attached per process"));
+}
+
+#[test]
+fn exact_mode_is_one_setting_away() {
+    let _exclusive = support::exclusive();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = budget_config(&fixtures, data.path(), "overhead_budget = \"off\"\n");
+    let agent = Agent::start(&config, &[]);
+    let metrics_address = agent.metrics_address();
+    let busy = spawn(
+        &fixtures,
+        &["launches", "100000"],
+        &[("LAUNCH_WORK_NS", BUSY_WORK_NS)],
+    );
+    let pid = busy.id();
+    assert_eq!(finish(busy), "workload: launches calls=100000");
+    let metrics = scrape_floats(&metrics_address);
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let (_, seen, estimated, least) = launch_totals(data.path(), pid);
+    assert_eq!((seen, estimated, least), (100_000, 100_000, 1.0));
+    assert!(
+        !metrics.contains_key("gpuship_cuda_budget_trap_cost_seconds"),
+        "{metrics:?}"
+    );
+}
+
+#[test]
+fn a_sticky_failure_probes_its_process_in_full_from_then_on() {
+    let _exclusive = support::exclusive();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = budget_config(
+        &fixtures,
+        data.path(),
+        "incident_full_probing_secs = 3600\nflight_recorder_slots_per_cpu = 0\n",
+    );
+    let agent = Agent::start(&config, &[]);
+    // About 3 s of sampling, then one failing cuCtxSynchronize (CUDA_ERROR_ILLEGAL_ADDRESS),
+    // then about 3 s more.
+    let busy = spawn(
+        &fixtures,
+        &["launches", "250000"],
+        &[
+            ("LAUNCH_WORK_NS", BUSY_WORK_NS),
+            ("SYNC_AT", "125000"),
+            ("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700"),
+        ],
+    );
+    let pid = busy.id();
+    assert_eq!(finish(busy), "workload: launches calls=250000");
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let rows = duckdb(&format!(
+        "select (s.time > f.time)::int as after, min(s.observed_fraction), count(*) \
+         from read_parquet('{0}/cuda_stats/**/*.parquet', union_by_name = true) s, \
+              (select time from read_parquet('{0}/cuda/**/*.parquet', union_by_name = true) \
+               where function = 'cuCtxSynchronize' and result = 700) f \
+         where s.function = 'cuLaunchKernel' and s.pid = {pid} \
+           and (s.time < f.time or s.time - to_microseconds((s.interval_ns // 1000)::BIGINT) > f.time) \
+         group by all order by after",
+        data.path().display()
+    ));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let before: f64 = rows[0][1].parse().unwrap();
+    let after: f64 = rows[1][1].parse().unwrap();
+    assert!(before < 1.0, "sampled before the failure: {rows:?}");
+    // Every interval that began after the failure was observed whole.
+    assert_eq!(after, 1.0, "{rows:?}");
+    assert!(rows[1][2].parse::<u64>().unwrap() >= 2, "{rows:?}");
+}
