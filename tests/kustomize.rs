@@ -6,8 +6,10 @@
 //! (@kubernetes-models/prometheus-operator) and asserted whole; the rules, as rendered into
 //! the PrometheusRule, through `promtool check rules` and their unit tests. The tools come
 //! from `make testenv`. The pod's security, placement, mounts and probes: `kustomize/pod.rs`;
-//! the renderer and validators: `kustomize/render.rs`.
+//! the renderer and validators: `kustomize/render.rs`; the compaction CronJob:
+//! `kustomize/compact.rs`.
 
+mod compact;
 mod pod;
 mod render;
 

@@ -35,6 +35,7 @@ mod kmsg_cursor;
 mod kubernetes;
 mod kustomize;
 mod lake_binary;
+mod lake_compact;
 mod lake_limits;
 mod layout;
 mod library_discovery;

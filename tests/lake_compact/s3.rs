@@ -1,0 +1,153 @@
+//! `gpuship-lake compact` on an S3-compatible store (moto's server): the same rows before,
+//! while it is stopped after its commit, after a SIGKILL there and after the rerun, through
+//! gpuship's readers and DuckDB's httpfs; the bucket ends with one compacted file and one
+//! marker per closed hour, the open hour's objects untouched.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::fixture::{compact, duckdb_sums, lake_binary, lake_sums, stderr, write_lake};
+use crate::support::lake::duckdb_s3;
+use crate::support::peers::Moto;
+
+const BUCKET: &str = "gpu-lake";
+
+fn env(moto: &Moto) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ENDPOINT", moto.endpoint()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+    ]
+}
+
+/// Uploads every file under `root` to `s3://gpu-lake/fleet/`.
+fn upload(moto: &Moto, root: &std::path::Path) {
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(moto.endpoint())
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .with_region("us-east-1")
+            .build()
+            .expect("S3 client"),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let key = format!("fleet/{}", path.strip_prefix(root).unwrap().display());
+            let data = PutPayload::from(std::fs::read(&path).unwrap());
+            runtime
+                .block_on(store.put(&ObjectPath::from(key), data))
+                .expect("upload");
+        }
+    }
+}
+
+#[test]
+fn compaction_on_s3_is_exactly_once_through_a_kill() {
+    let moto = Moto::start(0);
+    moto.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_lake(dir.path(), 3, &[4, 3, 0], 2, 20);
+    upload(&moto, dir.path());
+    let env = env(&moto);
+    let data = format!("s3://{BUCKET}/fleet");
+    let endpoint = format!("127.0.0.1:{}", moto.port);
+    let glob_root = format!("s3://{BUCKET}/fleet");
+    let before = lake_sums(&data, &env);
+    assert_eq!(before[0][0], 3 * 3 * 2 * 20);
+    assert_eq!(
+        duckdb_sums(&glob_root, |sql: &str| duckdb_s3(&endpoint, sql)),
+        before
+    );
+    let open: Vec<String> = moto
+        .keys(BUCKET)
+        .into_iter()
+        .filter(|k| k.contains(&hour_of(0)))
+        .collect();
+    assert_eq!(open.len(), 3 * 2 * 2, "{open:?}");
+
+    let mut child = Command::new(lake_binary())
+        .args(["compact", "--data", &data, "--retire-after", "0s"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("GPUSHIP_LAKE_COMPACT_PAUSE_AT", "committed")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gpuship-lake compact");
+    // Paused right after the first hour's marker.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !moto
+        .keys(BUCKET)
+        .iter()
+        .any(|k| k.contains("/_compaction-"))
+    {
+        assert!(Instant::now() < deadline, "no marker was committed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "compact exited before pausing"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lake_sums(&data, &env), before, "a reader after the commit");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(lake_sums(&data, &env), before, "a reader after the kill");
+
+    let rerun = compact(&data, &["--retire-after", "0s"], &env);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    let keys = moto.keys(BUCKET);
+    for table in ["cuda", "xid"] {
+        for ago in [4, 3] {
+            let folder = format!("fleet/{table}/{}/", hour_of(ago));
+            let names: Vec<&str> = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&folder))
+                .collect();
+            assert!(
+                names.len() == 2
+                    && names[0].starts_with("_compaction-")
+                    && names[1].starts_with("compact-"),
+                "{folder}: {names:?}"
+            );
+        }
+    }
+    let open_after: Vec<String> = keys
+        .into_iter()
+        .filter(|k| k.contains(&hour_of(0)))
+        .collect();
+    assert_eq!(open_after, open, "the open hour is untouched");
+    assert_eq!(lake_sums(&data, &env), before, "after the rerun");
+    assert_eq!(
+        duckdb_sums(&glob_root, |sql: &str| duckdb_s3(&endpoint, sql)),
+        before
+    );
+}
+
+/// `dt=YYYY-MM-DD/hour=HH` of the hour `hours_ago` hours before the current one.
+fn hour_of(hours_ago: i64) -> String {
+    let start = chrono::DateTime::from_timestamp_nanos(super::fixture::hour_start(hours_ago));
+    format!(
+        "dt={}/hour={}",
+        start.format("%Y-%m-%d"),
+        start.format("%H")
+    )
+}
