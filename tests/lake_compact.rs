@@ -249,3 +249,26 @@ fn a_damaged_marker_stops_the_job_in_its_hour_only_and_readers_say_so() {
     );
     assert_eq!(lake_sums(&data, &[]), before);
 }
+
+#[test]
+fn a_second_run_on_a_local_lake_is_refused_while_one_runs() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write_lake(root, 1, &[3], 1, 5);
+    let lock = std::fs::File::create(root.join(".gpuship-compact.lock")).unwrap();
+    // SAFETY: flock(2) on a descriptor `lock` owns for the duration of the call.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let data = root.display().to_string();
+    let refused = compact(&data, &[], &[]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("another gpuship-lake compact runs on this lake"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(names(&hour_folder(root, "cuda", 3)).len(), 1, "untouched");
+    drop(lock);
+    let run = compact(&data, &[], &[]);
+    assert!(run.status.success(), "{}", stderr(&run));
+}

@@ -23,6 +23,10 @@
 //! the accounting documents (`_accounting/`) are never touched. A damaged marker stops the
 //! job in that hour (reported, exit status 1) until a person looks.
 //!
+//! One run at a time per lake ([`lock`] on a local disk; the scheduler on S3). Another table
+//! format (an Iceberg table) is one more step after 3: it adds the marker's compacted files
+//! (names, sizes, rows) to the table's next snapshot; the marker stays what folder readers go by.
+//!
 //! On a local disk, files and markers appear by rename and are not synced: after a power loss
 //! (not a kill) the filesystem decides what survived; `--retire-after` keeps the agents' files
 //! long past the kernel's writeback (30 s), so a marker whose files were lost can be deleted by
@@ -30,6 +34,7 @@
 
 pub mod args;
 mod job;
+pub mod lock;
 pub mod marker;
 pub mod phase;
 pub mod plan;
@@ -74,6 +79,10 @@ pub struct Summary {
 /// (each failure is printed; the others are done).
 pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let storage = crate::open_storage(&args.data)?;
+    let _lock = match storage.as_local() {
+        Some(local) if !args.dry_run => Some(lock::lock(local)?),
+        _ => None,
+    };
     let now = Utc::now();
     let since = args
         .since
