@@ -1,8 +1,9 @@
 //! `gpuship-lake compact` over lakes written with the Parquet sink's own writer (the agents'
 //! names, encodings and metadata): every row kept exactly once (counts and per-column sums,
 //! through gpuship's readers and through DuckDB), closed hours rewritten into one sorted file
-//! each, open hours, other files and the accounting documents untouched. The kill-at-every-
-//! phase tests are in `lake_compact/phases.rs`, the S3 one in `lake_compact/s3.rs`.
+//! each, open hours, other files and the accounting documents untouched, readers exact while a
+//! run is under way. The kill-at-every-phase tests are in `lake_compact/phases.rs`, the S3 one
+//! in `lake_compact/s3.rs`.
 
 mod fixture;
 mod phases;
@@ -271,4 +272,32 @@ fn a_second_run_on_a_local_lake_is_refused_while_one_runs() {
     drop(lock);
     let run = compact(&data, &[], &[]);
     assert!(run.status.success(), "{}", stderr(&run));
+}
+
+#[test]
+fn readers_running_while_a_compaction_runs_see_each_row_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let data = root.display().to_string();
+    write_lake(root, 6, &[6, 5, 4, 3], 4, 200);
+    let before = lake_sums(&data, &[]);
+    // Replaced files stay for --retire-after (1 h): a reader that listed an hour before its
+    // commit still finds them.
+    let mut job = Command::new(lake_binary())
+        .args(["compact", "--data", &data])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("gpuship-lake compact");
+    let mut reads = 0;
+    while job.try_wait().expect("wait").is_none() {
+        assert_eq!(lake_sums(&data, &[]), before, "read {reads} during the run");
+        reads += 1;
+    }
+    assert!(job.wait().unwrap().success());
+    assert!(reads >= 1, "no read overlapped the run");
+    assert_eq!(lake_sums(&data, &[]), before);
+    let retire = compact(&data, &["--retire-after", "0s"], &[]);
+    assert!(retire.status.success(), "{}", stderr(&retire));
+    assert_compacted(root, &[6, 5, 4, 3]);
+    assert_eq!(lake_sums(&data, &[]), before);
 }
