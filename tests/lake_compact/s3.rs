@@ -1,16 +1,15 @@
 //! `gpuship-lake compact` on an S3-compatible store (moto's server): the same rows before,
-//! while it is stopped after its commit, after a SIGKILL there and after the rerun, through
-//! gpuship's readers and DuckDB's httpfs; the bucket ends with one compacted file and one
-//! marker per closed hour, the open hour's objects untouched.
+//! while it is stopped in the middle of a multipart upload or after its commit, after a SIGKILL
+//! there and after the rerun, through gpuship's readers and DuckDB's httpfs; the bucket ends
+//! with one compacted file and one marker per closed hour, the open hour's objects untouched.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use super::fixture::{compact, duckdb_sums, lake_binary, lake_sums, stderr, write_lake};
+use super::fixture::{compact, duckdb_sums, lake_sums, stderr, write_lake};
+use super::phases::paused_at;
 use crate::support::lake::duckdb_s3;
 use crate::support::peers::Moto;
 
@@ -61,8 +60,10 @@ fn upload(moto: &Moto, root: &std::path::Path) {
     }
 }
 
-#[test]
-fn compaction_on_s3_is_exactly_once_through_a_kill() {
+/// A lake of two closed hours and the open one on moto; `gpuship-lake compact` paused at
+/// `phase`, read, SIGKILLed, read, rerun; the bucket then holds one compacted file and one
+/// marker per closed hour, the open hour as it was, and every row once.
+fn killed_on_s3_at(phase: &str) {
     let moto = Moto::start(0);
     moto.create_bucket(BUCKET);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -85,29 +86,25 @@ fn compaction_on_s3_is_exactly_once_through_a_kill() {
         .collect();
     assert_eq!(open.len(), 3 * 2 * 2, "{open:?}");
 
-    let mut child = Command::new(lake_binary())
-        .args(["compact", "--data", &data, "--retire-after", "0s"])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("GPUSHIP_LAKE_COMPACT_PAUSE_AT", "committed")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gpuship-lake compact");
-    // Paused right after the first hour's marker.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !moto
-        .keys(BUCKET)
-        .iter()
-        .any(|k| k.contains("/_compaction-"))
-    {
-        assert!(Instant::now() < deadline, "no marker was committed");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "compact exited before pausing"
+    // Parts of 4 KiB put a file in the middle of a multipart upload at `writing` (S3 would
+    // refuse to complete one of parts that small; it is killed first).
+    let parts: &[&str] = match phase {
+        "writing" => &["--upload-part-bytes", "4096"],
+        _ => &[],
+    };
+    let mut child = paused_at(&data, phase, parts, &env);
+    if phase == "writing" {
+        let (status, uploads) = crate::support::metrics::http(
+            &endpoint,
+            &format!(
+                "GET /{BUCKET}?uploads HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            ),
         );
-        std::thread::sleep(Duration::from_millis(100));
+        assert!(status == 200 && uploads.contains("<UploadId>"), "{uploads}");
+        let keys = moto.keys(BUCKET);
+        assert!(!keys.iter().any(|k| k.contains("/compact-")), "{keys:?}");
     }
-    assert_eq!(lake_sums(&data, &env), before, "a reader after the commit");
+    assert_eq!(lake_sums(&data, &env), before, "a reader paused at {phase}");
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(lake_sums(&data, &env), before, "a reader after the kill");
@@ -140,6 +137,16 @@ fn compaction_on_s3_is_exactly_once_through_a_kill() {
         duckdb_sums(&glob_root, |sql: &str| duckdb_s3(&endpoint, sql)),
         before
     );
+}
+
+#[test]
+fn killed_on_s3_in_the_middle_of_a_multipart_upload() {
+    killed_on_s3_at("writing");
+}
+
+#[test]
+fn killed_on_s3_after_a_commit() {
+    killed_on_s3_at("committed");
 }
 
 /// `dt=YYYY-MM-DD/hour=HH` of the hour `hours_ago` hours before the current one.
