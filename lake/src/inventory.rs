@@ -5,8 +5,9 @@
 //! Compacted hours are read by the rule of [`crate::compact::rule`]: each row once, whether the
 //! compaction of the hour has not started, is running, was killed or is done.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
+use bytes::Bytes;
 use object_store::ObjectMeta;
 
 use crate::compact::rule::{self, HourFolder};
@@ -77,6 +78,7 @@ pub fn take(
 ) -> Result<Inventory, anyhow::Error> {
     use anyhow::Context;
     let mut inventory = Inventory::default();
+    let mut in_range = Vec::new();
     for prefix in partition::prefixes(table, range) {
         let listing = storage
             .list(&prefix)
@@ -95,15 +97,53 @@ pub fn take(
             }
         }
         for (folder, keys) in hours {
-            take_hour(
-                storage,
-                &HourFolder::classify(&folder, keys),
-                range,
-                &mut inventory,
-            );
+            let hour = HourFolder::classify(&folder, keys);
+            inventory.ignored += hour.markers.len() + hour.rest.len();
+            if partition::may_overlap(&format!("{folder}/"), range) {
+                in_range.push(hour);
+            } else {
+                inventory.pruned += hour.sources.len() + hour.outputs.len() + hour.others.len();
+            }
         }
     }
+    let mut markers = fetch_markers(storage, &in_range);
+    for hour in &in_range {
+        take_hour(storage, hour, &mut markers, &mut inventory);
+    }
     Ok(inventory)
+}
+
+/// How many compaction markers are fetched at once: on S3 each is a request of tens of
+/// milliseconds, and a day of one table has 24 of them.
+const MARKER_FETCHES: usize = 16;
+
+/// The content of every marker of `hours`, by key, fetched [`MARKER_FETCHES`] at a time.
+fn fetch_markers(
+    storage: &dyn LakeStorage,
+    hours: &[HourFolder],
+) -> HashMap<String, Result<Bytes, String>> {
+    let keys: Vec<&String> = hours.iter().flat_map(|h| &h.markers).collect();
+    let threads = MARKER_FETCHES.min(keys.len());
+    let fetch = |t: usize| -> Vec<(String, Result<Bytes, String>)> {
+        keys.iter()
+            .skip(t)
+            .step_by(threads.max(1))
+            .map(|key| ((*key).clone(), storage.get(key).map_err(|e| e.to_string())))
+            .collect()
+    };
+    if threads <= 1 {
+        return fetch(0).into_iter().collect();
+    }
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || fetch(t)))
+            .collect();
+        // A worker that panicked leaves its markers out: they count as not committed.
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 /// The files a reader reads of one hour folder, by the compaction rule ([`rule`]): committed
@@ -112,15 +152,14 @@ pub fn take(
 fn take_hour(
     storage: &dyn LakeStorage,
     hour: &HourFolder,
-    range: &TimeRange,
+    fetched: &mut HashMap<String, Result<Bytes, String>>,
     inventory: &mut Inventory,
 ) {
-    inventory.ignored += hour.markers.len() + hour.rest.len();
-    if !partition::may_overlap(&format!("{}/", hour.folder), range) {
-        inventory.pruned += hour.sources.len() + hour.outputs.len() + hour.others.len();
-        return;
-    }
-    let (markers, damaged) = rule::load_markers(hour, |key| storage.get(key));
+    let (markers, damaged) = rule::load_markers(hour, |key| {
+        fetched
+            .remove(key)
+            .unwrap_or_else(|| Err("not fetched".to_string()))
+    });
     for marker in damaged {
         tracing::warn!(marker = %marker.key, error = %marker.reason, "skipping a compaction marker that cannot be read; the hour's agents' files are read instead");
         inventory.unreadable.push(Unreadable {
