@@ -122,28 +122,12 @@ fn fetch_markers(
     storage: &dyn LakeStorage,
     hours: &[HourFolder],
 ) -> HashMap<String, Result<Bytes, String>> {
-    let keys: Vec<&String> = hours.iter().flat_map(|h| &h.markers).collect();
-    let threads = MARKER_FETCHES.min(keys.len());
-    let fetch = |t: usize| -> Vec<(String, Result<Bytes, String>)> {
-        keys.iter()
-            .skip(t)
-            .step_by(threads.max(1))
-            .map(|key| ((*key).clone(), storage.get(key).map_err(|e| e.to_string())))
-            .collect()
-    };
-    if threads <= 1 {
-        return fetch(0).into_iter().collect();
-    }
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| scope.spawn(move || fetch(t)))
-            .collect();
-        // A worker that panicked leaves its markers out: they count as not committed.
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    })
+    let keys: Vec<&str> = hours
+        .iter()
+        .flat_map(|h| h.markers.iter().map(String::as_str))
+        .collect();
+    let fetched = crate::storage::get_many(storage, &keys, MARKER_FETCHES);
+    keys.into_iter().map(str::to_string).zip(fetched).collect()
 }
 
 /// The files a reader reads of one hour folder, by the compaction rule ([`rule`]): committed

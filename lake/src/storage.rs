@@ -98,6 +98,42 @@ pub trait LakeStorage: Send + Sync {
     }
 }
 
+/// The content of each of `keys`, in their order, fetched `at_once` at a time (on S3 each is a
+/// request of tens of milliseconds; one after another they would add up). A fetch whose thread
+/// failed is an error for its key.
+pub fn get_many(
+    storage: &dyn LakeStorage,
+    keys: &[&str],
+    at_once: usize,
+) -> Vec<Result<Bytes, String>> {
+    let threads = at_once.clamp(1, keys.len().max(1));
+    let fetch = |t: usize| -> Vec<(usize, Result<Bytes, String>)> {
+        (t..keys.len())
+            .step_by(threads)
+            .map(|i| (i, storage.get(keys[i]).map_err(|e| e.to_string())))
+            .collect()
+    };
+    let mut found: Vec<Result<Bytes, String>> =
+        vec![Err("not fetched: its reader failed".to_string()); keys.len()];
+    let fetched: Vec<(usize, Result<Bytes, String>)> = if threads == 1 {
+        fetch(0)
+    } else {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| scope.spawn(move || fetch(t)))
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        })
+    };
+    for (i, result) in fetched {
+        found[i] = result;
+    }
+    found
+}
+
 /// Rejects keys that could reach outside the lake's root.
 pub(crate) fn check_key(key: &str) -> Result<(), StorageError> {
     let invalid = |reason| StorageError::InvalidKey {

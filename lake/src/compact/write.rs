@@ -7,7 +7,8 @@
 //! Memory: a host's rows are held (decoded) until sorted, up to `--sort-memory`; a host with
 //! more is sorted and written in pieces of that size (each piece sorted; the file then holds the
 //! host's rows in several sorted runs). Beside that, the Parquet writer holds one row group
-//! encoded and the upload one part.
+//! encoded, the upload one part, and up to 64 MiB of agents' files are fetched ahead (32 at
+//! once).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use super::phase::Pauser;
 use super::plan::HostGroup;
 use super::rule::HourFolder;
 use super::upload::Upload;
-use crate::storage::LakeStorage;
+use crate::storage::{get_many, LakeStorage};
 
 /// Rows per row group of a compacted file: small enough that a row group spans few hosts
 /// (pruning by `host`), large enough that a file has few row groups.
@@ -82,12 +83,17 @@ impl<'a> Writer<'a> {
         let mut files: Vec<(SchemaRef, OpenFile<'a>)> = Vec::new();
         let mut pending = Pending::default();
         let mut rows_read = 0u64;
-        for group in groups {
-            for (key, _) in &group.files {
-                let data = self
-                    .storage
-                    .get(key)
-                    .with_context(|| format!("reading {key}"))?;
+        let mut current = None;
+        for chunk in fetch_chunks(groups) {
+            let keys: Vec<&str> = chunk.iter().map(|(_, key)| *key).collect();
+            let fetched = get_many(self.storage, &keys, FETCH_AT_ONCE);
+            for ((group, key), data) in chunk.iter().zip(fetched) {
+                // A host's rows are sorted together: the previous host's go out first.
+                if current.is_some_and(|c| c != *group) {
+                    self.flush(&mut pending, &mut files, hour, next_index)?;
+                }
+                current = Some(*group);
+                let data = data.map_err(anyhow::Error::msg)?;
                 let (schema, batches) = decode(data).with_context(|| format!("decoding {key}"))?;
                 for batch in batches {
                     rows_read += batch.num_rows() as u64;
@@ -101,8 +107,8 @@ impl<'a> Writer<'a> {
                     self.flush(&mut pending, &mut files, hour, next_index)?;
                 }
             }
-            self.flush(&mut pending, &mut files, hour, next_index)?;
         }
+        self.flush(&mut pending, &mut files, hour, next_index)?;
         let mut outputs = Vec::new();
         for (_, file) in files {
             let upload = file
@@ -167,6 +173,33 @@ impl<'a> Writer<'a> {
         pending.bytes = 0;
         Ok(())
     }
+}
+
+/// Agents' files fetched at once (on S3 each is a request of tens of milliseconds) ...
+const FETCH_AT_ONCE: usize = 32;
+/// ... and at most this many of their bytes held fetched, not yet decoded.
+const FETCH_BYTES: u64 = 64 << 20;
+
+/// The files of `groups` (each with its group's index) in order, in chunks of at most
+/// [`FETCH_AT_ONCE`] files and [`FETCH_BYTES`] bytes (a bigger file is a chunk of its own).
+fn fetch_chunks(groups: &[HostGroup]) -> Vec<Vec<(usize, &str)>> {
+    let mut chunks: Vec<Vec<(usize, &str)>> = Vec::new();
+    let mut bytes = 0;
+    for (index, group) in groups.iter().enumerate() {
+        for (key, size) in &group.files {
+            match chunks.last_mut() {
+                Some(chunk) if chunk.len() < FETCH_AT_ONCE && bytes + size <= FETCH_BYTES => {
+                    chunk.push((index, key.as_str()));
+                    bytes += size;
+                }
+                _ => {
+                    chunks.push(vec![(index, key.as_str())]);
+                    bytes = *size;
+                }
+            }
+        }
+    }
+    chunks
 }
 
 /// The schema and rows of one agent's file. The decoder panics on some damaged files instead
@@ -240,6 +273,29 @@ mod tests {
     use super::*;
     use arrow_array::{Int64Array, StringArray};
     use arrow_schema::{DataType, Field, Schema};
+
+    #[test]
+    fn files_are_fetched_in_bounded_chunks_in_order() {
+        let group = |host: &str, sizes: &[u64]| HostGroup {
+            host: host.into(),
+            files: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("{host}{i}"), *s))
+                .collect(),
+        };
+        let groups = vec![group("a", &[10; 40]), group("b", &[FETCH_BYTES, 1])];
+        let chunks = fetch_chunks(&groups);
+        let lens: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(
+            lens,
+            [32, 8, 1, 1],
+            "32 files, then the rest of a; b0 alone by size"
+        );
+        assert_eq!(chunks[1][7], (0, "a39"));
+        assert_eq!(chunks[2], [(1, "b0")]);
+        assert_eq!(chunks[3], [(1, "b1")]);
+    }
 
     #[test]
     fn rows_sort_by_host_then_time() {
