@@ -206,29 +206,34 @@ impl Job<'_> {
 
 /// `--dry-run`'s lines for one hour.
 fn print_plan(hour: &HourFolder, plan: &HourPlan) {
+    let folder = &hour.folder;
     if !plan.debris.is_empty() {
-        println!(
-            "{}: would delete {} leftovers of a killed run",
-            hour.folder,
-            plan.debris.len()
-        );
+        let n = plan.debris.len();
+        say(format_args!(
+            "{folder}: would delete {n} leftovers of a killed run"
+        ));
     }
     if !plan.outputs.is_empty() {
         let (files, bytes) = plan
             .sources()
             .fold((0, 0), |(n, b), (_, size)| (n + 1, b + size));
-        println!(
-            "{}: would compact {files} files ({bytes} bytes) into {} files",
-            hour.folder,
-            plan.outputs.len()
-        );
+        let outputs = plan.outputs.len();
+        say(format_args!(
+            "{folder}: would compact {files} files ({bytes} bytes) into {outputs} compacted \
+             file{}",
+            if outputs == 1 { "" } else { "s" }
+        ));
     }
     for (marker, sources) in &plan.retire {
-        println!(
-            "{}: would delete {} files replaced by {}",
-            hour.folder,
-            sources.len(),
-            marker_name(&marker.run)
-        );
+        let (n, name) = (sources.len(), marker_name(&marker.run));
+        say(format_args!(
+            "{folder}: would delete {n} files replaced by {name}"
+        ));
     }
+}
+
+/// Prints a line on standard output; a pipe closed early (`| head`) is not an error.
+pub(super) fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

@@ -124,7 +124,13 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("gpuship-lake compact: {}: {}", folder.key, folder.error);
                 summary.failed += 1;
             }
-            for hour in hour_folders(listing.keys) {
+            // A day's listing holds the hours before `--since` too.
+            let wanted = |hour: &HourFolder| {
+                since.as_ref().is_none_or(|range| {
+                    crate::partition::may_overlap(&format!("{}/", hour.folder), range)
+                })
+            };
+            for hour in hour_folders(listing.keys).into_iter().filter(wanted) {
                 if let Err(err) = job.hour(&hour, &mut summary) {
                     eprintln!("gpuship-lake compact: {}: {err:#}", hour.folder);
                     summary.failed += 1;
@@ -133,7 +139,7 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if !args.dry_run {
-        println!(
+        job::say(format_args!(
             "compacted {} hours: {} files into {} ({} rows); deleted {} replaced files and {} \
              leftovers; {} hours still open; {} failed",
             summary.hours,
@@ -144,7 +150,7 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             summary.debris,
             summary.open_hours,
             summary.failed
-        );
+        ));
     }
     Ok(if summary.failed == 0 {
         ExitCode::SUCCESS
