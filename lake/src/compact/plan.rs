@@ -3,7 +3,7 @@
 //! grouped by host and split into files of about `--target-file-size`, which leftovers of a
 //! killed run it removes, and which replaced files are due for deletion. Pure: no I/O here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -136,14 +136,14 @@ pub fn plan_hour(
         open: !hour_closed(&hour.folder, now, rules.grace),
         ..HourPlan::default()
     };
-    let committed: Vec<&str> = markers
+    let committed: HashSet<&str> = markers
         .iter()
         .flat_map(|m| m.outputs.iter().map(|o| o.name.as_str()))
         .collect();
     plan.debris = hour
         .outputs
         .iter()
-        .filter(|k| !committed.contains(&name_of(k)))
+        .filter(|k| !committed.contains(name_of(k)))
         .chain(
             hour.rest
                 .iter()
@@ -152,10 +152,12 @@ pub fn plan_hour(
         .cloned()
         .collect();
     if !plan.open {
+        // Sets, not lists: an hour of a large fleet holds over 10,000 agents' files.
+        let unreplaced: HashSet<&str> = visible.read.iter().map(String::as_str).collect();
         let sources: Vec<(String, u64)> = hour
             .sources
             .iter()
-            .filter(|k| visible.read.contains(k))
+            .filter(|k| unreplaced.contains(k.as_str()))
             .map(|k| (k.clone(), size_of(k)))
             .collect();
         plan.outputs = split(host_groups(&sources), rules.target_file_size);
@@ -167,10 +169,11 @@ pub fn plan_hour(
             .committed_at
             .checked_add_signed(retire_after)
             .is_some_and(|due| due <= now);
+        let replaced: HashSet<&str> = marker.sources.iter().map(String::as_str).collect();
         let present: Vec<String> = hour
             .sources
             .iter()
-            .filter(|k| marker.sources.iter().any(|s| s == name_of(k)))
+            .filter(|k| replaced.contains(name_of(k)))
             .cloned()
             .collect();
         if due && !present.is_empty() {
