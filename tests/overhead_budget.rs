@@ -1,9 +1,9 @@
-//! Real eBPF, the overhead budget (`[sources.cuda] overhead_budget`, default "1%"): a busy
-//! stand-in process (a launch loop with 20 µs of CPU work per launch, like a framework's) has
+//! Real eBPF, the overhead budget (`[sources.cuda] overhead_budget`, default "0.5%"): a busy
+//! stand-in process (a launch loop with 100 µs of CPU work per launch) has
 //! its launches probed part of the time through per-process links, and its `cuda_stats` rows
 //! say which share was observed and estimate the whole; a quiet process beside it keeps every
 //! call; an incident (a sticky failure) puts the busy process back under full probing; exact
-//! mode is one setting away. The H100 figures are docs/performance.md's "The overhead budget".
+//! mode is one setting away. The GPU figures are docs/performance.md's "The overhead budget".
 
 use crate::support;
 use crate::support::agent::{data_dir, Agent};
@@ -11,16 +11,18 @@ use crate::support::lake::duckdb;
 use crate::support::metrics::scrape_floats;
 use crate::support::Fixtures;
 
-/// Launches of the busy process, and its CPU work per launch (about 6 s in all).
-const BUSY_LAUNCHES: u64 = 250_000;
-const BUSY_WORK_NS: &str = "20000";
-/// The quiet process: 4 bursts of 1,000 launches, a second apart.
+/// Launches of the busy process, and its CPU work per launch (about 10 s in all): 10,000
+/// launches a second cost it a few percent in traps, over the budget, and the estimate's
+/// correction for the time between windows stays small (docs/operations.md).
+const BUSY_LAUNCHES: u64 = 100_000;
+const BUSY_WORK_NS: &str = "100000";
+/// The quiet process: 4 bursts of 1,000 launches, two seconds apart (500 a second).
 const QUIET_LAUNCHES: u64 = 4_000;
 
 fn budget_config(fixtures: &Fixtures, data: &std::path::Path, extra: &str) -> String {
     fixtures.cuda_config(data, r#"["default"]"#).replace(
         "stats = []\n",
-        &format!("stats = [\"cuLaunchKernel*\"]\nstats_interval_secs = 1\n{extra}"),
+        &format!("stats = [\"cuLaunchKernel*\"]\nstats_interval_secs = 1\nsampling_window_ms = 100\n{extra}"),
     )
 }
 
@@ -71,7 +73,7 @@ fn a_busy_process_is_sampled_with_estimates_and_a_quiet_one_keeps_every_call() {
         &["launches", &busy_count],
         &[("LAUNCH_WORK_NS", BUSY_WORK_NS)],
     );
-    let quiet = spawn(&fixtures, &["launches", &quiet_count, "1000000"], &[]);
+    let quiet = spawn(&fixtures, &["launches", &quiet_count, "2000000"], &[]);
     let (busy_pid, quiet_pid) = (busy.id(), quiet.id());
     assert_eq!(
         finish(busy),
@@ -94,6 +96,7 @@ fn a_busy_process_is_sampled_with_estimates_and_a_quiet_one_keeps_every_call() {
         "{seen} of {BUSY_LAUNCHES} seen"
     );
     let error = (estimated as f64 - BUSY_LAUNCHES as f64) / BUSY_LAUNCHES as f64;
+    eprintln!("busy process: {seen} of {BUSY_LAUNCHES} launches seen, {estimated} estimated ({:+.1}%), least observed fraction {least:.3}", error * 100.0);
     assert!(
         error.abs() <= 0.10,
         "estimated {estimated} of {BUSY_LAUNCHES} ({:+.1}%), seen {seen}",
@@ -173,15 +176,15 @@ fn a_sticky_failure_probes_its_process_in_full_from_then_on() {
     // then about 3 s more.
     let busy = spawn(
         &fixtures,
-        &["launches", "250000"],
+        &["launches", "60000"],
         &[
             ("LAUNCH_WORK_NS", BUSY_WORK_NS),
-            ("SYNC_AT", "125000"),
+            ("SYNC_AT", "30000"),
             ("FAKE_CUDA_RESULTS", "cuCtxSynchronize=700"),
         ],
     );
     let pid = busy.id();
-    assert_eq!(finish(busy), "workload: launches calls=250000");
+    assert_eq!(finish(busy), "workload: launches calls=60000");
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     let rows = duckdb(&format!(
@@ -190,7 +193,8 @@ fn a_sticky_failure_probes_its_process_in_full_from_then_on() {
               (select time from read_parquet('{0}/cuda/**/*.parquet', union_by_name = true) \
                where function = 'cuCtxSynchronize' and result = 700) f \
          where s.function = 'cuLaunchKernel' and s.pid = {pid} \
-           and (s.time < f.time or s.time - to_microseconds((s.interval_ns // 1000)::BIGINT) > f.time) \
+           and (s.time < f.time or s.time - to_microseconds((s.interval_ns // 1000)::BIGINT) \
+                > f.time + INTERVAL 200 MILLISECOND) \
          group by all order by after",
         data.path().display()
     ));
@@ -198,7 +202,8 @@ fn a_sticky_failure_probes_its_process_in_full_from_then_on() {
     let before: f64 = rows[0][1].parse().unwrap();
     let after: f64 = rows[1][1].parse().unwrap();
     assert!(before < 1.0, "sampled before the failure: {rows:?}");
-    // Every interval that began after the failure was observed whole.
+    // Every interval that began after the failure (and after its links were back: the next
+    // drain tick, plus the attach) was observed whole.
     assert_eq!(after, 1.0, "{rows:?}");
     assert!(rows[1][2].parse::<u64>().unwrap() >= 2, "{rows:?}");
 }

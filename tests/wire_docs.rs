@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::support::markdown::{cells, code_spans};
 use arrow_array::builder::{Int32Builder, ListBuilder};
 use arrow_array::{
-    ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
     TimestampMicrosecondArray, UInt32Array, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
@@ -71,6 +71,8 @@ fn filler(field: &Field) -> ArrayRef {
         // `result` 1: a failed call, so the attributes of failures appear too.
         DataType::UInt32 => Arc::new(UInt32Array::from(vec![1])),
         DataType::UInt64 => Arc::new(UInt64Array::from(vec![4096])),
+        // Below 1 (a sampled interval), so the estimates differ from the observed counts.
+        DataType::Float64 => Arc::new(Float64Array::from(vec![0.25])),
         DataType::Boolean => Arc::new(BooleanArray::from(vec![true])),
         DataType::Utf8 => Arc::new(StringArray::from(vec![format!("{}-value", field.name())])),
         DataType::List(item) if item.data_type() == &DataType::Int32 => {
@@ -132,6 +134,7 @@ fn otlp_type(value: &Value) -> &'static str {
         Value::StringValue(_) => "Str",
         Value::IntValue(_) => "Int",
         Value::BoolValue(_) => "Bool",
+        Value::DoubleValue(_) => "Double",
         Value::ArrayValue(items) => match items.values.first().and_then(|v| v.value.as_ref()) {
             Some(Value::IntValue(_)) => "Array<Int>",
             Some(Value::KvlistValue(_)) => "Array<Map>",

@@ -196,18 +196,28 @@ mod defaults {
     pub fn stats_entry_only() -> Vec<String> {
         vec!["cuLaunchKernel*".to_string()]
     }
-    /// 1%: the slowdown a launch-bound training loop may see (docs/performance.md).
+    /// 0.5%: half the 1% slowdown a launch-bound training loop may see, the other half for
+    /// the cost model's error (docs/performance.md, "The overhead budget").
     pub fn overhead_budget() -> String {
-        "1%".to_string()
+        "0.5%".to_string()
     }
-    /// Launches and async copies: thousands per second in a training loop, each a trap.
+    /// Launches, async copies and the kernel lookups the CUDA 13 runtime makes on every step:
+    /// thousands per second in a training loop, each a trap.
     pub fn hot_functions() -> Vec<String> {
-        ["cuLaunchKernel*", "cuGraphLaunch*", "cuMemcpyAsync*"]
-            .map(String::from)
-            .to_vec()
+        [
+            "cuLaunchKernel*",
+            "cuGraphLaunch*",
+            "cuMemcpyAsync*",
+            "cuKernelGetFunction",
+        ]
+        .map(String::from)
+        .to_vec()
     }
     pub fn min_observed_fraction() -> f64 {
         0.01
+    }
+    pub fn sampling_window_ms() -> u64 {
+        500
     }
     pub fn incident_full_probing_secs() -> u64 {
         300

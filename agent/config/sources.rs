@@ -231,9 +231,15 @@ pub struct CudaSourceConfig {
     /// trap thousands of times a second. The rest stays probed in every process.
     #[serde(default = "defaults::hot_functions")]
     pub hot_functions: Vec<String>,
+    /// How long a sampled process's hot functions stay probed each time, in milliseconds
+    /// (windows open and close on the drain timer, so at least `drain_interval_ms`). Each
+    /// window attaches and detaches the process's links, which briefly takes its memory map's
+    /// lock: longer windows, rarer, cost it less.
+    #[serde(default = "defaults::sampling_window_ms")]
+    pub sampling_window_ms: u64,
     /// The least share of the time a process's hot functions stay probed, however busy it is
-    /// (0 < x <= 1): each window lasts one drain interval, so 0.01 with the default 100 ms is
-    /// a window every 10 s, one per statistics interval.
+    /// (0 < x <= 1). Never below one window per statistics interval, so that every interval of
+    /// every process is represented (500 ms of 10 s: 0.05 with the defaults).
     #[serde(default = "defaults::min_observed_fraction")]
     pub min_observed_fraction: f64,
     /// After an incident (an XID on a GPU, or a sticky CUDA error), the processes on that GPU

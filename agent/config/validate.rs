@@ -352,6 +352,12 @@ impl Config {
         }
         report.range(
             "sources.cuda",
+            "sampling_window_ms",
+            cuda.sampling_window_ms,
+            1..=600_000,
+        );
+        report.range(
+            "sources.cuda",
             "incident_full_probing_secs",
             cuda.incident_full_probing_secs,
             0..=86_400,

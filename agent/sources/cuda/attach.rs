@@ -108,15 +108,28 @@ fn attach_sessions(
     library: &Path,
     probes: &[&PlannedProbe],
 ) -> anyhow::Result<Link> {
+    attach_sessions_for(skel, library, probes, -1, 0)
+}
+
+fn attach_sessions_for(
+    skel: &CudaSkel<'_>,
+    library: &Path,
+    probes: &[&PlannedProbe],
+    pid: i32,
+    extra_cookie_bits: u64,
+) -> anyhow::Result<Link> {
     let opts = UprobeMultiOpts {
         offsets: probes.iter().map(|p| p.file_offset as usize).collect(),
-        cookies: probes.iter().map(|p| p.cookie).collect(),
+        cookies: probes
+            .iter()
+            .map(|p| p.cookie | extra_cookie_bits)
+            .collect(),
         session: true,
         ..Default::default()
     };
     skel.progs
         .cuda_lookup_session
-        .attach_uprobe_multi_with_opts(-1, library, "", opts)
+        .attach_uprobe_multi_with_opts(pid, library, "", opts)
         .with_context(|| {
             format!(
                 "attaching {} uprobe.session to {}",
@@ -126,23 +139,40 @@ fn attach_sessions(
         })
 }
 
-/// The hot probes of one library on their own uprobe_multi links: system-wide (`pid` -1) or
+/// The hot probes of one library on their own uprobe_multi links: system-wide (`pid` None) or
 /// for one process, whose links then carry the per-process cookie bit (`bpf/include/
-/// cuda_budget.h`: only the links of the kernel's current hot mode record).
+/// cuda_budget.h`: only the links of the kernel's current hot mode record). With `sessions`,
+/// lookups whose repeats are counted at entry get a session link (detached with the returns).
 pub fn attach_hot(
     skel: &CudaSkel<'_>,
     library: &Path,
     probes: &[&PlannedProbe],
     pid: Option<u32>,
+    sessions: bool,
 ) -> anyhow::Result<Links> {
     let per_process = u64::from(pid.is_some())
         << crate::bpf::cuda::types::gpuship_cookie_layout::GPUSHIP_COOKIE_PER_PROCESS_SHIFT.0;
     let pid = pid.map_or(-1, |pid| pid as i32);
-    let (entry, ret) = attach_multi_for(skel, library, probes, pid, per_process)?;
-    Ok(Links {
-        entry: vec![entry],
-        ret: ret.into_iter().collect(),
-    })
+    let (in_session, plain): (Vec<&PlannedProbe>, Vec<&PlannedProbe>) = probes
+        .iter()
+        .copied()
+        .partition(|p| sessions && p.repeats_at_entry);
+    let mut links = Links::default();
+    if !plain.is_empty() {
+        let (entry, ret) = attach_multi_for(skel, library, &plain, pid, per_process)?;
+        links.entry.push(entry);
+        links.ret.extend(ret);
+    }
+    if !in_session.is_empty() {
+        links.ret.push(attach_sessions_for(
+            skel,
+            library,
+            &in_session,
+            pid,
+            per_process,
+        )?);
+    }
+    Ok(links)
 }
 
 fn attach_multi(

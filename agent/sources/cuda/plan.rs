@@ -185,12 +185,16 @@ impl ProbePlan {
     /// Marks the probes of `stats`-mode functions matching `hot` (globs) as hot, cookie bit
     /// included, for the overhead budget (their `cuda_stats` rows say what share was observed
     /// and estimate the rest). Functions recorded as rows stay exact (rows are the detail asked
-    /// for), and so do functions that keep state beside their rows (kernel names, devices) and
-    /// lookups whose repeats are counted at entry: they stay probed in every process.
+    /// for), and so do functions that keep state beside their rows (devices, handles made or
+    /// dropped): they stay probed in every process. Kernel lookups in `stats` mode may be hot:
+    /// a kernel first looked up while its process is not observed is named at its next
+    /// lookup in a window (the CUDA runtime looks kernels up again on every step).
     pub fn mark_hot(&mut self, hot: &[String]) {
         let hot = compile(hot);
         for probe in &mut self.probes {
-            if !probe.stats || probe.repeats_at_entry || keeps_its_return(&probe.symbol) {
+            let keeps_state =
+                keeps_its_return(&probe.symbol) && !repeats_are_counted(&probe.symbol);
+            if !probe.stats || keeps_state {
                 continue;
             }
             if hot.iter().any(|p| p.matches(&probe.symbol)) {

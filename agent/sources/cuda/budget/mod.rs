@@ -36,6 +36,8 @@ use crate::accounting::Accounting;
 use crate::bpf::cuda::CudaSkel;
 use crate::config::CudaSourceConfig;
 
+/// How often the sampled processes are logged.
+const REPORT: Duration = Duration::from_secs(60);
 /// How often the trap cost is measured again.
 pub const RECALIBRATE: Duration = Duration::from_secs(600);
 /// The trap cost assumed when it cannot be measured (a VM's uprobe trap with a small program).
@@ -45,6 +47,8 @@ struct HotLibrary {
     key: FileKey,
     path: PathBuf,
     probes: Vec<PlannedProbe>,
+    /// Its lookups' repeats are counted through the session program.
+    sessions: bool,
     system_wide: Option<Links>,
     per_process: BTreeMap<u32, Links>,
 }
@@ -56,6 +60,7 @@ pub struct HotProbes {
     fractions: IntervalFractions,
     proc_dir: PathBuf,
     next_calibration: Instant,
+    next_report: Instant,
     /// Function ids of hot probes, by id.
     hot_ids: Vec<bool>,
     accounting: Arc<Accounting>,
@@ -85,10 +90,11 @@ impl HotProbes {
     ) -> Self {
         let now = Instant::now();
         let trap_ns = measure_trap_cost(skel);
+        let window = Duration::from_millis(config.sampling_window_ms);
         let settings = Settings {
             budget,
-            floor: config.min_observed_fraction,
-            window: Duration::from_millis(config.drain_interval_ms),
+            floor: least_observed(config, window),
+            window,
             incident_full: Duration::from_secs(config.incident_full_probing_secs),
         };
         accounting.budget.active.store(true, Ordering::Relaxed);
@@ -99,7 +105,8 @@ impl HotProbes {
         tracing::info!(
             budget_percent = budget * 100.0,
             trap_cost_ns = trap_ns,
-            min_observed_fraction = config.min_observed_fraction,
+            least_observed = settings.floor,
+            window_ms = config.sampling_window_ms,
             "overhead budget on: hot CUDA functions are probed part of the time in processes whose cost would pass it"
         );
         Self {
@@ -108,6 +115,7 @@ impl HotProbes {
             fractions: IntervalFractions::default(),
             proc_dir: proc_dir.to_path_buf(),
             next_calibration: now + RECALIBRATE,
+            next_report: now + REPORT,
             hot_ids: Vec::new(),
             accounting,
         }
@@ -129,6 +137,7 @@ impl HotProbes {
         key: FileKey,
         path: &Path,
         probes: Vec<PlannedProbe>,
+        sessions: bool,
     ) -> anyhow::Result<()> {
         if probes.is_empty() || self.libraries.iter().any(|l| l.key == key) {
             return Ok(());
@@ -144,6 +153,7 @@ impl HotProbes {
             key,
             path: path.to_path_buf(),
             probes,
+            sessions,
             system_wide: None,
             per_process: BTreeMap::new(),
         };
@@ -212,6 +222,19 @@ impl HotProbes {
         for step in steps {
             self.carry_out(skel, step);
         }
+        if now >= self.next_report {
+            self.next_report = now + REPORT;
+            for (pid, share) in self.schedule.sampled_shares() {
+                tracing::info!(
+                    pid,
+                    observed_share = share.fraction,
+                    hot_traps_per_s = share.hot_rate,
+                    other_traps_per_s = share.steady_rate,
+                    cost_if_probed_whole_percent = share.full_cost * 100.0,
+                    "a process is sampled under the overhead budget"
+                );
+            }
+        }
         let counters = &self.accounting.budget;
         counters
             .sampled_processes
@@ -265,8 +288,13 @@ impl HotProbes {
             }
             Step::Attach(pid) => {
                 counters.windows.fetch_add(1, Ordering::Relaxed);
+                let started = Instant::now();
                 if self.attach_process(skel, pid) {
-                    self.schedule.attached(pid, Instant::now());
+                    // The probes go live one by one during the attach (tens of ms for a
+                    // library's hot symbols on a VM): its middle stands for all of them.
+                    let took = started.elapsed();
+                    tracing::debug!(pid, took_us = took.as_micros() as u64, "window opened");
+                    self.schedule.attached(pid, started + took / 2);
                 } else {
                     self.schedule.attach_failed(pid);
                 }
@@ -336,7 +364,7 @@ fn attach_library(
     pid: Option<u32>,
 ) -> anyhow::Result<Links> {
     let probes: Vec<&PlannedProbe> = library.probes.iter().collect();
-    attach::attach_hot(skel, &library.path, &probes, pid)
+    attach::attach_hot(skel, &library.path, &probes, pid, library.sessions)
 }
 
 fn set_hot_mode(skel: &CudaSkel<'_>, mode: Mode) {
@@ -353,6 +381,18 @@ fn set_hot_mode(skel: &CudaSkel<'_>, mode: Mode) {
     }
 }
 
+/// The least share of the time a sampled process is probed: `min_observed_fraction`, and
+/// enough that every statistics interval holds a whole window wherever the windows fall
+/// (a window opens at least every `interval - window`; one more window of slack covers the
+/// drain timer's rounding).
+fn least_observed(config: &CudaSourceConfig, window: Duration) -> f64 {
+    let interval = config.stats_interval_secs.max(1) as f64;
+    let window = window.as_secs_f64();
+    let spacing = interval - 2.0 * window;
+    let per_interval = if spacing > 0.0 { window / spacing } else { 1.0 };
+    config.min_observed_fraction.max(per_interval).min(1.0)
+}
+
 /// Every process's cumulative traps.
 fn read_traps(map: &dyn MapCore) -> Vec<Reading> {
     let keys: Vec<Vec<u8>> = map.keys().collect();
@@ -367,16 +407,45 @@ fn read_traps(map: &dyn MapCore) -> Vec<Reading> {
         .collect()
 }
 
+/// The cost the budget counts per trap: the measured one times what a busy process pays more
+/// ([`trap_cost::IN_PROCESS_FACTOR`]).
 fn measure_trap_cost(skel: &CudaSkel<'_>) -> f64 {
     match trap_cost::measure(skel) {
-        Ok(ns) => ns,
+        Ok(ns) => {
+            let counted = ns * trap_cost::IN_PROCESS_FACTOR;
+            tracing::info!(measured_ns = ns, counted_ns = counted, "trap cost measured");
+            counted
+        }
         Err(err) => {
             tracing::warn!(
                 error = format!("{err:#}"),
-                assumed_ns = FALLBACK_TRAP_NS,
+                assumed_ns = FALLBACK_TRAP_NS * trap_cost::IN_PROCESS_FACTOR,
                 "cannot measure the trap cost; assuming a typical one"
             );
-            FALLBACK_TRAP_NS
+            FALLBACK_TRAP_NS * trap_cost::IN_PROCESS_FACTOR
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_interval_holds_a_whole_window_at_the_least_share() {
+        let mut config = CudaSourceConfig::default();
+        let least = |config: &CudaSourceConfig| {
+            least_observed(config, Duration::from_millis(config.sampling_window_ms))
+        };
+        // The defaults: 500 ms windows, 10 s intervals -> one window per 9 s.
+        assert!((least(&config) - 0.5 / 9.0).abs() < 1e-12);
+        config.min_observed_fraction = 0.2;
+        assert_eq!(least(&config), 0.2);
+        // A window as long as half the interval or more: probed in full.
+        config.stats_interval_secs = 1;
+        assert_eq!(least(&config), 1.0);
+        config.sampling_window_ms = 600_000;
+        config.stats_interval_secs = 0;
+        assert_eq!(least(&config), 1.0);
     }
 }

@@ -21,14 +21,25 @@ use std::time::{Duration, Instant};
 pub const QUIET_BEFORE_SYSTEM_WIDE: Duration = Duration::from_secs(60);
 /// How often processes are checked for having exited.
 const ALIVE_CHECK: Duration = Duration::from_secs(1);
-/// How often counters are read while the links are system-wide (nothing is sampled then).
-const SYSTEM_WIDE_READ: Duration = Duration::from_secs(1);
 /// The largest share of a probed process's time taken as spent in traps (a measurement above it
 /// is noise: such a process would make no progress).
 const MAX_TRAPPED_SHARE: f64 = 0.99;
 /// Rates are averaged over about this long (an exponential average weighted by time), so a
 /// burst within one tick does not count as a busy process.
 const RATE_HORIZON_S: f64 = 2.0;
+
+/// What the budget knows of a sampled process (for the log).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// The share of the time its hot functions are probed.
+    pub fraction: f64,
+    /// Its hot traps per second while probed, and its other traps per second.
+    pub hot_rate: f64,
+    /// Its other traps per second.
+    pub steady_rate: f64,
+    /// What its probes would cost it if probed whole (share of its time).
+    pub full_cost: f64,
+}
 
 /// The settings of the budget.
 #[derive(Debug, Clone, Copy)]
@@ -150,15 +161,13 @@ pub struct Schedule {
     departed: HashMap<u32, (f64, f64)>,
 }
 
-/// The average rate after `measured` over `span_s` seconds.
+/// The average rate after `measured` over `span_s` seconds. A process's rate starts at zero
+/// (before it was seen it made no calls), so a burst of calls in one tick, a hundred times
+/// a second's rate, does not make a quiet process look busy.
 fn ewma(previous: Option<f64>, measured: f64, span_s: f64) -> f64 {
-    match previous {
-        Some(previous) => {
-            let weight = 1.0 - (-span_s / RATE_HORIZON_S).exp();
-            previous + weight * (measured - previous)
-        }
-        None => measured,
-    }
+    let previous = previous.unwrap_or(0.0);
+    let weight = 1.0 - (-span_s / RATE_HORIZON_S).exp();
+    previous + weight * (measured - previous)
 }
 
 impl Schedule {
@@ -197,17 +206,36 @@ impl Schedule {
         self.processes.values().filter(|p| p.fraction < 1.0).count()
     }
 
+    /// The processes probed part of the time, with what the budget knows of them.
+    pub fn sampled_shares(&self) -> Vec<(u32, Share)> {
+        let trap_s = self.trap_ns / 1e9;
+        self.processes
+            .iter()
+            .filter(|(_, p)| p.fraction < 1.0)
+            .map(|(pid, p)| {
+                let hot_rate = p.hot_rate.unwrap_or(0.0);
+                let steady_rate = p.steady_rate.unwrap_or(0.0);
+                let share = Share {
+                    fraction: p.fraction,
+                    hot_rate,
+                    steady_rate,
+                    full_cost: (hot_rate + steady_rate) * trap_s,
+                };
+                (*pid, share)
+            })
+            .collect()
+    }
+
     /// The share of the time `pid`'s hot functions are to be probed now (1.0 when unknown).
     pub fn fraction(&self, pid: u32) -> f64 {
         self.processes.get(&pid).map_or(1.0, |p| p.fraction)
     }
 
-    /// Whether the caller should read the counters at this tick.
-    pub fn wants_reading(&self, now: Instant) -> bool {
-        self.mode == Mode::PerProcess
-            || self
-                .last_read
-                .is_none_or(|at| now.duration_since(at) >= SYSTEM_WIDE_READ)
+    /// Whether the caller should read the counters at this tick: at every tick, so that a
+    /// busy process is sampled within two ticks of being seen (a reading costs a map lookup
+    /// per process that made probed calls).
+    pub fn wants_reading(&self, _now: Instant) -> bool {
+        true
     }
 
     /// Probes `pids` in full until `now + incident_full`.

@@ -95,7 +95,7 @@ impl CudaProbes<'_> {
         let symbols = plan.probes.len();
         let hot: Vec<_> = plan.probes.iter().filter(|p| p.hot).cloned().collect();
         if let Some(budget) = self.budget.borrow_mut().as_mut() {
-            budget.add_library(&self.skel, key, reach, hot)?;
+            budget.add_library(&self.skel, key, reach, hot, sessions)?;
         }
         {
             let mut libraries = self.libraries.borrow_mut();

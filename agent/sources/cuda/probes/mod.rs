@@ -56,7 +56,7 @@ pub struct CudaProbes<'obj> {
     /// The budget's share of a process's time, when one applies.
     budget_fraction: Option<f64>,
     /// Hot probes planned at start, by library, until the budget starts.
-    pending_hot: Vec<(FileKey, std::path::PathBuf, Vec<PlannedProbe>)>,
+    pending_hot: Vec<(FileKey, std::path::PathBuf, Vec<PlannedProbe>, bool)>,
 }
 
 /// The settings a library found after start is planned and attached with.
@@ -124,8 +124,8 @@ impl CudaProbes<'_> {
             proc_dir,
             std::sync::Arc::clone(accounting),
         );
-        for (key, path, probes) in std::mem::take(&mut self.pending_hot) {
-            if let Err(err) = budget.add_library(&self.skel, key, &path, probes) {
+        for (key, path, probes, sessions) in std::mem::take(&mut self.pending_hot) {
+            if let Err(err) = budget.add_library(&self.skel, key, &path, probes, sessions) {
                 tracing::error!(
                     library = %path.display(),
                     error = format!("{err:#}"),
@@ -276,7 +276,12 @@ pub fn load<'obj>(
             .cloned()
             .collect();
         if !hot.is_empty() {
-            pending_hot.push((library.key, library.path.clone(), hot));
+            pending_hot.push((
+                library.key,
+                library.path.clone(),
+                hot,
+                sessions && use_sessions,
+            ));
         }
     }
     for (path, links) in attached {
