@@ -207,3 +207,60 @@ fn a_sticky_failure_probes_its_process_in_full_from_then_on() {
     assert_eq!(after, 1.0, "{rows:?}");
     assert!(rows[1][2].parse::<u64>().unwrap() >= 2, "{rows:?}");
 }
+
+/// A kernel-log XID 31 naming `pid`, as the driver writes it.
+fn xid_31(pid: u32) {
+    support::kmsg(&format!(
+        "<4>NVRM: Xid (PCI:0000:00:06): 31, pid={pid}, name=cuda_workload, channel 0x0000000a, \
+         intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x7f00_00000000. \
+         Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"
+    ));
+}
+
+#[test]
+fn an_xid_of_a_sampled_process_says_its_suspects_come_from_sampled_launches() {
+    let _exclusive = support::exclusive();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let config = budget_config(&fixtures, data.path(), "").replace("kmsg = false", "kmsg = true");
+    let agent = Agent::start(&config, &[]);
+    // The busy process, sampled within a second; the XID comes 4 s in, while it runs.
+    let busy = spawn(
+        &fixtures,
+        &["launches", "60000"],
+        &[("LAUNCH_WORK_NS", BUSY_WORK_NS)],
+    );
+    let quiet = spawn(&fixtures, &["launches", "3000", "2000000"], &[]);
+    let (busy_pid, quiet_pid) = (busy.id(), quiet.id());
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    xid_31(busy_pid);
+    xid_31(quiet_pid);
+    assert_eq!(finish(busy), "workload: launches calls=60000");
+    assert_eq!(finish(quiet), "workload: launches calls=3000");
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    let rows = duckdb(&format!(
+        "select pid, cast(suspects_sampled as varchar), cast(len(suspects) > 0 as varchar) \
+         from read_parquet('{}/xid/**/*.parquet', union_by_name = true) order by pid",
+        data.path().display()
+    ));
+    let (busy_pid, quiet_pid) = (busy_pid.to_string(), quiet_pid.to_string());
+    let mut expected = vec![
+        vec![busy_pid.clone(), "true".to_string(), "true".to_string()],
+        vec![quiet_pid.clone(), "false".to_string(), "true".to_string()],
+    ];
+    expected.sort();
+    assert_eq!(rows, expected);
+    // The flight recorder's dump of each says the same.
+    for (pid, sampled) in [(busy_pid, true), (quiet_pid, false)] {
+        let line = stopped
+            .log
+            .lines()
+            .find(|l| {
+                l.contains("flight recorder: the process's calls")
+                    && l.contains(&format!("pid={pid} "))
+            })
+            .unwrap_or_else(|| panic!("no dump of {pid}: {}", stopped.log));
+        assert!(line.contains(&format!("sampled={sampled}")), "{line}");
+    }
+}

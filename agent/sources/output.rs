@@ -61,6 +61,11 @@ pub trait LaunchHistory: Send + Sync {
         before_ns: i64,
         max: usize,
     ) -> Vec<KernelSuspect>;
+
+    /// Whether the overhead budget left `pid`'s launches unprobed at some time in the window
+    /// before `before_ns` that suspects and the flight recorder draw from: the launch that
+    /// faulted may then be missing from them.
+    fn launches_sampled_before(&self, pid: i32, before_ns: i64) -> bool;
 }
 
 /// Running per-call totals for a view of the calls as they happen (the live view).

@@ -210,11 +210,9 @@ impl XidStage {
             annotations.details = decoded;
             annotations.driver_version = self.settings.driver_version.clone();
             self.attributor.attribute(record, &self.activity);
-            record.annotations.suspects = suspects::find(
-                record,
-                self.launches.get().map(|h| &**h),
-                self.settings.suspects,
-            );
+            let history = self.launches.get().map(|h| &**h);
+            record.annotations.suspects = suspects::find(record, history, self.settings.suspects);
+            record.annotations.suspects_sampled = suspects::sampled(record, history);
             let incident = inner.incidents.assign(record);
             let window = gpuship_sinks::limits::nanos_i64(self.settings.attribution_window);
             let (from, until) = (

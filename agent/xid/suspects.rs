@@ -27,6 +27,14 @@ pub fn find(
     Some(history?.suspects(pid, bus_id, record.time_ns, max))
 }
 
+/// Whether `record`'s suspects (when looked for) come from a window in which the overhead
+/// budget probed the attributed process's launches only part of the time.
+pub fn sampled(record: &XidRecord, history: Option<&dyn LaunchHistory>) -> Option<bool> {
+    record.annotations.suspects.as_ref()?;
+    let pid = record.pid?;
+    Some(history?.launches_sampled_before(pid, record.time_ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,6 +43,10 @@ mod tests {
     struct Fixed;
 
     impl LaunchHistory for Fixed {
+        fn launches_sampled_before(&self, pid: i32, _before_ns: i64) -> bool {
+            pid == 9
+        }
+
         fn suspects(
             &self,
             pid: i32,
@@ -75,5 +87,21 @@ mod tests {
         assert_eq!(find(&xid(31, None), history, 8), None);
         assert_eq!(find(&xid(31, Some(7)), None, 8), None);
         assert_eq!(find(&xid(31, Some(7)), history, 0), None);
+    }
+
+    #[test]
+    fn suspects_say_whether_their_window_was_sampled_only_when_looked_for() {
+        let history: Option<&dyn LaunchHistory> = Some(&Fixed);
+        let looked_for = |code, pid| {
+            let mut record = xid(code, pid);
+            record.annotations.suspects = find(&record, history, 8);
+            record
+        };
+        assert_eq!(sampled(&looked_for(31, Some(9)), history), Some(true));
+        assert_eq!(sampled(&looked_for(31, Some(7)), history), Some(false));
+        // No suspects looked for (another code, no process): no answer either.
+        assert_eq!(sampled(&looked_for(79, Some(9)), history), None);
+        assert_eq!(sampled(&looked_for(31, None), history), None);
+        assert_eq!(sampled(&looked_for(31, Some(9)), None), None);
     }
 }

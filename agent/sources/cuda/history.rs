@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use gpuship_sinks::schema::{CallGpu, CudaRow, KernelSuspect};
 use libbpf_rs::MapHandle;
 
+use super::budget::unobserved::Unobserved;
 use super::catalog::KernelRole;
 use super::decode::Decoder;
 use super::devices::{self, ProcessDevices};
@@ -173,6 +174,9 @@ pub struct CudaLaunchHistory {
     naming: std::sync::RwLock<(Decoder, RoleTable)>,
     /// The node's GPU when it has exactly one (any call's GPU).
     node_gpu: Option<Arc<CallGpu>>,
+    /// Under the overhead budget: when processes went unprobed, and the window before an
+    /// incident that counts (the flight recorder's).
+    unobserved: Option<(Arc<Unobserved>, i64)>,
 }
 
 impl CudaLaunchHistory {
@@ -193,6 +197,7 @@ impl CudaLaunchHistory {
             recorder_read: Mutex::new(None),
             naming: std::sync::RwLock::new((decoder, roles)),
             node_gpu,
+            unobserved: None,
         }
     }
 
@@ -233,7 +238,12 @@ impl CudaLaunchHistory {
             });
         let decoder = Decoder::new(setup.clocks, functions.clone());
         let node_gpu = devices::node_gpu(&setup.gpus);
-        let history = Arc::new(CudaLaunchHistory::new(recorder, decoder, roles, node_gpu));
+        let window_ns = i64::try_from(setup.sources.cuda.flight_recorder_secs)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000_000);
+        let mut history = CudaLaunchHistory::new(recorder, decoder, roles, node_gpu);
+        history.unobserved = Some((Arc::clone(&probes.unobserved), window_ns));
+        let history = Arc::new(history);
         setup.outputs.attribution.launch_history(history.clone());
         history
     }
@@ -336,6 +346,14 @@ impl CudaLaunchHistory {
 }
 
 impl LaunchHistory for CudaLaunchHistory {
+    fn launches_sampled_before(&self, pid: i32, before_ns: i64) -> bool {
+        self.unobserved
+            .as_ref()
+            .is_some_and(|(unobserved, window_ns)| {
+                unobserved.between(pid, before_ns.saturating_sub(*window_ns), before_ns)
+            })
+    }
+
     fn suspects(
         &self,
         pid: i32,

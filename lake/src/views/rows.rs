@@ -99,6 +99,9 @@ pub struct Xid {
     pub suspect_kernel: Option<String>,
     /// The kernels the process launched last before it, most recent first (`suspects`).
     pub suspects: Vec<Suspect>,
+    /// Whether the overhead budget sampled the process's launches before it
+    /// (`suspects_sampled`, schema version 7).
+    pub suspects_sampled: Option<bool>,
 }
 
 impl Xid {
@@ -284,6 +287,7 @@ pub fn xids(batches: &[RecordBatch]) -> Vec<Xid> {
                 container_id: text(c.strings("container_id"), i),
                 suspect_kernel: text(c.strings("suspect_kernel"), i),
                 suspects: nested::suspects(batch, i),
+                suspects_sampled: c.flag("suspects_sampled", i),
             });
         }
     }

@@ -62,6 +62,7 @@ pub fn attribute_names(kind: EventKind) -> &'static [(&'static str, &'static str
             ("pod_namespace", "k8s.namespace.name"),
             ("suspects", "gpu.xid.suspects"),
             ("suspect_kernel", "gpu.xid.suspect_kernel"),
+            ("suspects_sampled", "gpu.xid.suspects_sampled"),
         ],
         EventKind::Cuda => &[
             ("pid", semconv::PROCESS_PID),

@@ -112,6 +112,10 @@ pub struct XidAnnotations {
     /// None when they were not looked for (the code does not point at a running kernel, or no
     /// process was attributed), empty when none were found.
     pub suspects: Option<Vec<KernelSuspect>>,
+    /// Whether the overhead budget probed the attributed process's launches only part of the
+    /// time in the flight recorder's window before the XID (the faulting launch may be missing
+    /// from the suspects); None when suspects were not looked for.
+    pub suspects_sampled: Option<bool>,
 }
 
 /// One XID report. XIDs are rare, so rows are owned values rather than borrowed ones.

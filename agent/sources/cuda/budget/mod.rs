@@ -19,6 +19,7 @@
 
 pub mod schedule;
 pub mod trap_cost;
+pub mod unobserved;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -64,6 +65,8 @@ pub struct HotProbes {
     /// Function ids of hot probes, by id.
     hot_ids: Vec<bool>,
     accounting: Arc<Accounting>,
+    /// Spans without hot probes, for incidents (shared with the launch history).
+    unobserved: Arc<unobserved::Unobserved>,
 }
 
 /// Drops links off the caller's thread (a detach waits for a grace period).
@@ -87,6 +90,7 @@ impl HotProbes {
         budget: f64,
         proc_dir: &Path,
         accounting: Arc<Accounting>,
+        unobserved: Arc<unobserved::Unobserved>,
     ) -> Self {
         let now = Instant::now();
         let trap_ns = measure_trap_cost(skel);
@@ -118,6 +122,7 @@ impl HotProbes {
             next_report: now + REPORT,
             hot_ids: Vec::new(),
             accounting,
+            unobserved,
         }
     }
 
@@ -219,6 +224,13 @@ impl HotProbes {
         let steps = self
             .schedule
             .tick(now, readings.as_deref(), newcomers, &alive);
+        let (unprobed, span) = self.schedule.unprobed_last_tick();
+        if !unprobed.is_empty() {
+            let until_ns = unix_now_ns();
+            let from_ns = until_ns.saturating_sub(span.as_nanos().min(i64::MAX as u128) as i64);
+            self.unobserved
+                .record(unprobed.iter().copied(), from_ns, until_ns);
+        }
         for step in steps {
             self.carry_out(skel, step);
         }
@@ -391,6 +403,13 @@ fn least_observed(config: &CudaSourceConfig, window: Duration) -> f64 {
     let spacing = interval - 2.0 * window;
     let per_interval = if spacing > 0.0 { window / spacing } else { 1.0 };
     config.min_observed_fraction.max(per_interval).min(1.0)
+}
+
+/// Now, in nanoseconds since the Unix epoch (the XID and call rows' clock).
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// Every process's cumulative traps.

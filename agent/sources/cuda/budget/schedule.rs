@@ -159,6 +159,9 @@ pub struct Schedule {
     /// The final ledger of processes that exited since the last [`Schedule::take_ledger`]: their
     /// last interval's rows still need it.
     departed: HashMap<u32, (f64, f64)>,
+    /// The processes without hot probes for part of the last tick's span, and that span.
+    unprobed_last_tick: Vec<u32>,
+    last_span: Duration,
 }
 
 /// The average rate after `measured` over `span_s` seconds. A process's rate starts at zero
@@ -183,7 +186,15 @@ impl Schedule {
             last_alive_check: None,
             last_sampled: now,
             departed: HashMap::new(),
+            unprobed_last_tick: Vec::new(),
+            last_span: Duration::ZERO,
         }
+    }
+
+    /// The processes whose hot functions were not probed for part of the last tick, and how
+    /// long that tick was.
+    pub fn unprobed_last_tick(&self) -> (&[u32], Duration) {
+        (&self.unprobed_last_tick, self.last_span)
     }
 
     /// Where the hot links are.
@@ -292,10 +303,12 @@ impl Schedule {
             .last_tick
             .map_or(0.0, |at| now.duration_since(at).as_nanos() as f64);
         self.last_tick = Some(now);
+        self.last_span = Duration::from_nanos(span as u64);
         let system_wide = self.mode == Mode::SystemWide;
         let trap_s = self.trap_ns / 1e9;
         let last_tick = now - Duration::from_nanos(span as u64);
-        for process in self.processes.values_mut() {
+        self.unprobed_last_tick.clear();
+        for (pid, process) in &mut self.processes {
             let probed_ns = if system_wide {
                 span
             } else if process.probed {
@@ -310,6 +323,9 @@ impl Schedule {
                 0.0
             };
             let unprobed_ns = (span - probed_ns).max(0.0);
+            if unprobed_ns > 0.0 {
+                self.unprobed_last_tick.push(*pid);
+            }
             process.tracked_ns += probed_ns + unprobed_ns * process.speedup(trap_s);
             process.observed_ns += probed_ns;
             process.probed_last_s = probed_ns / 1e9;

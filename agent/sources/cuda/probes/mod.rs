@@ -19,6 +19,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
 use super::attach;
+use super::budget::unobserved::Unobserved;
 use super::budget::HotProbes;
 use super::discovery::{Discovery, FileKey};
 use super::plan::{FunctionTable, PlannedProbe};
@@ -57,6 +58,8 @@ pub struct CudaProbes<'obj> {
     budget_fraction: Option<f64>,
     /// Hot probes planned at start, by library, until the budget starts.
     pending_hot: Vec<(FileKey, std::path::PathBuf, Vec<PlannedProbe>, bool)>,
+    /// When the budget left each process's hot functions unprobed (empty without a budget).
+    pub unobserved: std::sync::Arc<Unobserved>,
 }
 
 /// The settings a library found after start is planned and attached with.
@@ -123,6 +126,7 @@ impl CudaProbes<'_> {
             fraction,
             proc_dir,
             std::sync::Arc::clone(accounting),
+            std::sync::Arc::clone(&self.unobserved),
         );
         for (key, path, probes, sessions) in std::mem::take(&mut self.pending_hot) {
             if let Err(err) = budget.add_library(&self.skel, key, &path, probes, sessions) {
@@ -284,6 +288,17 @@ pub fn load<'obj>(
             ));
         }
     }
+    // Hot lookups take the session program through the budget's links (`budget::attach_hot`).
+    let in_sessions = in_sessions
+        + if multi && sessions && use_sessions {
+            pending_hot
+                .iter()
+                .flat_map(|(_, _, probes, _)| probes)
+                .filter(|p| p.repeats_at_entry)
+                .count()
+        } else {
+            0
+        };
     for (path, links) in attached {
         let Some(library) = found.libraries.iter().find(|l| l.path == path) else {
             continue;
@@ -358,6 +373,7 @@ pub fn load<'obj>(
         budget: RefCell::new(None),
         budget_fraction,
         pending_hot,
+        unobserved: std::sync::Arc::default(),
     }))
 }
 

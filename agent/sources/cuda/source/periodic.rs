@@ -10,6 +10,7 @@ use crate::decode::c_chars;
 use crate::sources::cuda::kernels::rows::{self as kernel_rows, Resolved};
 use crate::sources::cuda::memory::report as memory_report;
 use crate::sources::cuda::recorder;
+use crate::sources::output::LaunchHistory;
 
 impl CudaCapture<'_> {
     /// Flips the statistics generation when an interval ends and sends the rows of the one
@@ -142,11 +143,14 @@ impl CudaCapture<'_> {
                 .ring(Ring::Cuda)
                 .flight_recorded
                 .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
+            // Under the overhead budget the slots hold only the calls of its windows.
+            let sampled = history.launches_sampled_before(dump.pid, dump.until_ns);
             tracing::warn!(
                 pid = dump.pid,
                 incident_id = %dump.incident,
                 rows,
                 torn_slots = torn,
+                sampled,
                 "flight recorder: the process's calls before the incident written"
             );
         }

@@ -247,12 +247,13 @@ fn incidents(xids: &[Xid], failures: &[&CudaCall]) -> Vec<Incident> {
                     }
                 }
             }
-            let (suspects_of, suspects) = incident::suspects(&members);
+            let (suspects_of, suspects, suspects_sampled) = incident::suspects(&members);
             let detail = Detail {
                 xids: members.iter().map(|x| (*x).clone()).collect(),
                 processes: incident::processes(&members),
                 suspects,
                 suspects_of,
+                suspects_sampled,
                 ..Detail::default()
             };
             Some(Incident {

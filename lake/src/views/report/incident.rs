@@ -24,6 +24,9 @@ pub struct Detail {
     /// code.
     pub suspects: Vec<Suspect>,
     pub suspects_of: Option<u32>,
+    /// The overhead budget sampled the launches those suspects come from: the faulting one may
+    /// be missing (`xid.suspects_sampled`).
+    pub suspects_sampled: bool,
     /// The flight recorder's calls carrying its id, oldest first.
     pub recorded: Vec<CudaCall>,
     /// Failed calls (recorded as they happened) carrying its id, or of its processes on its
@@ -79,12 +82,19 @@ fn attributed_process(xid: &Xid, pid: i32) -> Process {
     }
 }
 
-/// The first of `members` (oldest first) that lists suspects: its code and its suspects.
-pub fn suspects(members: &[&Xid]) -> (Option<u32>, Vec<Suspect>) {
+/// The first of `members` (oldest first) that lists suspects: its code, its suspects, and
+/// whether they come from sampled launches.
+pub fn suspects(members: &[&Xid]) -> (Option<u32>, Vec<Suspect>, bool) {
     members
         .iter()
         .find(|x| !x.suspects.is_empty())
-        .map_or((None, Vec::new()), |x| (Some(x.code), x.suspects.clone()))
+        .map_or((None, Vec::new(), false), |x| {
+            (
+                Some(x.code),
+                x.suspects.clone(),
+                x.suspects_sampled == Some(true),
+            )
+        })
 }
 
 /// Adds to each incident the flight recorder's calls and the failed calls that belong to it

@@ -31,7 +31,7 @@ pub fn render(n: usize, incident: &Incident) -> Markup {
             (gpu(incident))
             (xids(&detail.xids))
             (processes(&detail.processes))
-            (suspects(detail.suspects_of, root.time_ns, &detail.suspects))
+            (suspects(detail.suspects_of, root.time_ns, &detail.suspects, detail.suspects_sampled))
             (recorded(&detail.recorded))
             (failures_html::failed(&detail.failed))
             (failures_html::memory(&detail.memory))
@@ -97,7 +97,7 @@ fn processes(processes: &[Process]) -> Markup {
     }
 }
 
-fn suspects(code: Option<u32>, xid_ns: i64, suspects: &[Suspect]) -> Markup {
+fn suspects(code: Option<u32>, xid_ns: i64, suspects: &[Suspect], sampled: bool) -> Markup {
     let first = headline(suspects);
     html! {
         h4 { "Suspect kernels" }
@@ -106,6 +106,13 @@ fn suspects(code: Option<u32>, xid_ns: i64, suspects: &[Suspect]) -> Markup {
                 "The kernels the process launched last before XID " (code) ", most recent first. \
                  A completed one finished before it (a later synchronisation returned); the \
                  first one not completed is the likely culprit."
+            }
+            @if sampled {
+                p class="meta sampled" {
+                    "The overhead budget probed this process's launches only part of the time \
+                     before the XID: the kernel that faulted may be missing from this list and \
+                     from the flight recorder's calls."
+                }
             }
             ol class="suspects" {
                 @for (i, s) in suspects.iter().enumerate() {
@@ -335,6 +342,17 @@ mod tests {
         assert!(!page.contains("<script"), "{page}");
         assert!(!article.contains('\''), "{article}");
         assert!(!page.chars().any(|c| c.is_control() && c != '\n'), "{page}");
+    }
+
+    #[test]
+    fn suspects_from_sampled_launches_say_the_culprit_may_be_missing() {
+        let sampled = super::suspects(Some(31), 0, &[], true).into_string();
+        assert!(sampled.contains(
+            "<p class=\"meta sampled\">The overhead budget probed this process's launches only \
+             part of the time before the XID"
+        ));
+        let whole = super::suspects(Some(31), 0, &[], false).into_string();
+        assert!(!whole.contains("sampled"), "{whole}");
     }
 
     #[test]

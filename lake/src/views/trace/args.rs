@@ -72,6 +72,7 @@ pub fn xid_args(xid: &Xid) -> Value {
         "root_candidate": xid.root_candidate,
         "suspect_kernel": xid.suspect_kernel,
         "suspects": suspects,
+        "suspects_sampled": xid.suspects_sampled,
         "host": xid.host,
     })
 }

@@ -1,7 +1,8 @@
-//! The `suspects` column of the `xid` table (schema version 5): the kernels the attributed
+//! The `suspects` columns of the `xid` table (schema version 5): the kernels the attributed
 //! process launched last before an XID that points at a running kernel, most recent first, and
 //! `suspect_kernel`, the name of the first one not seen to finish (else the first), for queries
-//! and alerts that want one string.
+//! and alerts that want one string; since version 7, `suspects_sampled`: whether the overhead
+//! budget probed the process's launches only part of the time in the window before.
 
 use std::sync::Arc;
 
@@ -75,17 +76,19 @@ fn item_field() -> Arc<Field> {
     Arc::new(Field::new("item", DataType::Struct(struct_fields()), true))
 }
 
-/// The two columns' fields.
-pub fn fields() -> [Field; 2] {
+/// The columns' fields: the list and its headline (schema version 5), and whether the
+/// window they come from was sampled (schema version 7).
+pub fn fields() -> [Field; 3] {
     [
         Field::new("suspects", DataType::List(item_field()), true),
         Field::new("suspect_kernel", DataType::Utf8, true),
+        Field::new("suspects_sampled", DataType::Boolean, true),
     ]
 }
 
-/// The two columns of `rows`: the list is null for an XID no suspects were looked for (its code
+/// The columns of `rows`: the list is null for an XID no suspects were looked for (its code
 /// does not point at a kernel, or no process was attributed), empty when none were found.
-pub fn columns(rows: &[XidRecord]) -> [ArrayRef; 2] {
+pub fn columns(rows: &[XidRecord]) -> [ArrayRef; 3] {
     let lists: Vec<Option<&Vec<KernelSuspect>>> = rows
         .iter()
         .map(|r| r.annotations.suspects.as_ref())
@@ -135,6 +138,7 @@ pub fn columns(rows: &[XidRecord]) -> [ArrayRef; 2] {
         list.and_then(|l| KernelSuspect::headline(l))
             .map(|s| s.kernel_name_demangled.as_str())
     }));
+    let sampled = BooleanArray::from_iter(rows.iter().map(|r| r.annotations.suspects_sampled));
     debug_assert_eq!(list.len(), rows.len());
-    [Arc::new(list), Arc::new(first)]
+    [Arc::new(list), Arc::new(first), Arc::new(sampled)]
 }

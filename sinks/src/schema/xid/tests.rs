@@ -108,20 +108,24 @@ fn suspects_are_a_list_of_structs_null_when_not_looked_for() {
         block: [Some(128), None, None],
         completed,
     };
-    let with = |suspects: Option<Vec<KernelSuspect>>| XidRecord {
+    let with = |suspects: Option<Vec<KernelSuspect>>, suspects_sampled| XidRecord {
         annotations: XidAnnotations {
             suspects,
+            suspects_sampled,
             ..XidAnnotations::default()
         },
         ..xid_record(31, "0000:3b:00.0", "MMU Fault")
     };
     let records = [
-        with(None),
-        with(Some(vec![
-            suspect("b", i64::MAX, false),
-            suspect("a\n\u{1b}[31m", i64::MIN, true),
-        ])),
-        with(Some(Vec::new())),
+        with(None, None),
+        with(
+            Some(vec![
+                suspect("b", i64::MAX, false),
+                suspect("a\n\u{1b}[31m", i64::MIN, true),
+            ]),
+            Some(true),
+        ),
+        with(Some(Vec::new()), Some(false)),
     ];
     let batch = batch_of(&identity(), &records).unwrap();
     let list = batch.column_by_name("suspects").unwrap().as_list::<i32>();
@@ -141,12 +145,19 @@ fn suspects_are_a_list_of_structs_null_when_not_looked_for() {
         .as_string::<i32>();
     assert!(first.is_null(0) && first.is_null(2));
     assert_eq!(first.value(1), "b()");
+    let sampled = batch
+        .column_by_name("suspects_sampled")
+        .unwrap()
+        .as_boolean();
+    assert!(sampled.is_null(0));
+    assert_eq!((sampled.value(1), sampled.value(2)), (true, false));
     // JSON (Kafka, jsonl): an array of objects, every field present.
     let mut rows = crate::encode::json::JsonRows::new(&batch, None).unwrap();
     let mut out = Vec::new();
     rows.write_row(1, &mut out);
     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(value["suspect_kernel"], "b()");
+    assert_eq!(value["suspects_sampled"], true);
     assert_eq!(value["suspects"][0]["handle"], u64::MAX);
     assert_eq!(value["suspects"][0]["grid_x"], u32::MAX);
     assert_eq!(value["suspects"][0]["grid_z"], serde_json::Value::Null);
@@ -156,6 +167,7 @@ fn suspects_are_a_list_of_structs_null_when_not_looked_for() {
     rows.write_row(0, &mut out);
     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(value["suspects"], serde_json::Value::Null);
+    assert_eq!(value["suspects_sampled"], serde_json::Value::Null);
 }
 
 #[test]
