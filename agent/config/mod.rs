@@ -185,7 +185,7 @@ mod defaults {
     pub fn stats_functions() -> Vec<String> {
         [
             "cuLaunchKernel*",
-            "cuMemcpyAsync*",
+            "cuMemcpy*Async*",
             "cuGraphLaunch*",
             "cuKernelGetFunction",
         ]
@@ -207,7 +207,7 @@ mod defaults {
         [
             "cuLaunchKernel*",
             "cuGraphLaunch*",
-            "cuMemcpyAsync*",
+            "cuMemcpy*Async*",
             "cuKernelGetFunction",
         ]
         .map(String::from)

@@ -160,7 +160,7 @@ fn stats_mode_keys_are_checked() {
         config.sources.cuda.stats,
         [
             "cuLaunchKernel*",
-            "cuMemcpyAsync*",
+            "cuMemcpy*Async*",
             "cuGraphLaunch*",
             "cuKernelGetFunction"
         ]
