@@ -13,7 +13,14 @@
 #                             and warm-up (WARMUP_S, default 2 s) before it is timed. Prints the
 #                             median slowdown of the pairs with its 95% bootstrap interval.
 #                             CUDA_LINES='overhead_budget = "off"' runs the agent on a config
-#                             with those [sources.cuda] lines instead (e.g. exact mode).
+#                             with those [sources.cuda] lines instead (e.g. exact mode);
+#                             EXTRA_TOML adds whole tables to that config (e.g.
+#                             '[sources.driver]\nenabled = false').
+#                             CONTROL=1 never starts the agent (both modes untraced): the
+#                             same statistic then shows the method's own noise on the host.
+#                             WORKLOAD_CPUS (e.g. 2) and AGENT_CPUS (e.g. 8-15) pin the training
+#                             process and the agent to those CPUs (taskset): on a shared host
+#                             it keeps the loop off other work's CPUs, so pairs differ less.
 #   estimate MODEL SECONDS    launches per step measured exactly (overhead_budget = "off"), then
 #                             a steady run of SECONDS under the default budget: the estimated
 #                             launches (cuda_stats calls_estimated) of every statistics interval
@@ -38,7 +45,7 @@ echo "== machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,nohe
 AGENT=
 start_agent() { # $1 log name, then agent arguments
 	local log=$1; shift
-	"$GPUSHIP" run "$@" >"$OUT/$log.log" 2>&1 &
+	${AGENT_CPUS:+taskset -c "$AGENT_CPUS"} "$GPUSHIP" run "$@" >"$OUT/$log.log" 2>&1 &
 	AGENT=$!
 	for _ in $(seq 1 300); do
 		grep -q "capture started" "$OUT/$log.log" && return
@@ -55,6 +62,7 @@ config() { # $1 lake folder, $2 extra [sources.cuda] lines
 state_dir = "$OUT/state"
 [sources.cuda]
 $2
+$(printf '%b' "${EXTRA_TOML:-}")
 [[sinks]]
 type = "parquet"
 path = "$OUT/$1"
@@ -66,17 +74,19 @@ pairs)
 	MODEL=$1 STEPS=$2 PAIRS=$3
 	BLOCKS=$((2 * PAIRS))
 	rm -rf "$OUT/gpuship-data" "$OUT/lake-pairs" "$OUT/phases-$MODEL.txt"
-	coproc LOOP { python3 -u "$HERE/budget_loop.py" "$MODEL" "$STEPS" "$BLOCKS"; }
+	coproc LOOP { ${WORKLOAD_CPUS:+taskset -c "$WORKLOAD_CPUS"} python3 -u "$HERE/budget_loop.py" "$MODEL" "$STEPS" "$BLOCKS"; }
 	read -r ready <&"${LOOP[0]}"
 	echo "$ready"
 	AGENT_ARGS=()
-	if [ -n "${CUDA_LINES:-}" ]; then
+	if [ -n "${CUDA_LINES:-}${EXTRA_TOML:-}" ]; then
 		config lake-pairs "$CUDA_LINES" >"$OUT/pairs.toml"
 		AGENT_ARGS=(--config "$OUT/pairs.toml")
 	fi
 	for block in $(seq 0 $((BLOCKS - 1))); do
 		case $((block % 4)) in 0 | 3) mode=on ;; *) mode=off ;; esac
-		if [ $mode = on ] && [ -z "$AGENT" ]; then
+		if [ -n "${CONTROL:-}" ]; then
+			: # the noise floor: no agent in either mode
+		elif [ $mode = on ] && [ -z "$AGENT" ]; then
 			start_agent "pairs-$MODEL-$block" "${AGENT_ARGS[@]}"
 		elif [ $mode = off ] && [ -n "$AGENT" ]; then
 			stop_agent
@@ -86,9 +96,12 @@ pairs)
 		echo "$result" | tee -a "$OUT/phases-$MODEL.txt"
 	done
 	[ -n "$AGENT" ] && stop_agent
-	echo "== budget lines of the first on block"
-	grep -h "overhead budget\|per process\|system-wide again\|trap cost" "$OUT/pairs-$MODEL-0.log" | cut -c1-260
-	echo "== trap cost per on block: $(grep -oh 'trap_cost_ns=[0-9.]*' "$OUT"/pairs-"$MODEL"-*.log | cut -d= -f2 | cut -d. -f1 | tr '\n' ' ')"
+	if [ -z "${CONTROL:-}" ]; then
+		echo "== budget lines of the first on block"
+		grep -h "overhead budget\|per process\|system-wide again\|trap cost" "$OUT/pairs-$MODEL-0.log" | cut -c1-260
+		echo "== trap cost per on block: $(grep -oh 'trap_cost_ns=[0-9.]*' "$OUT"/pairs-"$MODEL"-*.log | cut -d= -f2 | cut -d. -f1 | tr '\n' ' ')"
+		tar czf "$OUT/lake-pairs-$MODEL.tar.gz" -C "$OUT" $(cd "$OUT" && ls -d gpuship-data lake-pairs 2>/dev/null)
+	fi
 	python3 "$HERE/pair_ratios.py" "$OUT/phases-$MODEL.txt"
 	;;
 estimate)
@@ -101,7 +114,9 @@ estimate)
 		# Steps at about the model's pace for the run's length (tiny: far more).
 		python3 -u "$HERE/budget_loop.py" "$MODEL" 100000000 >"$OUT/timeline-$run.txt" &
 		LOOP_PID=$!
-		[ $run = exact ] && sleep 25 || sleep "$SECONDS_"
+		# Timed from the loop's `ready` (PyTorch's import and CUDA start take 9-15 s there).
+		until grep -q '^ready' "$OUT/timeline-$run.txt" 2>/dev/null; do sleep 0.2; done
+		[ $run = exact ] && sleep 30 || sleep "$SECONDS_"
 		kill -TERM $LOOP_PID; wait $LOOP_PID
 		stop_agent
 		grep -h "overhead budget\|trap_cost\|per process" "$OUT/estimate-$run.log" | cut -c1-260

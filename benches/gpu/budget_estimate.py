@@ -7,9 +7,11 @@ Reads OUT/timeline-{exact,budget}.txt (budget_loop.py's steady timeline: `ready 
 from the exact run (every launch counted, observed_fraction 1); for the budget run, every
 statistics interval inside the steady run gets its true launches (steps in it, interpolated
 from the timeline, times launches per step) beside the sum of its rows' calls_estimated.
+LAUNCHES_PER_STEP=38.0 takes launches per step from an earlier exact run instead.
 Works from the tarballs too (OUT may be a copy with the lakes unpacked).
 """
 import glob
+import os
 import sys
 
 out, model = sys.argv[1], sys.argv[2]
@@ -65,9 +67,18 @@ pid, points = timeline("exact")
 exact = intervals("exact", pid, points)
 launches = sum(k[2] for k in exact)
 steps = sum(k[5] for k in exact)
-per_step = launches / steps
-print(f"== {model}, exact run: {launches} launches in {steps:.0f} steps over {len(exact)} intervals"
-      f" = {per_step:.3f} launches per step")
+if os.environ.get("LAUNCHES_PER_STEP"):
+    # An exact run whose steady part held no whole statistics interval: launches per step of
+    # an earlier exact run of the same model.
+    per_step = float(os.environ["LAUNCHES_PER_STEP"])
+    print(f"== {model}, launches per step given: {per_step:.3f}")
+elif not steps:
+    sys.exit(f"the exact run held no whole statistics interval ({len(points)} timeline points);"
+             " run it longer or give LAUNCHES_PER_STEP")
+else:
+    per_step = launches / steps
+    print(f"== {model}, exact run: {launches} launches in {steps:.0f} steps over {len(exact)}"
+          f" intervals = {per_step:.3f} launches per step")
 pid, points = timeline("budget")
 kept = intervals("budget", pid, points)
 print(f"== {model}, under the default budget: {len(kept)} intervals inside the steady run")
