@@ -70,6 +70,22 @@ pub struct Spool {
     corrupt_at_open: Vec<(Option<EventKind>, Option<u64>)>,
 }
 
+/// The oldest segment of a spool as it was when [`Spool::front`] was called: reading it needs
+/// no lock, since a segment's file never changes once indexed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontSegment {
+    seq: u64,
+    path: PathBuf,
+}
+
+impl FrontSegment {
+    /// Reads and checks the segment (the disk and Arrow decoding: call it without the
+    /// queue's lock, so capture never waits for a replay's read).
+    pub fn read(&self) -> Result<EventBatch, SpoolError> {
+        read_segment(&self.path)
+    }
+}
+
 /// A segment that failed its checks: what its header said it held, when it could be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CorruptSegment {
@@ -293,6 +309,41 @@ impl Spool {
     /// Deletes the oldest segment (after its batch was taken).
     pub fn pop(&mut self) {
         self.delete_at(0);
+    }
+
+    /// The oldest segment, to be read without the queue's lock held ([`FrontSegment::read`]),
+    /// then taken with [`Spool::take_front`] or set aside with [`Spool::quarantine_front`].
+    pub fn front(&self) -> Option<FrontSegment> {
+        self.segments.front().map(|segment| FrontSegment {
+            seq: segment.seq,
+            path: segment.path.clone(),
+        })
+    }
+
+    /// Removes `front` from the index if it is still the oldest segment, and returns its file
+    /// for the caller to delete once it holds no lock; None when the index changed meanwhile
+    /// (the segment was dropped to make room: what was read must not be delivered).
+    pub fn take_front(&mut self, front: &FrontSegment) -> Option<PathBuf> {
+        if self.segments.front()?.seq != front.seq {
+            return None;
+        }
+        let segment = self.segments.pop_front()?;
+        self.uncount(&segment);
+        Some(segment.path)
+    }
+
+    /// Sets `front` aside as corrupt (renamed to `.corrupt`) if it is still the oldest
+    /// segment; returns its kind and the events it held.
+    pub fn quarantine_front(
+        &mut self,
+        front: &FrontSegment,
+        err: &SpoolError,
+    ) -> Option<(EventKind, u64)> {
+        let segment = self.segments.front().filter(|s| s.seq == front.seq)?;
+        let lost = (segment.kind, segment.events);
+        quarantine(&segment.path, err);
+        self.forget_front();
+        Some(lost)
     }
 
     /// Deletes the oldest segment of a droppable kind (CUDA, driver) to make room

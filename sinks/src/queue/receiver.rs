@@ -1,14 +1,40 @@
-//! The sink side of a queue: taking batches (memory, then spool), retries after rejections,
+//! The sink side of a queue: taking batches (memory, then spool, whose segments are read
+//! without the lock so capture never waits on a replay's disk), retries after rejections,
 //! settling the XID journal, stall detection, and the shutdown deadline.
 
 use std::time::{Duration, Instant};
 
 use super::{retry_delays, QueueReceiver, Queued, State, BACKOFF_MAX};
+use crate::spool::{FrontSegment, SpoolError};
 use crate::stats::DropReason;
 use crate::{EventBatch, EventKind};
 
 /// How often a waiting receiver re-checks deadlines and stalls.
 const RECHECK: Duration = Duration::from_millis(200);
+
+/// A spool segment read without the queue's lock, and what reading it gave.
+struct ReadSegment {
+    front: FrontSegment,
+    result: Result<EventBatch, SpoolError>,
+}
+
+/// What one look at the queue (under its lock) gave.
+enum Taken {
+    /// A batch for the sink, and the spool file to delete once the lock is released.
+    Batch(EventBatch, Option<std::path::PathBuf>),
+    /// The spool's oldest segment, to read without the lock before the next look.
+    Read(FrontSegment),
+    /// Nothing to take now.
+    Nothing,
+}
+
+/// What the receiver does after a look at the queue, with the lock released.
+enum Step {
+    Deliver(EventBatch, Option<std::path::PathBuf>),
+    Read(FrontSegment),
+    /// Waits until the given delay passes, or until a producer signals (None).
+    Wait(Option<Duration>),
+}
 
 impl QueueReceiver {
     /// The next batch to deliver: XIDs first, then CUDA, then spooled batches oldest first.
@@ -27,9 +53,11 @@ impl QueueReceiver {
 
     async fn next(&mut self, xid_only: bool) -> Option<EventBatch> {
         let shared = &*self.shared;
+        // The oldest spool segment as read without the lock on the previous turn.
+        let mut read: Option<ReadSegment> = None;
         loop {
             let notified = shared.ready.notified();
-            let wait = {
+            let step = {
                 let mut state = shared.lock();
                 let now = Instant::now();
                 shared.check_stall(&mut state, now);
@@ -42,32 +70,48 @@ impl QueueReceiver {
                     return None;
                 }
                 match state.retry_at {
-                    Some(at) if at > now => Some(at - now),
-                    _ => {
-                        if let Some(batch) = self.take(&mut state, xid_only) {
-                            return Some(batch);
+                    Some(at) if at > now => Step::Wait(Some(at - now)),
+                    _ => match self.take(&mut state, xid_only, read.take()) {
+                        Taken::Batch(batch, unlink) => Step::Deliver(batch, unlink),
+                        Taken::Read(front) => Step::Read(front),
+                        Taken::Nothing => {
+                            if !xid_only
+                                && state.senders == 0
+                                && state.events == 0
+                                && !state.spool_backlog()
+                            {
+                                return None;
+                            }
+                            Step::Wait(None)
                         }
-                        if !xid_only
-                            && state.senders == 0
-                            && state.events == 0
-                            && !state.spool_backlog()
-                        {
-                            return None;
-                        }
-                        None
-                    }
+                    },
                 }
             };
-            match wait {
-                Some(delay) => tokio::time::sleep(delay.min(RECHECK)).await,
-                None => {
+            match step {
+                Step::Deliver(batch, unlink) => {
+                    if let Some(path) = unlink {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Some(batch);
+                }
+                // Disk and decoding happen here, without the lock: the capture thread keeps
+                // queueing (and spilling) meanwhile.
+                Step::Read(front) => {
+                    let result = front.read();
+                    read = Some(ReadSegment { front, result });
+                }
+                Step::Wait(Some(delay)) => tokio::time::sleep(delay.min(RECHECK)).await,
+                Step::Wait(None) => {
                     let _ = tokio::time::timeout(RECHECK, notified).await;
                 }
             }
         }
     }
 
-    fn take(&self, state: &mut State, xid_only: bool) -> Option<EventBatch> {
+    /// The next batch under the lock: memory first, then the spool's oldest segment (`read`,
+    /// when it is the segment read on the previous turn; otherwise the segment to read), then
+    /// the spill lane.
+    fn take(&self, state: &mut State, xid_only: bool, read: Option<ReadSegment>) -> Taken {
         let shared = &*self.shared;
         let queued = if xid_only {
             state.pop_xid()
@@ -84,32 +128,47 @@ impl QueueReceiver {
             shared.check_stall(state, now);
             shared.publish(state);
             shared.room.notify_all();
-            return Some(batch);
+            return Taken::Batch(batch, None);
         }
         if xid_only {
-            return None;
+            return Taken::Nothing;
         }
-        let spool = state.spool.as_mut()?;
-        let (batch, corrupt) = spool.peek();
-        for (kind, events) in corrupt {
-            shared.stats.drop_corrupt_segment(kind, events);
-        }
-        let batch = match batch {
-            Some(batch) => {
-                spool.pop();
-                shared.stats.replayed.add(batch.kind, batch.len() as u64);
-                batch
-            }
+        let Some(spool) = state.spool.as_mut() else {
+            return Taken::Nothing;
+        };
+        let (batch, unlink) = match (spool.front(), read) {
+            // The segment read last turn is still the oldest: it is taken now.
+            (Some(front), Some(read)) if read.front == front => match read.result {
+                Ok(batch) => {
+                    let unlink = spool.take_front(&front);
+                    shared.stats.replayed.add(batch.kind, batch.len() as u64);
+                    (batch, unlink)
+                }
+                Err(err) => {
+                    if let Some((kind, events)) = spool.quarantine_front(&front, &err) {
+                        shared.stats.drop_corrupt_segment(kind, events);
+                    }
+                    return match spool.front() {
+                        Some(next) => Taken::Read(next),
+                        None => Taken::Nothing,
+                    };
+                }
+            },
+            // Not read yet, or the spool changed meanwhile (a drop made room): read it.
+            (Some(front), _) => return Taken::Read(front),
             // The spool is empty: the spill lane's oldest batch, straight from memory, unless
             // an older one is being written (it comes back from the spool once committed).
-            None if state.writing.is_none() => state.unspill()?.batch,
-            None => return None,
+            (None, _) if state.writing.is_none() => match state.unspill() {
+                Some(queued) => (queued.batch, None),
+                None => return Taken::Nothing,
+            },
+            (None, _) => return Taken::Nothing,
         };
         state.hand(batch.kind, batch.len(), Instant::now());
         shared.publish(state);
         // Room in the spool or the lane for a producer waiting on a full one.
         shared.room.notify_all();
-        Some(batch)
+        Taken::Batch(batch, unlink)
     }
 
     pub(crate) fn spool_the_rest(&self, state: &mut State) {

@@ -195,3 +195,46 @@ fn a_spool_folder_writable_by_others_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_front_read_without_the_lock_is_taken_only_if_it_is_still_the_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SpoolConfig {
+        fsync: FsyncPolicy::Never,
+        ..SpoolConfig::default()
+    };
+    let mut spool = Spool::open(dir.path(), config).unwrap();
+    for t in 1..=3 {
+        spool.store(&cuda(10, t)).unwrap();
+    }
+    // Read, then taken: the index forgets it and the caller deletes the file.
+    let front = spool.front().unwrap();
+    assert_eq!(tag(&front.read().unwrap()), 1);
+    let path = spool.take_front(&front).unwrap();
+    assert!(path.exists(), "the file is the caller's to delete");
+    std::fs::remove_file(path).unwrap();
+    assert_eq!(spool.pending_events(EventKind::Cuda), 20);
+
+    // Read, but dropped meanwhile to make room: what was read is not taken.
+    let front = spool.front().unwrap();
+    assert_eq!(tag(&front.read().unwrap()), 2);
+    assert_eq!(spool.drop_oldest_droppable(), Some((EventKind::Cuda, 10)));
+    assert_eq!(spool.take_front(&front), None);
+    assert_eq!(spool.pending_events(EventKind::Cuda), 10);
+
+    // A corrupt front is set aside once; a stale handle on it changes nothing.
+    let front = spool.front().unwrap();
+    let err = corrupt(&front.path, "test");
+    assert_eq!(
+        spool.quarantine_front(&front, &err),
+        Some((EventKind::Cuda, 10))
+    );
+    assert_eq!(spool.quarantine_front(&front, &err), None);
+    assert!(spool.is_empty());
+    assert_eq!(spool.bytes(), 0);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, [format!("{:016x}.seg.corrupt", 2)]);
+}
