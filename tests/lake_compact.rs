@@ -3,9 +3,10 @@
 //! through gpuship's readers and through DuckDB), closed hours rewritten into one sorted file
 //! each, open hours, other files and the accounting documents untouched, readers exact while a
 //! run is under way. The kill-at-every-phase tests are in `lake_compact/phases.rs`, the S3 one
-//! in `lake_compact/s3.rs`.
+//! in `lake_compact/s3.rs`, the Iceberg tables' in `lake_compact/iceberg.rs`.
 
 mod fixture;
+mod iceberg;
 mod phases;
 mod s3;
 
@@ -106,7 +107,8 @@ fn closed_hours_become_one_sorted_file_each_and_every_row_stays_once() {
     assert_eq!(
         String::from_utf8_lossy(&run.stdout).trim(),
         "compacted 6 hours: 72 files into 6 (1476 rows); deleted 72 replaced files and 0 \
-         leftovers; 2 hours still open; 0 failed"
+         leftovers; 2 hours still open; 0 failed\niceberg: 6 files (1476 rows) added; 0 tables \
+         failed"
     );
     assert_compacted(root, &closed);
     assert_eq!(

@@ -22,6 +22,10 @@ pub struct RangeArgs {
     /// no file of the range can be read.
     #[arg(long, default_value = "./gpuship-data")]
     pub data: String,
+    /// Read the lake's Iceberg tables (`<data>/iceberg/<kind>`, their current snapshots) instead
+    /// of listing its folders: only hours `gpuship-lake compact` has committed are there.
+    #[arg(long)]
+    pub iceberg: bool,
     /// Memory and time the command may use.
     #[command(flatten)]
     pub limits: LimitArgs,

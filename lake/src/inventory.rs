@@ -113,6 +113,59 @@ pub fn take(
     Ok(inventory)
 }
 
+/// The files of `kind` for `range` from its Iceberg table's current snapshot
+/// ([`crate::iceberg`]): no folder is listed; only compacted hours are there. A data file
+/// outside the lake, missing, or of another size than the table says is reported and left out.
+pub fn take_iceberg(
+    storage: &dyn LakeStorage,
+    kind: gpuship_model::EventKind,
+    range: &TimeRange,
+) -> Result<Inventory, anyhow::Error> {
+    use anyhow::Context;
+    let mut inventory = Inventory::default();
+    let files = crate::iceberg::table::current_files(storage, kind).with_context(|| {
+        format!(
+            "the Iceberg table {} in {}",
+            crate::iceberg::table_folder(kind),
+            storage.describe()
+        )
+    })?;
+    for file in files {
+        let Some(key) = storage.key_of(&file.path) else {
+            inventory.unreadable.push(Unreadable {
+                key: file.path,
+                error: "a data file outside the lake".into(),
+            });
+            continue;
+        };
+        if !partition::may_overlap(&key, range) {
+            inventory.pruned += 1;
+            continue;
+        }
+        let checked = storage
+            .stat(&key)
+            .map_err(|e| e.to_string())
+            .and_then(|meta| {
+                if i64::try_from(meta.size) != Ok(file.size) {
+                    return Err(format!(
+                        "{} bytes, the Iceberg table says {}",
+                        meta.size, file.size
+                    ));
+                }
+                check_footer(storage, &key, meta.size)?;
+                Ok(meta)
+            });
+        match checked {
+            Ok(meta) => inventory.files.push(meta),
+            Err(error) => {
+                tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
+                inventory.unreadable.push(Unreadable { key, error });
+            }
+        }
+    }
+    Ok(inventory)
+}
+
 /// How many compaction markers are fetched at once: on S3 each is a request of tens of
 /// milliseconds, and a day of one table has 24 of them.
 const MARKER_FETCHES: usize = 16;

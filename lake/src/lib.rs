@@ -24,6 +24,8 @@
 //! - [`compact`]: `gpuship-lake compact`, the one part that writes: it rewrites closed hours
 //!   into large files and commits them with a marker; [`compact::rule`] is how every reader
 //!   above sees each row once meanwhile.
+//! - [`iceberg`]: the Apache Iceberg table of each kind over the compacted files, appended by
+//!   `compact` and read by the views with `--iceberg`.
 //!
 //! A file that cannot be read is reported with its key and skipped; it does not fail the read.
 //! Neither does a folder that cannot be listed. Only regular files are opened: a FIFO or device
@@ -36,6 +38,7 @@ pub mod compact;
 /// The XID catalog, from its own crate (the agent uses it too).
 pub use gpuship_catalog as catalog;
 pub mod engine;
+pub mod iceberg;
 pub mod inventory;
 pub mod lake_table;
 pub mod limits;
@@ -107,6 +110,8 @@ impl TableRead {
 pub struct Lake {
     storage: Box<dyn LakeStorage>,
     limits: limits::Limits,
+    /// Tables from the Iceberg tables' current snapshots instead of the folders.
+    from_iceberg: bool,
 }
 
 impl std::fmt::Debug for Lake {
@@ -129,6 +134,16 @@ impl Lake {
         Lake {
             storage,
             limits: limits::Limits::default(),
+            from_iceberg: false,
+        }
+    }
+
+    /// The same lake, its tables read from the Iceberg tables (`<lake>/iceberg/<kind>`, their
+    /// current snapshots: compacted hours only, no folder listed) instead of the folders.
+    pub fn from_iceberg(self, from_iceberg: bool) -> Lake {
+        Lake {
+            from_iceberg,
+            ..self
         }
     }
 
@@ -146,7 +161,13 @@ impl Lake {
     /// cannot be read are logged (with their key), skipped and listed by
     /// [`LakeRead::unreadable`].
     pub fn tables(&self, kinds: &[EventKind], range: &TimeRange) -> anyhow::Result<LakeRead<'_>> {
-        LakeRead::new(self.storage.as_ref(), kinds, *range, self.limits)
+        LakeRead::new(
+            self.storage.as_ref(),
+            kinds,
+            *range,
+            self.limits,
+            self.from_iceberg,
+        )
     }
 
     /// The rows of `kind` inside `range`. Files that cannot be read are logged (with their

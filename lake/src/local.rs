@@ -141,6 +141,17 @@ impl LakeStorage for LocalStorage {
         self.root.display().to_string()
     }
 
+    fn uri_of(&self, key: &str) -> String {
+        let root = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        let root = root.display().to_string();
+        let root = root.trim_end_matches('/');
+        if key.is_empty() {
+            format!("file://{root}")
+        } else {
+            format!("file://{root}/{key}")
+        }
+    }
+
     fn as_local(&self) -> Option<&LocalStorage> {
         Some(self)
     }

@@ -64,10 +64,16 @@ impl<'a> LakeRead<'a> {
         kinds: &[EventKind],
         range: TimeRange,
         limits: Limits,
+        from_iceberg: bool,
     ) -> anyhow::Result<Self> {
         let mut tables = Vec::with_capacity(kinds.len());
         for &kind in kinds {
-            tables.push((kind, inventory::take(storage, kind.as_str(), &range)?));
+            let inventory = if from_iceberg {
+                inventory::take_iceberg(storage, kind, &range)?
+            } else {
+                inventory::take(storage, kind.as_str(), &range)?
+            };
+            tables.push((kind, inventory));
         }
         let mut read = Self {
             storage,

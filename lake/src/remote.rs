@@ -155,6 +155,11 @@ impl LakeStorage for ObjectStoreStorage {
     fn describe(&self) -> String {
         self.url.to_string()
     }
+
+    fn uri_of(&self, key: &str) -> String {
+        let path = self.path_of(key);
+        format!("s3://{}/{path}", self.url.bucket)
+    }
 }
 
 #[cfg(test)]

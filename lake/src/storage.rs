@@ -91,6 +91,20 @@ pub trait LakeStorage: Send + Sync {
     /// How the lake is named to people (`/var/lib/gpuship/data`, `s3://bucket/prefix`).
     fn describe(&self) -> String;
 
+    /// The absolute location of `key` as table formats name files (`file:///var/lib/...`,
+    /// `s3://bucket/prefix/...`); `key` empty for the lake's root.
+    fn uri_of(&self, key: &str) -> String;
+
+    /// The key of an absolute location inside the lake ([`Self::uri_of`]'s inverse); `None`
+    /// for one outside it.
+    fn key_of(&self, uri: &str) -> Option<String> {
+        let root = self.uri_of("");
+        let key = uri
+            .strip_prefix(root.trim_end_matches('/'))?
+            .strip_prefix('/')?;
+        (!key.is_empty()).then(|| key.to_string())
+    }
+
     /// The lake as a local folder, when it is one: the engine then reads small files in place
     /// ([`crate::whole_file`]) instead of through [`object_store`](Self::object_store).
     fn as_local(&self) -> Option<&crate::local::LocalStorage> {

@@ -83,6 +83,11 @@ pub const SUMS: [(&str, &str); 2] = [
 
 /// The checksums as gpuship's readers see the lake at `data` (a folder or `s3://`), with `env`.
 pub fn lake_sums(data: &str, env: &[(&str, String)]) -> Vec<Vec<i128>> {
+    lake_sums_with(data, env, &[])
+}
+
+/// [`lake_sums`] with more `gpuship-lake query` arguments (`--iceberg`).
+pub fn lake_sums_with(data: &str, env: &[(&str, String)], extra: &[&str]) -> Vec<Vec<i128>> {
     let since = chrono::DateTime::from_timestamp_nanos(hour_start(30)).to_rfc3339();
     let until = chrono::DateTime::from_timestamp_nanos(hour_start(-2)).to_rfc3339();
     SUMS.iter()
@@ -93,6 +98,7 @@ pub fn lake_sums(data: &str, env: &[(&str, String)]) -> Vec<Vec<i128>> {
                     "query", &sql, "--format", "csv", "--since", &since, "--until", &until,
                 ])
                 .args(["--data", data])
+                .args(extra)
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .env_remove("RUST_LOG")
                 .output()

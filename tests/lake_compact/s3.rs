@@ -1,14 +1,15 @@
 //! `gpuship-lake compact` on an S3-compatible store (moto's server): the same rows before,
 //! while it is stopped in the middle of a multipart upload or after its commit, after a SIGKILL
 //! there and after the rerun, through gpuship's readers and DuckDB's httpfs; the bucket ends
-//! with one compacted file and one marker per closed hour, the open hour's objects untouched.
+//! with one compacted file and one marker per closed hour, the open hour's objects untouched,
+//! and an Iceberg table per kind that holds the closed hours once.
 
 use std::sync::Arc;
 
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use super::fixture::{compact, duckdb_sums, lake_sums, stderr, write_lake};
+use super::fixture::{compact, duckdb_sums, lake_sums, lake_sums_with, stderr, write_lake};
 use super::phases::paused_at;
 use crate::support::lake::duckdb_s3;
 use crate::support::peers::Moto;
@@ -137,6 +138,16 @@ fn killed_on_s3_at(phase: &str) {
         duckdb_sums(&glob_root, |sql: &str| duckdb_s3(&endpoint, sql)),
         before
     );
+    // The Iceberg tables on S3 (metadata written with If-None-Match): the closed hours, once.
+    let keys = moto.keys(BUCKET);
+    for table in ["cuda", "xid"] {
+        for name in ["v1.metadata.json", "version-hint.text"] {
+            let key = format!("fleet/iceberg/{table}/metadata/{name}");
+            assert!(keys.contains(&key), "{key} missing: {keys:?}");
+        }
+    }
+    let tables = lake_sums_with(&data, &env, &["--iceberg"]);
+    assert_eq!((tables[0][0], tables[1][0]), (3 * 2 * 2 * 20, 3 * 2 * 2));
 }
 
 #[test]

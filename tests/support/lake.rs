@@ -72,16 +72,26 @@ pub fn duckdb_s3(endpoint: &str, sql: &str) -> Vec<Vec<String>> {
     duckdb_with_setup(&["LOAD_HTTPFS", &secret], sql)
 }
 
+/// Runs `sql` in DuckDB (time zone UTC) with its iceberg extension and the avro one it needs,
+/// from the test environment's `duckdb-extension-iceberg` and `duckdb-extension-avro` wheels
+/// (nothing is downloaded): `iceberg_scan(...)` reads the tables compaction writes.
+pub fn duckdb_iceberg(sql: &str) -> Vec<Vec<String>> {
+    duckdb_with_setup(&["LOAD_ICEBERG", "SET TimeZone = 'UTC'"], sql)
+}
+
 fn duckdb_with_setup(setup: &[&str], sql: &str) -> Vec<Vec<String>> {
     let script = r#"
 import duckdb, glob, json, os, sys
 # A query slower than 2 s (a loaded machine) would print a progress bar into the JSON.
 duckdb.execute("SET enable_progress_bar = false")
 for statement in json.loads(sys.argv[2]):
-    if statement == "LOAD_HTTPFS":
-        import duckdb_extension_httpfs
-        root = os.path.dirname(duckdb_extension_httpfs.__file__)
-        statement = "LOAD '%s'" % glob.glob(root + "/extensions/*/httpfs.duckdb_extension")[0]
+    if statement in ("LOAD_HTTPFS", "LOAD_ICEBERG"):
+        # iceberg needs avro loaded first, or it tries to download it.
+        for name in ("httpfs",) if statement == "LOAD_HTTPFS" else ("avro", "iceberg"):
+            root = os.path.dirname(__import__("duckdb_extension_" + name).__file__)
+            path = glob.glob(root + "/extensions/*/%s.duckdb_extension" % name)[0]
+            duckdb.execute("LOAD '%s'" % path)
+        continue
     duckdb.execute(statement)
 rows = duckdb.sql(sys.argv[1]).fetchall()
 print(json.dumps([[None if v is None else str(v) for v in row] for row in rows]))

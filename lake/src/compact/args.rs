@@ -35,6 +35,11 @@ pub struct CompactArgs {
     /// the lake.
     #[arg(long)]
     pub since: Option<String>,
+    /// Do not add the compacted files to the Iceberg tables (`<data>/iceberg/<kind>`); by
+    /// default every run appends the markers it finds uncommitted there as one snapshot per
+    /// table.
+    #[arg(long)]
+    pub no_iceberg: bool,
     /// Print what would be compacted, cleaned and deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,

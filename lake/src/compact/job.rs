@@ -44,8 +44,13 @@ pub struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Does this run's work on `hour`, adding what it did to `summary`.
-    pub fn hour(&mut self, hour: &HourFolder, summary: &mut Summary) -> anyhow::Result<()> {
+    /// Does this run's work on `hour`, adding what it did to `summary`. Returns the hour's
+    /// committed markers, the one this run wrote included.
+    pub fn hour(
+        &mut self,
+        hour: &HourFolder,
+        summary: &mut Summary,
+    ) -> anyhow::Result<Vec<Marker>> {
         let (markers, damaged) = load_markers(hour, |key| self.storage.get(key));
         if let Some(marker) = damaged.first() {
             // Its compacted files could be all that is left of some rows: nothing here is
@@ -58,18 +63,20 @@ impl Job<'_> {
             summary.open_hours += 1;
         }
         if plan.is_empty() {
-            return Ok(());
+            return Ok(markers);
         }
         if self.dry_run {
             print_plan(hour, &plan);
-            return Ok(());
+            return Ok(markers);
         }
         self.pauser.reached(Phase::Listed);
         self.delete(&plan.debris)?;
         summary.debris += plan.debris.len();
         let mut retire = plan.retire.clone();
+        let mut markers = markers;
         if !plan.outputs.is_empty() {
             let marker = self.compact(hour, &plan)?;
+            markers.push(marker.clone());
             summary.hours += 1;
             summary.sources += marker.sources.len();
             summary.outputs += marker.outputs.len();
@@ -88,7 +95,7 @@ impl Job<'_> {
             self.retire(hour, marker, sources)?;
             summary.retired += sources.len();
         }
-        Ok(())
+        Ok(markers)
     }
 
     /// Writes the plan's compacted files, then the marker that commits them.

@@ -23,9 +23,10 @@
 //! the accounting documents (`_accounting/`) are never touched. A damaged marker stops the
 //! job in that hour (reported, exit status 1) until a person looks.
 //!
-//! One run at a time per lake ([`lock`] on a local disk; the scheduler on S3). Another table
-//! format (an Iceberg table) is one more step after 3: it adds the marker's compacted files
-//! (names, sizes, rows) to the table's next snapshot; the marker stays what folder readers go by.
+//! One run at a time per lake ([`lock`] on a local disk; the scheduler on S3). After every
+//! hour of a kind, the markers its Iceberg table does not hold yet are appended to it as one
+//! snapshot ([`crate::iceberg`]): the compacted files are the table's data files; the marker
+//! stays what folder readers go by.
 //!
 //! On a local disk, files and markers appear by rename and are not synced: after a power loss
 //! (not a kill) the filesystem decides what survived; `--retire-after` keeps the agents' files
@@ -73,6 +74,12 @@ pub struct Summary {
     pub open_hours: usize,
     /// Hour folders that failed (logged), left as they were or half-way in a safe state.
     pub failed: usize,
+    /// Compacted files added to the Iceberg tables.
+    pub iceberg_files: usize,
+    /// Rows of those files.
+    pub iceberg_rows: u64,
+    /// Iceberg tables whose commit failed (logged); the next run adds their files.
+    pub iceberg_failed: usize,
 }
 
 /// Runs `gpuship-lake compact`: exit status 0 when every hour was done, 1 when one failed
@@ -112,6 +119,9 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     };
     let mut summary = Summary::default();
     for kind in EventKind::all() {
+        // The committed markers of every hour listed, for the kind's Iceberg table.
+        let mut committed: Vec<(HourFolder, marker::Marker)> = Vec::new();
+        // An hour that failed here may hold markers the table lacks: a later run adds them.
         let prefixes = match &since {
             Some(range) => crate::partition::prefixes(kind.as_str(), range),
             None => vec![format!("{kind}/")],
@@ -131,10 +141,37 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
                 })
             };
             for hour in hour_folders(listing.keys).into_iter().filter(wanted) {
-                if let Err(err) = job.hour(&hour, &mut summary) {
-                    eprintln!("gpuship-lake compact: {}: {err:#}", hour.folder);
-                    summary.failed += 1;
+                match job.hour(&hour, &mut summary) {
+                    Ok(markers) => {
+                        committed.extend(markers.into_iter().map(|m| (hour.clone(), m)));
+                    }
+                    Err(err) => {
+                        eprintln!("gpuship-lake compact: {}: {err:#}", hour.folder);
+                        summary.failed += 1;
+                    }
                 }
+            }
+        }
+        if args.dry_run || args.no_iceberg {
+            continue;
+        }
+        let table = crate::iceberg::Table {
+            storage: storage.as_ref(),
+            store: storage.object_store(),
+            runtime: &job.runtime,
+            kind,
+        };
+        match crate::iceberg::commit_markers(&table, &committed, job.pauser) {
+            Ok(appended) => {
+                summary.iceberg_files += appended.files;
+                summary.iceberg_rows += appended.rows;
+            }
+            Err(err) => {
+                eprintln!(
+                    "gpuship-lake compact: {}: {err:#}",
+                    crate::iceberg::table_folder(kind)
+                );
+                summary.iceberg_failed += 1;
             }
         }
     }
@@ -151,8 +188,14 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             summary.open_hours,
             summary.failed
         ));
+        if !args.no_iceberg {
+            job::say(format_args!(
+                "iceberg: {} files ({} rows) added; {} tables failed",
+                summary.iceberg_files, summary.iceberg_rows, summary.iceberg_failed
+            ));
+        }
     }
-    Ok(if summary.failed == 0 {
+    Ok(if summary.failed == 0 && summary.iceberg_failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -22,16 +22,23 @@ pub enum Phase {
     Committed,
     /// One replaced file deleted, the others not yet.
     Retiring,
+    /// A table's new manifest and manifest list are written (after every hour of its kind);
+    /// its metadata file is not.
+    IcebergWritten,
+    /// A table's new metadata file is written (the commit); `version-hint.text` is not.
+    IcebergCommitted,
 }
 
 impl Phase {
     /// Every phase, in order.
-    pub const ALL: [Phase; 5] = [
+    pub const ALL: [Phase; 7] = [
         Phase::Listed,
         Phase::Writing,
         Phase::Written,
         Phase::Committed,
         Phase::Retiring,
+        Phase::IcebergWritten,
+        Phase::IcebergCommitted,
     ];
 
     /// Its name in `GPUSHIP_LAKE_COMPACT_PAUSE_AT`.
@@ -42,6 +49,8 @@ impl Phase {
             Phase::Written => "written",
             Phase::Committed => "committed",
             Phase::Retiring => "retiring",
+            Phase::IcebergWritten => "iceberg-written",
+            Phase::IcebergCommitted => "iceberg-committed",
         }
     }
 }

@@ -55,7 +55,9 @@ fn open(args: &RangeArgs) -> anyhow::Result<(Lake, TimeRange)> {
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 3);
     let range =
         TimeRange::parse(&args.since, args.until.as_deref(), now).context("--since/--until")?;
-    let lake = Lake::open(&args.data)?.with_limits(args.limits.limits());
+    let lake = Lake::open(&args.data)?
+        .with_limits(args.limits.limits())
+        .from_iceberg(args.iceberg);
     Ok((lake, range))
 }
 

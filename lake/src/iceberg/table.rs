@@ -1,0 +1,718 @@
+//! One Iceberg table of the lake (`<lake>/iceberg/<kind>/metadata/`) on its storage: the
+//! current metadata file found, the compacted files of new markers appended as one snapshot,
+//! and the live data files of the current snapshot listed for readers.
+//!
+//! A commit writes a manifest and a manifest list (new, uniquely named files no reader looks
+//! at), then `v<N+1>.metadata.json`, created only if absent (a rename that never replaces on a
+//! local disk, `If-None-Match` on S3): that file's appearance is the commit. Then
+//! `version-hint.text` names it, for readers that go by the hint (DuckDB). The current version
+//! is the highest metadata file present, whatever the hint says, so a run killed between the
+//! two finds its commit; one killed before the metadata file leaves two unnamed Avro files and
+//! the markers uncommitted, and the next run commits them. Which markers a table holds is in
+//! its snapshots' summaries ([`MARKERS_KEY`]), so no marker's files are added twice.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::Context;
+use arrow_schema::Schema;
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::statistics::Statistics;
+use tokio::runtime::Runtime;
+
+use super::avro::{self, DataFile, ManifestFile};
+use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
+use super::schema::IcebergSchema;
+use crate::compact::phase::{Pauser, Phase};
+use crate::storage::LakeStorage;
+use gpuship_model::EventKind;
+
+/// The file-metadata key under which the agents' Parquet sink writes the schema version.
+const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
+
+/// The lake's folder of Iceberg tables, one per kind.
+pub const ICEBERG_FOLDER: &str = "iceberg";
+/// The file readers that go by a hint read the version from.
+pub const VERSION_HINT: &str = "version-hint.text";
+
+/// The folder of `kind`'s table (`iceberg/cuda`).
+pub fn table_key(kind: EventKind) -> String {
+    format!("{ICEBERG_FOLDER}/{kind}")
+}
+
+fn metadata_key(kind: EventKind, name: &str) -> String {
+    format!("{}/metadata/{name}", table_key(kind))
+}
+
+/// The version of a `v<N>.metadata.json` name.
+fn version_of(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix('v')?.strip_suffix(".metadata.json")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A compacted file to add, read from its footer.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    /// Its key in the lake.
+    pub key: String,
+    /// Hours since the epoch of its hour folder.
+    pub hour: i32,
+    /// Rows (from its footer).
+    pub rows: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Its columns.
+    pub schema: Schema,
+    /// `gpuship.schema_version` of its metadata.
+    pub schema_version: i32,
+    /// Least and greatest `time` (µs) and `host`, where every row group's statistics say.
+    pub time_range: Option<(i64, i64)>,
+    /// Least and greatest host.
+    pub host_range: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What an append did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The metadata version written (0 when nothing was new).
+    pub version: u64,
+    /// Data files added.
+    pub files: usize,
+    /// Rows added.
+    pub rows: u64,
+}
+
+/// A kind's table on the lake's storage.
+pub struct Table<'a> {
+    /// Listing and reading.
+    pub storage: &'a dyn LakeStorage,
+    /// Writing.
+    pub store: Arc<dyn ObjectStore>,
+    /// Drives the store.
+    pub runtime: &'a Runtime,
+    /// Which table.
+    pub kind: EventKind,
+}
+
+impl Table<'_> {
+    /// The current metadata and its version, `None` when the table does not exist yet.
+    pub fn load(&self) -> anyhow::Result<Option<(u64, TableMetadata)>> {
+        load(self.storage, self.kind)
+    }
+
+    /// The markers whose files the table holds.
+    pub fn committed_markers(&self) -> anyhow::Result<BTreeSet<String>> {
+        Ok(self
+            .load()?
+            .map(|(_, metadata)| metadata.committed_markers())
+            .unwrap_or_default())
+    }
+
+    fn manifests(&self, metadata: &TableMetadata) -> anyhow::Result<Vec<ManifestFile>> {
+        manifests(self.storage, metadata)
+    }
+
+    /// Names `version` in the hint.
+    fn write_hint(&self, version: u64) -> anyhow::Result<()> {
+        let hint = metadata_key(self.kind, VERSION_HINT);
+        // No newline: DuckDB reads the whole file as the version.
+        self.put(&hint, version.to_string().into_bytes(), PutMode::Overwrite)
+            .with_context(|| format!("writing {hint}"))
+    }
+
+    /// Writes the hint when it does not name `version`, the current one.
+    fn repair_hint(&self, version: u64) -> anyhow::Result<()> {
+        let hint = metadata_key(self.kind, VERSION_HINT);
+        let named = self.storage.get(&hint).ok();
+        if named.as_deref() == Some(version.to_string().as_bytes()) {
+            return Ok(());
+        }
+        tracing::warn!(table = %table_key(self.kind), version, "the version hint was behind the table's metadata; rewritten");
+        self.write_hint(version)
+    }
+
+    fn put(&self, key: &str, bytes: Vec<u8>, mode: PutMode) -> object_store::Result<()> {
+        let options = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        self.runtime
+            .block_on(
+                self.store
+                    .put_opts(&Path::from(key), PutPayload::from(bytes), options),
+            )
+            .map(|_| ())
+    }
+
+    /// Adds `files`, the compacted files of `markers`, as one snapshot. Markers the table holds
+    /// already and their files are left out (a rerun after a kill).
+    pub fn append(
+        &self,
+        markers: &[(String, Vec<NewFile>)],
+        pauser: Pauser,
+        now_ms: i64,
+    ) -> anyhow::Result<Appended> {
+        let loaded = self.load()?;
+        let committed = loaded
+            .as_ref()
+            .map(|(_, m)| m.committed_markers())
+            .unwrap_or_default();
+        let new: Vec<&(String, Vec<NewFile>)> = markers
+            .iter()
+            .filter(|(marker, _)| !committed.contains(marker))
+            .collect();
+        let mut files: Vec<&NewFile> = new.iter().flat_map(|(_, f)| f).collect();
+        if files.is_empty() {
+            // A run killed after its commit left the hint behind: readers that go by it would
+            // miss the commit (or find no table at all), so it is brought up to date.
+            if let Some((version, _)) = &loaded {
+                self.repair_hint(*version)?;
+            }
+            return Ok(Appended::default());
+        }
+        // Older schema versions first: each file's columns evolve the schema in turn.
+        files.sort_by_key(|f| f.schema_version);
+        let (version, metadata) = match loaded {
+            Some((version, metadata)) => (version, Some(metadata)),
+            None => (0, None),
+        };
+        let mut schema = metadata
+            .as_ref()
+            .map(TableMetadata::current_schema)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        let mut last_column_id = metadata.as_ref().map_or(0, |m| m.last_column_id);
+        let used_ids: BTreeSet<i64> = metadata
+            .iter()
+            .flat_map(|m| m.schemas.iter().filter_map(|s| s["schema-id"].as_i64()))
+            .collect();
+        for file in &files {
+            let mut id = file.schema_version;
+            if used_ids.contains(&i64::from(id)) && schema.as_ref().map(|s| s.schema_id) != Some(id)
+            {
+                id = used_ids.iter().max().map_or(id, |m| *m as i32 + 1);
+            }
+            let next =
+                IcebergSchema::evolve(schema.as_ref(), &file.schema, id, &mut last_column_id)
+                    .with_context(|| format!("{}: its columns do not fit the table", file.key))?;
+            schema = Some(next);
+        }
+        let Some(schema) = schema else {
+            unreachable!("files is not empty, so a schema was made")
+        };
+        let location = self.storage.uri_of(&table_key(self.kind));
+        let mut metadata = metadata.unwrap_or_else(|| {
+            TableMetadata::new(
+                uuid::Uuid::new_v4().to_string(),
+                location.clone(),
+                &schema,
+                now_ms,
+            )
+        });
+        let previous = metadata.current_snapshot().cloned();
+        let previous_manifests = self.manifests(&metadata)?;
+        metadata.set_schema(&schema);
+
+        let snapshot_id = (uuid::Uuid::new_v4().as_u128() as i64) & i64::MAX;
+        let sequence_number = metadata.last_sequence_number + 1;
+        let (time_id, host_id) = (schema.field_id("time"), schema.field_id("host"));
+        let data_files: Vec<DataFile> = files
+            .iter()
+            .map(|f| {
+                let mut bounds = Vec::new();
+                if let (Some(id), Some((low, high))) = (time_id, f.time_range) {
+                    bounds.push((id, low.to_le_bytes().to_vec(), high.to_le_bytes().to_vec()));
+                }
+                if let (Some(id), Some((low, high))) = (host_id, &f.host_range) {
+                    bounds.push((id, low.clone(), high.clone()));
+                }
+                DataFile {
+                    path: self.storage.uri_of(&f.key),
+                    hour: f.hour,
+                    records: f.rows as i64,
+                    size: f.size as i64,
+                    bounds,
+                }
+            })
+            .collect();
+        let manifest = avro::write_manifest(
+            &data_files,
+            snapshot_id,
+            &schema.to_json().to_string(),
+            schema.schema_id,
+            &metadata.partition_spec_fields().to_string(),
+        )?;
+        let unique = uuid::Uuid::new_v4();
+        let manifest_key = metadata_key(self.kind, &format!("{unique}-m0.avro"));
+        let added_rows: u64 = files.iter().map(|f| f.rows).sum();
+        let added_bytes: u64 = files.iter().map(|f| f.size).sum();
+        let hours = (
+            files.iter().map(|f| f.hour).min().unwrap_or(0),
+            files.iter().map(|f| f.hour).max().unwrap_or(0),
+        );
+        let mut manifests = previous_manifests;
+        manifests.push(ManifestFile {
+            path: self.storage.uri_of(&manifest_key),
+            length: manifest.len() as i64,
+            sequence_number,
+            added_snapshot_id: snapshot_id,
+            added_files: i32::try_from(files.len()).context("too many files in one commit")?,
+            added_rows: added_rows as i64,
+            hours,
+        });
+        self.put(&manifest_key, manifest, PutMode::Overwrite)
+            .with_context(|| format!("writing {manifest_key}"))?;
+        let list = avro::write_manifest_list(
+            &manifests,
+            snapshot_id,
+            previous.as_ref().map(|s| s.snapshot_id),
+            sequence_number,
+        )?;
+        let list_key = metadata_key(
+            self.kind,
+            &format!("snap-{snapshot_id}-1-{}.avro", uuid::Uuid::new_v4()),
+        );
+        self.put(&list_key, list, PutMode::Overwrite)
+            .with_context(|| format!("writing {list_key}"))?;
+        pauser.reached(Phase::IcebergWritten);
+
+        let total = |key: &str, added: u64| {
+            let before = previous
+                .as_ref()
+                .and_then(|s| s.summary.get(key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            (key.to_string(), (before + added).to_string())
+        };
+        let changed_partitions: BTreeSet<i32> = files.iter().map(|f| f.hour).collect();
+        let marker_names: Vec<&str> = new.iter().map(|(m, _)| m.as_str()).collect();
+        let summary = [
+            ("operation".to_string(), "append".to_string()),
+            ("added-data-files".into(), files.len().to_string()),
+            ("added-records".into(), added_rows.to_string()),
+            ("added-files-size".into(), added_bytes.to_string()),
+            (
+                "changed-partition-count".into(),
+                changed_partitions.len().to_string(),
+            ),
+            total("total-data-files", files.len() as u64),
+            total("total-records", added_rows),
+            total("total-files-size", added_bytes),
+            ("total-delete-files".into(), "0".into()),
+            ("total-position-deletes".into(), "0".into()),
+            ("total-equality-deletes".into(), "0".into()),
+            (MARKERS_KEY.into(), marker_names.join("\n")),
+        ]
+        .into_iter()
+        .collect();
+        let previous_file = (version > 0).then(|| {
+            (
+                self.storage.uri_of(&metadata_key(
+                    self.kind,
+                    &format!("v{version}.metadata.json"),
+                )),
+                metadata.last_updated_ms,
+            )
+        });
+        metadata.add_snapshot(
+            Snapshot {
+                snapshot_id,
+                parent_snapshot_id: previous.as_ref().map(|s| s.snapshot_id),
+                sequence_number,
+                timestamp_ms: now_ms.max(metadata.last_updated_ms),
+                manifest_list: self.storage.uri_of(&list_key),
+                summary,
+                schema_id: Some(schema.schema_id),
+            },
+            previous_file,
+        );
+        let next = version
+            .checked_add(1)
+            .context("the table's metadata version is at its limit")?;
+        let key = metadata_key(self.kind, &format!("v{next}.metadata.json"));
+        let text = serde_json::to_vec_pretty(&metadata)?;
+        match self.put(&key, text.clone(), PutMode::Create) {
+            Ok(()) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => anyhow::bail!(
+                "{key} was written by another run meanwhile; nothing committed (run again)"
+            ),
+            // A store without conditional writes: one compaction per lake is the scheduler's
+            // rule (docs/operations.md), so the check is made before the write instead.
+            Err(object_store::Error::NotImplemented { .. })
+            | Err(object_store::Error::NotSupported { .. }) => {
+                anyhow::ensure!(
+                    self.storage.stat(&key).is_err(),
+                    "{key} was written by another run meanwhile; nothing committed (run again)"
+                );
+                self.put(&key, text, PutMode::Overwrite)
+                    .with_context(|| format!("committing {key}"))?;
+            }
+            Err(err) => return Err(err).with_context(|| format!("committing {key}")),
+        }
+        tracing::info!(table = %table_key(self.kind), version = next, files = files.len(), rows = added_rows, "iceberg snapshot committed");
+        pauser.reached(Phase::IcebergCommitted);
+        self.write_hint(next)?;
+        Ok(Appended {
+            version: next,
+            files: files.len(),
+            rows: added_rows,
+        })
+    }
+}
+
+/// The current metadata of `kind`'s table in `storage` and its version, `None` when the table
+/// does not exist.
+pub fn load(
+    storage: &dyn LakeStorage,
+    kind: EventKind,
+) -> anyhow::Result<Option<(u64, TableMetadata)>> {
+    let prefix = metadata_key(kind, "");
+    let listing = storage
+        .list(&prefix)
+        .with_context(|| format!("listing {prefix}"))?;
+    let latest = listing
+        .keys
+        .iter()
+        .filter_map(|key| version_of(key.rsplit('/').next()?))
+        .max();
+    let Some(version) = latest else {
+        return Ok(None);
+    };
+    let key = metadata_key(kind, &format!("v{version}.metadata.json"));
+    let bytes = storage
+        .get(&key)
+        .with_context(|| format!("reading {key}"))?;
+    let metadata: TableMetadata =
+        serde_json::from_slice(&bytes).with_context(|| format!("{key} is not Iceberg"))?;
+    Ok(Some((version, metadata)))
+}
+
+/// The live data files of the current snapshot of `kind`'s table (none for a table without
+/// one, or no table).
+pub fn current_files(storage: &dyn LakeStorage, kind: EventKind) -> anyhow::Result<Vec<DataFile>> {
+    let Some((_, metadata)) = load(storage, kind)? else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for manifest in manifests(storage, &metadata)? {
+        let bytes = get_uri(storage, &manifest.path)?;
+        files.extend(
+            avro::read_manifest(&bytes)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("manifest {}", manifest.path))?,
+        );
+    }
+    Ok(files)
+}
+
+fn manifests(
+    storage: &dyn LakeStorage,
+    metadata: &TableMetadata,
+) -> anyhow::Result<Vec<ManifestFile>> {
+    let Some(snapshot) = metadata.current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let bytes = get_uri(storage, &snapshot.manifest_list)?;
+    avro::read_manifest_list(&bytes)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("manifest list {}", snapshot.manifest_list))
+}
+
+fn get_uri(storage: &dyn LakeStorage, uri: &str) -> anyhow::Result<Bytes> {
+    let key = storage
+        .key_of(uri)
+        .with_context(|| format!("{uri} is outside the lake"))?;
+    storage.get(&key).with_context(|| format!("reading {uri}"))
+}
+
+/// A compacted file's facts from its footer (one or two requests on S3).
+pub fn read_new_file(storage: &dyn LakeStorage, key: &str, hour: i32) -> anyhow::Result<NewFile> {
+    let size = storage.stat(key).with_context(|| format!("reading the size of {key}"))?.size;
+    anyhow::ensure!(size >= 12, "{key}: {size} bytes is no Parquet file");
+    let tail = storage.tail(key, size, 8)?;
+    anyhow::ensure!(&tail[4..] == b"PAR1", "{key}: not a Parquet file");
+    let footer_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    anyhow::ensure!(
+        footer_len + 8 <= size,
+        "{key}: a footer longer than the file"
+    );
+    let footer = storage.tail(key, size, footer_len + 8)?;
+    let metadata = ParquetMetaDataReader::decode_metadata(&footer[..footer_len as usize])
+        .with_context(|| format!("{key}: its footer"))?;
+    let file = metadata.file_metadata();
+    let schema =
+        parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
+            .with_context(|| format!("{key}: its schema"))?;
+    // The version is in the footer's key-value metadata (what the agents write) or in the
+    // embedded Arrow schema's metadata (what any Arrow writer keeps); 1 when neither says.
+    let schema_version = schema
+        .metadata()
+        .get(SCHEMA_VERSION_KEY)
+        .cloned()
+        .or_else(|| {
+            file.key_value_metadata()
+                .into_iter()
+                .flatten()
+                .find(|kv| kv.key == SCHEMA_VERSION_KEY)
+                .and_then(|kv| kv.value.clone())
+        })
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1);
+    Ok(NewFile {
+        key: key.to_string(),
+        hour,
+        rows: u64::try_from(file.num_rows()).unwrap_or(0),
+        size,
+        schema,
+        schema_version,
+        time_range: time_range(&metadata),
+        host_range: host_range(&metadata),
+    })
+}
+
+/// The index of the top-level leaf column `name`.
+fn column(metadata: &ParquetMetaData, name: &str) -> Option<usize> {
+    metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().string() == name)
+}
+
+fn time_range(metadata: &ParquetMetaData) -> Option<(i64, i64)> {
+    let index = column(metadata, "time")?;
+    let mut range: Option<(i64, i64)> = None;
+    for group in metadata.row_groups() {
+        let Some(Statistics::Int64(stats)) = group.column(index).statistics() else {
+            return None;
+        };
+        let (low, high) = (*stats.min_opt()?, *stats.max_opt()?);
+        range = Some(range.map_or((low, high), |(l, h)| (l.min(low), h.max(high))));
+    }
+    range
+}
+
+fn host_range(metadata: &ParquetMetaData) -> Option<(Vec<u8>, Vec<u8>)> {
+    let index = column(metadata, "host")?;
+    let mut range: Option<(Vec<u8>, Vec<u8>)> = None;
+    for group in metadata.row_groups() {
+        let Some(Statistics::ByteArray(stats)) = group.column(index).statistics() else {
+            return None;
+        };
+        // A truncated bound is not the column's value: no bound then.
+        if !stats.min_is_exact() || !stats.max_is_exact() {
+            return None;
+        }
+        let low = stats.min_opt()?.data().to_vec();
+        let high = stats.max_opt()?.data().to_vec();
+        range = Some(match range {
+            None => (low, high),
+            Some((l, h)) => (l.min(low), h.max(high)),
+        });
+    }
+    range
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+    use arrow_schema::{DataType, Field, TimeUnit};
+    use parquet::arrow::ArrowWriter;
+
+    use super::*;
+    use crate::local::LocalStorage;
+
+    /// A compacted-like file at `key` under `root`: `rows` rows of schema version `version`
+    /// (version 7 adds the `extra` column).
+    fn write_file(root: &std::path::Path, key: &str, version: i32, rows: i64) {
+        let mut fields = vec![
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+            Field::new("host", DataType::Utf8, false),
+        ];
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(TimestampMicrosecondArray::from_iter_values(0..rows).with_timezone("UTC")),
+            Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| format!("h{i}")),
+            )),
+        ];
+        if version >= 7 {
+            fields.push(Field::new("extra", DataType::Int64, true));
+            columns.push(Arc::new(Int64Array::from_iter_values(0..rows)));
+        }
+        let schema = Arc::new(Schema::new(fields).with_metadata(HashMap::from([(
+            "gpuship.schema_version".to_string(),
+            version.to_string(),
+        )])));
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let path = root.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    #[test]
+    fn appends_evolve_the_schema_and_never_add_a_marker_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let storage = LocalStorage::open(root).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let table = Table {
+            storage: &storage,
+            store: storage.object_store(),
+            runtime: &runtime,
+            kind: EventKind::Xid,
+        };
+        assert!(table.load().unwrap().is_none());
+        let old = "xid/dt=2026-11-28/hour=01/compact-a-0.parquet";
+        let new = "xid/dt=2026-11-28/hour=02/compact-b-0.parquet";
+        write_file(root, old, 6, 3);
+        write_file(root, new, 7, 5);
+        let file = |key: &str, hour| read_new_file(&storage, key, hour).unwrap();
+        assert_eq!(file(old, 1).rows, 3);
+        assert_eq!(file(old, 1).time_range, Some((0, 2)));
+        assert_eq!(
+            file(old, 1).host_range,
+            Some((b"h0".to_vec(), b"h2".to_vec()))
+        );
+
+        let first = vec![(
+            "xid/dt=2026-11-28/hour=01/_compaction-a.json".to_string(),
+            vec![file(old, 1)],
+        )];
+        let done = table.append(&first, Pauser::default(), 1_000).unwrap();
+        assert_eq!((done.version, done.files, done.rows), (1, 1, 3));
+        // Again: the marker is there already; nothing is written.
+        assert_eq!(
+            table.append(&first, Pauser::default(), 2_000).unwrap(),
+            Appended::default()
+        );
+        // A run killed between its commit and the hint: the next append writes the hint.
+        let hint_path = root.join("iceberg/xid/metadata/version-hint.text");
+        std::fs::write(&hint_path, "0").unwrap();
+        assert_eq!(
+            table.append(&first, Pauser::default(), 2_500).unwrap(),
+            Appended::default()
+        );
+        assert_eq!(std::fs::read_to_string(&hint_path).unwrap(), "1");
+
+        let second = vec![
+            first[0].clone(),
+            (
+                "xid/dt=2026-11-28/hour=02/_compaction-b.json".to_string(),
+                vec![file(new, 2)],
+            ),
+        ];
+        let done = table.append(&second, Pauser::default(), 3_000).unwrap();
+        assert_eq!((done.version, done.files, done.rows), (2, 1, 5));
+        let (version, metadata) = table.load().unwrap().unwrap();
+        assert_eq!(version, 2);
+        let ids: Vec<i64> = metadata
+            .schemas
+            .iter()
+            .map(|s| s["schema-id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids, [6, 7], "one schema per version");
+        assert_eq!(metadata.current_schema_id, 7);
+        let current = metadata.current_schema().unwrap();
+        assert_eq!(current.field_id("extra"), Some(3));
+        assert_eq!(current.field_id("host"), Some(2));
+        assert_eq!(metadata.snapshots[1].summary["total-records"], "8");
+        assert_eq!(metadata.committed_markers().len(), 2);
+        let hint = std::fs::read_to_string(root.join("iceberg/xid/metadata/version-hint.text"));
+        assert_eq!(hint.unwrap(), "2");
+        let mut files = current_files(&storage, EventKind::Xid).unwrap();
+        files.sort_by_key(|f| f.hour);
+        let paths: Vec<Option<String>> = files.iter().map(|f| storage.key_of(&f.path)).collect();
+        assert_eq!(paths, [Some(old.to_string()), Some(new.to_string())]);
+        assert_eq!(files.iter().map(|f| f.records).sum::<i64>(), 8);
+    }
+
+    #[test]
+    fn a_metadata_file_that_exists_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let storage = LocalStorage::open(root).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let table = Table {
+            storage: &storage,
+            store: storage.object_store(),
+            runtime: &runtime,
+            kind: EventKind::Cuda,
+        };
+        let key = "cuda/dt=2026-11-28/hour=01/compact-a-0.parquet";
+        write_file(root, key, 7, 2);
+        let files = vec![(
+            "cuda/dt=2026-11-28/hour=01/_compaction-a.json".to_string(),
+            vec![read_new_file(&storage, key, 1).unwrap()],
+        )];
+        // Another writer's v1 appears after this run listed none: its commit must fail.
+        let metadata = root.join("iceberg/cuda/metadata");
+        std::fs::create_dir_all(&metadata).unwrap();
+        std::fs::write(metadata.join("v1.metadata.json.other"), b"x").unwrap();
+        let put = table.put(
+            "iceberg/cuda/metadata/v1.metadata.json",
+            b"{}".to_vec(),
+            PutMode::Create,
+        );
+        assert!(put.is_ok());
+        let again = table.put(
+            "iceberg/cuda/metadata/v1.metadata.json",
+            b"[]".to_vec(),
+            PutMode::Create,
+        );
+        assert!(
+            matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+            "{again:?}"
+        );
+        assert_eq!(
+            std::fs::read(metadata.join("v1.metadata.json")).unwrap(),
+            b"{}"
+        );
+        // A damaged newest metadata file stops the commit with its name.
+        let err = table.append(&files, Pauser::default(), 1).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("v1.metadata.json is not Iceberg"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn only_plain_version_names_count() {
+        assert_eq!(version_of("v1.metadata.json"), Some(1));
+        assert_eq!(
+            version_of("v18446744073709551615.metadata.json"),
+            Some(u64::MAX)
+        );
+        for name in [
+            "v.metadata.json",
+            "v-1.metadata.json",
+            "v1.metadata.json.tmp",
+            "00001-abc.metadata.json",
+            "v99999999999999999999.metadata.json",
+            "v1 .metadata.json",
+        ] {
+            assert_eq!(version_of(name), None, "{name}");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The Iceberg tables `gpuship-lake compact` writes (`<lake>/iceberg/<kind>`), read by two
+//! readers nobody here wrote: DuckDB's iceberg extension and pyiceberg (its `StaticTable` on
+//! the metadata files, and its SQL catalog on SQLite after `register_table`). Each must see
+//! exactly the rows of the compacted hours (counts and per-column sums), once, after a rerun,
+//! after a later run adds hours (older snapshots still read as they were), and after the job
+//! was SIGKILLed in the middle of a table's commit.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::fixture::{compact, lake_sums, lake_sums_with, stderr, write_lake, SUMS};
+use super::phases::paused_at;
+use crate::support::lake::{duckdb_iceberg, python};
+
+/// The checksums DuckDB's `iceberg_scan` computes over `table` (`<lake>/iceberg/<kind>`, read
+/// through its `version-hint.text`, or a metadata file's path).
+fn duckdb_table_sums(location: impl Fn(&str) -> String) -> Vec<Vec<i128>> {
+    SUMS.iter()
+        .map(|(table, columns)| {
+            let sql = format!("SELECT {columns} FROM iceberg_scan('{}')", location(table));
+            numbers(&duckdb_iceberg(&sql)[0])
+        })
+        .collect()
+}
+
+/// The same checksums over what pyiceberg reads: the table from its metadata files alone
+/// (`StaticTable`), and its row count again through a SQL catalog on SQLite after registering
+/// the table there. DuckDB only adds up the Arrow table pyiceberg returned.
+fn pyiceberg_sums(root: &Path) -> Vec<Vec<i128>> {
+    let script = r#"
+import json, sys, duckdb
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
+root, tables = sys.argv[1], json.loads(sys.argv[2])
+catalog = SqlCatalog("gpuship", uri="sqlite:///%s/catalog.db" % sys.argv[3],
+                     warehouse="file://%s" % sys.argv[3])
+catalog.create_namespace("gpuship")
+out = []
+for name, columns in tables:
+    location = "%s/iceberg/%s" % (root, name)
+    rows = StaticTable.from_metadata(location).scan().to_arrow()
+    sums = [str(v) for v in duckdb.sql("SELECT %s FROM rows" % columns).fetchone()]
+    hint = open(location + "/metadata/version-hint.text").read()
+    catalog.register_table(("gpuship", name), "%s/metadata/v%s.metadata.json" % (location, hint))
+    registered = catalog.load_table(("gpuship", name)).scan().to_arrow().num_rows
+    assert registered == rows.num_rows, (registered, rows.num_rows)
+    out.append(sums)
+print(json.dumps(out))
+"#;
+    let catalog = tempfile::tempdir().expect("catalog dir");
+    let output = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(root)
+        .arg(serde_json::to_string(&SUMS).expect("json"))
+        .arg(catalog.path())
+        .output()
+        .expect("pyiceberg");
+    assert!(
+        output.status.success(),
+        "pyiceberg: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Vec<String>> = serde_json::from_slice(&output.stdout).expect("pyiceberg's JSON");
+    rows.iter().map(|row| numbers(row)).collect()
+}
+
+fn numbers(row: &[String]) -> Vec<i128> {
+    row.iter()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("not a number: {v}")))
+        .collect()
+}
+
+fn metadata(root: &Path, table: &str, version: u64) -> serde_json::Value {
+    let path = root.join(format!("iceberg/{table}/metadata/v{version}.metadata.json"));
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&text).expect("metadata JSON")
+}
+
+fn hint(root: &Path, table: &str) -> String {
+    std::fs::read_to_string(root.join(format!("iceberg/{table}/metadata/version-hint.text")))
+        .expect("version hint")
+}
+
+#[test]
+fn every_table_reads_back_exactly_through_duckdb_and_pyiceberg_and_keeps_its_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let data = root.display().to_string();
+    write_lake(root, 3, &[5, 4, 3], 3, 40);
+    let before = lake_sums(&data, &[]);
+
+    let run = compact(&data, &["--retire-after", "0s"], &[]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    // 3 closed hours of cuda and xid: one compacted file each.
+    assert!(
+        stdout.contains("iceberg: 6 files (1107 rows) added; 0 tables failed"),
+        "{stdout}"
+    );
+    let by_hint = |table: &str| format!("{data}/iceberg/{table}");
+    assert_eq!(duckdb_table_sums(by_hint), before, "DuckDB");
+    assert_eq!(pyiceberg_sums(root), before, "pyiceberg");
+    assert_eq!(
+        lake_sums_with(&data, &[], &["--iceberg"]),
+        before,
+        "gpuship's readers from the tables"
+    );
+
+    for table in ["cuda", "xid"] {
+        assert_eq!(hint(root, table), "1", "{table}");
+        let meta = metadata(root, table, 1);
+        assert_eq!(meta["format-version"], 2);
+        assert_eq!(meta["current-schema-id"], 7, "gpuship's schema version");
+        assert_eq!(
+            meta["partition-specs"][0]["fields"][0]["transform"], "hour",
+            "{table}"
+        );
+        let snapshot = &meta["snapshots"][0];
+        assert_eq!(snapshot["summary"]["added-data-files"], "3", "{table}");
+        assert_eq!(
+            snapshot["summary"]["gpuship.markers"]
+                .as_str()
+                .expect("markers")
+                .lines()
+                .count(),
+            3
+        );
+        assert!(meta["properties"]["schema.name-mapping.default"].is_string());
+    }
+
+    // Nothing new: no new snapshot.
+    let again = compact(&data, &["--retire-after", "0s"], &[]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("iceberg: 0 files (0 rows) added"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert!(!root.join("iceberg/cuda/metadata/v2.metadata.json").exists());
+
+    // A later hour: a second snapshot; the first still reads as it was (time travel).
+    write_lake(root, 3, &[2], 3, 40);
+    let grown = lake_sums(&data, &[]);
+    let later = compact(&data, &["--retire-after", "0s"], &[]);
+    assert!(later.status.success(), "{}", stderr(&later));
+    assert_eq!(hint(root, "cuda"), "2");
+    assert_eq!(duckdb_table_sums(by_hint), grown, "DuckDB, v2");
+    assert_eq!(pyiceberg_sums(root), grown, "pyiceberg, v2");
+    assert_eq!(
+        lake_sums_with(&data, &[], &["--iceberg"]),
+        grown,
+        "gpuship, v2"
+    );
+    let at_v1 = |table: &str| format!("{data}/iceberg/{table}/metadata/v1.metadata.json");
+    assert_eq!(
+        duckdb_table_sums(at_v1),
+        before,
+        "DuckDB, the first snapshot"
+    );
+    let meta = metadata(root, "cuda", 2);
+    assert_eq!(meta["snapshots"].as_array().expect("snapshots").len(), 2);
+    assert_eq!(
+        meta["snapshots"][1]["parent-snapshot-id"],
+        meta["snapshots"][0]["snapshot-id"]
+    );
+    assert_eq!(meta["snapshots"][1]["summary"]["total-data-files"], "4");
+    assert_eq!(meta["metadata-log"].as_array().expect("log").len(), 1);
+}
+
+/// Killed at `phase` of the first table's commit (`xid`'s: kinds go in declaration order),
+/// the rerun commits each marker's files once.
+fn killed_in_commit(phase: &str, versions_after_kill: &[&str]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let data = root.display().to_string();
+    write_lake(root, 3, &[4, 3], 3, 30);
+    let before = lake_sums(&data, &[]);
+    let mut child = paused_at(&data, phase, &[], &[]);
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let mut found: Vec<String> = std::fs::read_dir(root.join("iceberg/xid/metadata"))
+        .expect("metadata folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") || n.ends_with(".text"))
+        .collect();
+    found.sort();
+    assert_eq!(found, versions_after_kill, "after the kill at {phase}");
+    assert_eq!(
+        lake_sums(&data, &[]),
+        before,
+        "folder readers after the kill"
+    );
+
+    let rerun = compact(&data, &[], &[]);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    let by_hint = |table: &str| format!("{data}/iceberg/{table}");
+    assert_eq!(duckdb_table_sums(by_hint), before, "DuckDB after the rerun");
+    assert_eq!(pyiceberg_sums(root), before, "pyiceberg after the rerun");
+    let version = hint(root, "xid");
+    assert_eq!(version, "1", "one commit");
+    let meta = metadata(root, "xid", 1);
+    let markers: usize = meta["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .map(|s| {
+            s["summary"]["gpuship.markers"]
+                .as_str()
+                .map_or(0, |m| m.lines().count())
+        })
+        .sum();
+    assert_eq!(markers, 2, "each hour's marker added once: {meta}");
+}
+
+#[test]
+fn killed_before_a_tables_metadata_file_the_rerun_commits_once() {
+    // The manifest and manifest list are written, nothing names them.
+    killed_in_commit("iceberg-written", &[]);
+}
+
+#[test]
+fn killed_after_a_tables_metadata_file_the_rerun_finds_its_commit() {
+    // The commit is there; the hint is not.
+    killed_in_commit("iceberg-committed", &["v1.metadata.json"]);
+}
