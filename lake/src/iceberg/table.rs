@@ -433,7 +433,10 @@ fn get_uri(storage: &dyn LakeStorage, uri: &str) -> anyhow::Result<Bytes> {
 
 /// A compacted file's facts from its footer (one or two requests on S3).
 pub fn read_new_file(storage: &dyn LakeStorage, key: &str, hour: i32) -> anyhow::Result<NewFile> {
-    let size = storage.stat(key).with_context(|| format!("reading the size of {key}"))?.size;
+    let size = storage
+        .stat(key)
+        .with_context(|| format!("reading the size of {key}"))?
+        .size;
     anyhow::ensure!(size >= 12, "{key}: {size} bytes is no Parquet file");
     let tail = storage.tail(key, size, 8)?;
     anyhow::ensure!(&tail[4..] == b"PAR1", "{key}: not a Parquet file");
