@@ -289,24 +289,23 @@ impl Spool {
         self.config.write_buffer
     }
 
-    /// Reads the oldest segment without removing it. Corrupt segments are quarantined and
-    /// reported in the second value (kind, events lost), and the next one is tried.
+    /// Reads the oldest segment without removing it (tests; the queue reads through
+    /// [`Spool::front`] without its lock). Corrupt segments are quarantined and reported in the
+    /// second value (kind, events lost), and the next one is tried.
+    #[cfg(test)]
     pub fn peek(&mut self) -> (Option<EventBatch>, Vec<(EventKind, u64)>) {
         let mut corrupt = Vec::new();
-        while let Some(segment) = self.segments.front().cloned() {
-            match read_segment(&segment.path) {
+        while let Some(front) = self.front() {
+            match front.read() {
                 Ok(batch) => return (Some(batch), corrupt),
-                Err(err) => {
-                    quarantine(&segment.path, &err);
-                    corrupt.push((segment.kind, segment.events));
-                    self.forget_front();
-                }
+                Err(err) => corrupt.extend(self.quarantine_front(&front, &err)),
             }
         }
         (None, corrupt)
     }
 
-    /// Deletes the oldest segment (after its batch was taken).
+    /// Deletes the oldest segment (after [`Spool::peek`]'s batch was taken).
+    #[cfg(test)]
     pub fn pop(&mut self) {
         self.delete_at(0);
     }
