@@ -1,4 +1,4 @@
-//! The fleet-lake benchmark (issue 18): a synthetic lake of `FLEET_HOSTS` hosts x 24 hours
+//! The fleet-lake benchmark: a synthetic lake of `FLEET_HOSTS` hosts x 24 hours
 //! written with the Parquet sink's own writer (its encodings, compression, row groups), then
 //! `report --since 24h` over the whole fleet and over one host's lake, each timed with its peak
 //! RSS (the child's `ru_maxrss` from `wait4`). Figures: docs/performance.md.
@@ -19,7 +19,8 @@
 //! 10 s) kinds too. `FLEET_COMPACT=1` then runs `compact` over the fleet (`FLEET_LAKE_BIN`, by
 //! default the `gpuship-lake` beside `FLEET_BIN`) and the report again, with `--iceberg` as
 //! well, and a `query` before and after, each with wall time and peak RSS.
-//! `FLEET_KEEP=1` keeps the lake; otherwise it is deleted at the end. `FLEET_ONLY_WRITE=1`
+//! `FLEET_HOURS` (default 24) writes fewer or more hours, ending at the last hour boundary,
+//! and the commands read that range. `FLEET_KEEP=1` keeps the lake; otherwise it is deleted at the end. `FLEET_ONLY_WRITE=1`
 //! writes the lake and stops (to upload it elsewhere, e.g. moto's S3).
 //! Without `--bench` (as `cargo test --all-targets` runs it) the defaults are 2 hosts of 200
 //! CUDA and 50 driver rows per hour, the agents' file counts and a compaction: a smoke test
@@ -117,6 +118,7 @@ fn main() {
         driver_rows: env_usize("FLEET_DRIVER_ROWS", if full { 1_000 } else { 50 }),
         files_per_hour: if agent_files { 12 } else { 1 },
         five_kinds: agent_files,
+        hours: env_usize("FLEET_HOURS", 24) as i64,
     };
     let bin = std::env::var_os("FLEET_BIN")
         .map(PathBuf::from)
@@ -136,7 +138,7 @@ fn main() {
         chrono::DateTime::from_timestamp_nanos(ns)
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     };
-    let (since, until) = (rfc3339(end_ns - 24 * HOUR_NS), rfc3339(end_ns));
+    let (since, until) = (rfc3339(end_ns - sizes.hours * HOUR_NS), rfc3339(end_ns));
 
     let started = Instant::now();
     let bytes = write_lake(&fleet, hosts, 0, end_ns, &sizes);
@@ -144,7 +146,8 @@ fn main() {
     let files = walk(&fleet);
     let kinds = if sizes.five_kinds { 5 } else { 3 };
     println!(
-        "fleet_lake: wrote {hosts} hosts x 24 h x {kinds} kinds, {} files per kind-hour: {files} files, {:.2} GB ({:.1} KB per file) in {:.1} s; one host {:.1} MB",
+        "fleet_lake: wrote {hosts} hosts x {} h x {kinds} kinds, {} files per kind-hour: {files} files, {:.2} GB ({:.1} KB per file) in {:.1} s; one host {:.1} MB",
+        sizes.hours,
         sizes.files_per_hour,
         bytes as f64 / 1e9,
         bytes as f64 / files.max(1) as f64 / 1e3,

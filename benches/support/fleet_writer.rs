@@ -1,4 +1,4 @@
-//! The fleet-lake benchmark's writer: one host's 24 hours of every kind, written with the
+//! The fleet-lake benchmark's writer: one host's hours (24 by default) of every kind, written with the
 //! Parquet sink's own writer (`PartitionedFiles`), as one file per kind and hour or as the
 //! agents write them (see `benches/fleet_lake.rs`).
 
@@ -64,6 +64,8 @@ pub struct Sizes {
     pub files_per_hour: usize,
     /// `cuda_stats` and `cuda_memory` as well.
     pub five_kinds: bool,
+    /// Hours written, ending at the last hour boundary (24 for a day).
+    pub hours: i64,
 }
 
 /// A statistics interval (the default `stats_interval_secs`).
@@ -161,7 +163,7 @@ fn memory_rows(
     rows
 }
 
-/// One host's 24 hours, ending at `end_ns` (an hour boundary), into `root`.
+/// One host's `sizes.hours` hours, ending at `end_ns` (an hour boundary), into `root`.
 fn write_host(root: &Path, host_index: usize, end_ns: i64, sizes: &Sizes) -> u64 {
     let host = format!("gpu-node-{host_index:04}");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (host_index as u64 + 1));
@@ -185,8 +187,8 @@ fn write_host(root: &Path, host_index: usize, end_ns: i64, sizes: &Sizes) -> u64
         }
     };
     let slices = sizes.files_per_hour.max(1);
-    for hour in 0..24 {
-        let start = end_ns - (24 - hour) * HOUR_NS;
+    for hour in 0..sizes.hours {
+        let start = end_ns - (sizes.hours - hour) * HOUR_NS;
         for slice in 0..slices {
             // The rows of this slice of the hour: one file per kind, as an agent finalises
             // them every max_file_age_secs.

@@ -6,7 +6,9 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_array::{
+    Array, Int32Array, RecordBatch, StringArray, StructArray, UInt32Array, UInt64Array,
+};
 
 use super::histogram::Durations;
 use super::rows::{text, value, Columns, NOT_CAPTURED};
@@ -59,6 +61,63 @@ pub struct CudaStats {
 }
 
 impl CudaStats {
+    /// The row as a [`StatsRow`], which the folds read.
+    pub fn as_row(&self) -> StatsRow<'_> {
+        StatsRow {
+            host: &self.host,
+            pid: self.pid,
+            function: &self.function,
+            result: self.result,
+            result_name: &self.result_name,
+            calls: self.calls,
+            duration_sum_ns: self.duration_sum_ns,
+            duration_min_ns: self.duration_min_ns,
+            duration_max_ns: self.duration_max_ns,
+            buckets: RowBuckets::Listed(&self.buckets),
+        }
+    }
+
+    /// Calls of an entry-only function: no duration, no result.
+    pub fn entry_only(&self) -> bool {
+        self.as_row().entry_only()
+    }
+
+    /// Calls that returned something other than CUDA_SUCCESS (each is a `cuda` row too).
+    pub fn failed(&self) -> bool {
+        self.as_row().failed()
+    }
+
+    /// Adds the row's durations (histogram, extremes, sum) to `durations`.
+    pub fn add_durations_to(&self, durations: &mut Durations) {
+        self.as_row().add_durations_to(durations);
+    }
+}
+
+/// A `cuda_stats` row borrowed from its batch ([`StatsBatch::row`]) or from a [`CudaStats`]:
+/// what a fold over a fleet's rows reads without building a string per row. The fields are
+/// those of [`CudaStats`] that say how the row counts.
+#[derive(Debug, Clone, Copy)]
+pub struct StatsRow<'a> {
+    pub host: &'a str,
+    pub pid: i32,
+    pub function: &'a str,
+    pub result: u32,
+    pub result_name: &'a str,
+    pub calls: u64,
+    pub duration_sum_ns: Option<u64>,
+    pub duration_min_ns: Option<u64>,
+    pub duration_max_ns: Option<u64>,
+    buckets: RowBuckets<'a>,
+}
+
+/// Where a [`StatsRow`]'s histogram is.
+#[derive(Debug, Clone, Copy)]
+enum RowBuckets<'a> {
+    Listed(&'a [Bucket]),
+    InColumn(&'a BucketColumn<'a>, usize),
+}
+
+impl StatsRow<'_> {
     /// Calls of an entry-only function: no duration, no result.
     pub fn entry_only(&self) -> bool {
         self.result_name == NOT_CAPTURED
@@ -71,82 +130,175 @@ impl CudaStats {
 
     /// Adds the row's durations (histogram, extremes, sum) to `durations`.
     pub fn add_durations_to(&self, durations: &mut Durations) {
-        durations.add_row(
-            self.buckets.iter().map(|b| (b.from_ns, b.to_ns, b.calls)),
-            (self.duration_min_ns, self.duration_max_ns),
-            self.duration_sum_ns,
-            self.calls,
-        );
+        let extremes = (self.duration_min_ns, self.duration_max_ns);
+        let triple = |b: Bucket| (b.from_ns, b.to_ns, b.calls);
+        match self.buckets {
+            RowBuckets::Listed(buckets) => durations.add_row(
+                buckets.iter().copied().map(triple),
+                extremes,
+                self.duration_sum_ns,
+                self.calls,
+            ),
+            RowBuckets::InColumn(column, i) => durations.add_row(
+                column.iter(i).map(triple),
+                extremes,
+                self.duration_sum_ns,
+                self.calls,
+            ),
+        }
     }
 }
 
-/// The buckets of row `i` of a `duration_buckets` column.
-fn buckets(column: Option<&dyn Array>, i: usize) -> Vec<Bucket> {
-    let Some(list) = column.and_then(|c| c.as_list_opt::<i32>()) else {
-        return Vec::new();
-    };
-    if !list.is_valid(i) {
-        return Vec::new();
+/// A `duration_buckets` column resolved once per batch: the list's offsets and its entries'
+/// three fields, so a row's buckets are read without looking anything up by name again.
+#[derive(Debug)]
+struct BucketColumn<'a> {
+    list: &'a arrow_array::ListArray,
+    entries: &'a StructArray,
+    from: Option<&'a arrow_array::UInt64Array>,
+    to: Option<&'a arrow_array::UInt64Array>,
+    calls: Option<&'a arrow_array::UInt64Array>,
+}
+
+impl<'a> BucketColumn<'a> {
+    fn new(batch: &'a RecordBatch) -> Option<Self> {
+        let list = batch
+            .column_by_name("duration_buckets")?
+            .as_list_opt::<i32>()?;
+        let entries = list.values().as_any().downcast_ref::<StructArray>()?;
+        let field = |name: &str| {
+            entries
+                .column_by_name(name)
+                .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+        };
+        Some(Self {
+            list,
+            entries,
+            from: field("from_ns"),
+            to: field("to_ns"),
+            calls: field("calls"),
+        })
     }
-    let entries = list.value(i);
-    let Some(entries) = entries.as_any().downcast_ref::<StructArray>() else {
-        return Vec::new();
-    };
-    let field = |name: &str| {
-        entries
-            .column_by_name(name)
-            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-    };
-    let (from, to, calls) = (field("from_ns"), field("to_ns"), field("calls"));
-    (0..entries.len())
-        .filter(|&j| entries.is_valid(j))
-        .filter_map(|j| {
+
+    /// The buckets of row `i` (none when the list is null).
+    fn iter(&self, i: usize) -> impl Iterator<Item = Bucket> + '_ {
+        let range = if self.list.is_valid(i) {
+            let offsets = self.list.value_offsets();
+            (offsets[i] as usize)..(offsets[i + 1] as usize)
+        } else {
+            0..0
+        };
+        range.filter(|&j| self.entries.is_valid(j)).filter_map(|j| {
             Some(Bucket {
-                from_ns: value(from, j)?,
-                to_ns: value(to, j)?,
-                calls: value(calls, j)?,
+                from_ns: value(self.from, j)?,
+                to_ns: value(self.to, j)?,
+                calls: value(self.calls, j)?,
             })
         })
-        .collect()
+    }
+}
+
+/// One batch of `cuda_stats` rows with its columns resolved once.
+pub struct StatsBatch<'a> {
+    times: Vec<Option<i64>>,
+    host: Option<&'a StringArray>,
+    interval: Option<&'a UInt64Array>,
+    pid: Option<&'a Int32Array>,
+    comm: Option<&'a StringArray>,
+    function: Option<&'a StringArray>,
+    result: Option<&'a UInt32Array>,
+    result_name: Option<&'a StringArray>,
+    calls: Option<&'a UInt64Array>,
+    bytes_sum: Option<&'a UInt64Array>,
+    durations: [Option<&'a UInt64Array>; 3],
+    histogram: Option<BucketColumn<'a>>,
+}
+
+impl<'a> StatsBatch<'a> {
+    pub fn new(batch: &'a RecordBatch) -> Self {
+        let c = Columns(batch);
+        let u64s = |name: &str| c.primitive::<UInt64Type>(name);
+        Self {
+            times: c.times(),
+            host: c.strings("host"),
+            interval: u64s("interval_ns"),
+            pid: c.primitive::<Int32Type>("pid"),
+            comm: c.strings("comm"),
+            function: c.strings("function"),
+            result: c.primitive::<UInt32Type>("result"),
+            result_name: c.strings("result_name"),
+            calls: u64s("calls"),
+            bytes_sum: u64s("bytes_sum"),
+            durations: ["duration_sum_ns", "duration_min_ns", "duration_max_ns"].map(u64s),
+            histogram: BucketColumn::new(batch),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.times.is_empty()
+    }
+
+    /// Row `i` borrowed; None without a time, pid, function or call count.
+    pub fn row(&self, i: usize) -> Option<StatsRow<'_>> {
+        let text =
+            |column: Option<&'a StringArray>| column.filter(|c| c.is_valid(i)).map(|c| c.value(i));
+        self.times[i]?;
+        let [sum, min, max] = self.durations.map(|column| value(column, i));
+        Some(StatsRow {
+            host: text(self.host).unwrap_or_default(),
+            pid: value(self.pid, i)?,
+            function: text(self.function)?,
+            result: value(self.result, i).unwrap_or(0),
+            result_name: text(self.result_name).unwrap_or_default(),
+            calls: value(self.calls, i)?,
+            duration_sum_ns: sum,
+            duration_min_ns: min,
+            duration_max_ns: max,
+            buckets: match &self.histogram {
+                Some(column) => RowBuckets::InColumn(column, i),
+                None => RowBuckets::Listed(&[]),
+            },
+        })
+    }
+
+    /// Row `i` built; None without a time, pid, function or call count.
+    pub fn owned(&self, i: usize) -> Option<CudaStats> {
+        let row = self.row(i)?;
+        Some(CudaStats {
+            time_ns: self.times[i]?,
+            host: row.host.to_string(),
+            interval_ns: value(self.interval, i).unwrap_or(0),
+            pid: row.pid,
+            comm: text(self.comm, i).unwrap_or_default(),
+            function: row.function.to_string(),
+            result: row.result,
+            result_name: row.result_name.to_string(),
+            calls: row.calls,
+            bytes_sum: value(self.bytes_sum, i),
+            duration_sum_ns: row.duration_sum_ns,
+            duration_min_ns: row.duration_min_ns,
+            duration_max_ns: row.duration_max_ns,
+            buckets: self
+                .histogram
+                .as_ref()
+                .map_or_else(Vec::new, |h| h.iter(i).collect()),
+        })
+    }
 }
 
 /// Every row in `batches`, in the order read.
 pub fn cuda_stats(batches: &[RecordBatch]) -> Vec<CudaStats> {
-    let mut rows = Vec::new();
-    for batch in batches {
-        let c = Columns(batch);
-        let u64s = |name: &str| c.primitive::<UInt64Type>(name);
-        let (pid, function, calls) = (
-            c.primitive::<Int32Type>("pid"),
-            c.strings("function"),
-            u64s("calls"),
-        );
-        let histogram = batch.column_by_name("duration_buckets").map(|c| c.as_ref());
-        for (i, time_ns) in c.times().into_iter().enumerate() {
-            let (Some(time_ns), Some(pid), Some(function), Some(calls)) =
-                (time_ns, value(pid, i), text(function, i), value(calls, i))
-            else {
-                continue;
-            };
-            rows.push(CudaStats {
-                time_ns,
-                host: text(c.strings("host"), i).unwrap_or_default(),
-                interval_ns: value(u64s("interval_ns"), i).unwrap_or(0),
-                pid,
-                comm: text(c.strings("comm"), i).unwrap_or_default(),
-                function,
-                result: value(c.primitive::<UInt32Type>("result"), i).unwrap_or(0),
-                result_name: text(c.strings("result_name"), i).unwrap_or_default(),
-                calls,
-                bytes_sum: value(u64s("bytes_sum"), i),
-                duration_sum_ns: value(u64s("duration_sum_ns"), i),
-                duration_min_ns: value(u64s("duration_min_ns"), i),
-                duration_max_ns: value(u64s("duration_max_ns"), i),
-                buckets: buckets(histogram, i),
-            });
-        }
-    }
-    rows
+    batches
+        .iter()
+        .flat_map(|batch| {
+            let rows = StatsBatch::new(batch);
+            (0..rows.len()).filter_map(move |i| rows.owned(i))
+        })
+        .collect()
 }
 
 #[cfg(test)]

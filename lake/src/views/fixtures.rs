@@ -163,3 +163,39 @@ pub fn stats_batch(rows: &[CudaStatsRow]) -> RecordBatch {
     }
     from_sinks(&builder.finish().unwrap())
 }
+
+/// `cuda_memory` rows of one host (the first row's) through the sinks' builder: the columns the
+/// agent writes for `rows`, with each GPU's UUID, bus id and index.
+pub fn memory_batch(rows: &[super::rows::MemoryHeld]) -> RecordBatch {
+    let host = rows.first().map_or("node-a", |r| r.host.as_str());
+    let mut builder = gpuship_sinks::schema::CudaMemoryBatchBuilder::new(HostIdentity {
+        host: host.into(),
+        boot_id: "boot".into(),
+    });
+    for row in rows {
+        assert_eq!(row.host, host, "one host per batch");
+        builder.append(gpuship_sinks::schema::CudaMemoryRow {
+            time_ns: row.time_ns,
+            pid: row.pid,
+            comm: row.comm.clone(),
+            gpu: row.gpu_uuid.as_ref().map(|uuid| {
+                std::sync::Arc::new(gpuship_sinks::schema::CallGpu {
+                    uuid: uuid.clone(),
+                    pci_bus_id: row.pci_bus_id.clone(),
+                    index: row.gpu_index,
+                })
+            }),
+            bytes: [
+                row.device_bytes,
+                row.managed_bytes,
+                row.host_pinned_bytes,
+                row.pool_bytes,
+                row.physical_bytes,
+            ],
+            allocations: row.allocations,
+            seen_from_start: row.seen_from_start,
+            workload: None,
+        });
+    }
+    from_sinks(&builder.finish().expect("a cuda_memory batch"))
+}

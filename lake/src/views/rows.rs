@@ -14,7 +14,7 @@ mod memory;
 mod nested;
 
 pub use driver::{driver_ops, DriverOp};
-pub use memory::{memory_held, MemoryHeld, MEMORY_COLUMNS};
+pub use memory::{memory_held, MemoryBatch, MemoryHeld, MEMORY_COLUMNS};
 pub use nested::{headline, Allocation, Held, Suspect};
 
 /// Result name of entry-only calls (`[sources.cuda] entry_only`): no duration, no result.
@@ -142,7 +142,7 @@ impl<'a> Columns<'a> {
         self.0.column_by_name(name)?.as_string_opt::<i32>()
     }
 
-    fn booleans(&self, name: &str) -> Option<&'a BooleanArray> {
+    pub(super) fn booleans(&self, name: &str) -> Option<&'a BooleanArray> {
         self.0.column_by_name(name)?.as_boolean_opt()
     }
 

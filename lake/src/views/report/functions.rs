@@ -24,7 +24,7 @@
 use std::collections::BTreeSet;
 
 use super::format;
-use crate::views::cuda_stats::CudaStats;
+use crate::views::cuda_stats::{CudaStats, StatsRow};
 use crate::views::histogram::Durations;
 use crate::views::rows::CudaCall;
 
@@ -87,21 +87,30 @@ impl Tally {
 
     /// Adds one `cuda_stats` row. Failed aggregates count nothing: each failed call is a
     /// `cuda` row, counted there.
-    pub fn add_stats(&mut self, row: &CudaStats) {
-        let hosts = self.aggregated.entry(row.function.clone()).or_default();
-        if !hosts.contains_key(&row.host) {
-            hosts.insert(row.host.clone(), Default::default());
+    pub fn add_stats(&mut self, row: &StatsRow<'_>) {
+        // Looked up by reference first: the names are cloned once per function and host, not
+        // once per row (a fleet's day has hundreds of millions of rows).
+        if !self.aggregated.contains_key(row.function) {
+            self.aggregated
+                .insert(row.function.to_string(), Default::default());
         }
-        if let Some(pids) = hosts.get_mut(&row.host) {
+        let hosts = self
+            .aggregated
+            .get_mut(row.function)
+            .expect("inserted just above");
+        if !hosts.contains_key(row.host) {
+            hosts.insert(row.host.to_string(), Default::default());
+        }
+        if let Some(pids) = hosts.get_mut(row.host) {
             pids.insert(row.pid);
         }
-        if !row.host.is_empty() && !self.hosts.contains(&row.host) {
-            self.hosts.insert(row.host.clone());
+        if !row.host.is_empty() && !self.hosts.contains(row.host) {
+            self.hosts.insert(row.host.to_string());
         }
         if row.failed() {
             return;
         }
-        let counts = self.counts(&row.function);
+        let counts = self.counts(row.function);
         counts.calls = counts.calls.saturating_add(row.calls);
         counts.aggregated = counts.aggregated.saturating_add(row.calls);
         if row.entry_only() {
@@ -179,7 +188,7 @@ impl Tally {
 pub fn per_function(calls: &[CudaCall], stats: &[CudaStats], seconds: f64) -> Vec<FunctionStats> {
     let mut tally = Tally::default();
     for row in stats {
-        tally.add_stats(row);
+        tally.add_stats(&row.as_row());
     }
     for call in calls {
         if call.flight_recorder {

@@ -152,34 +152,3 @@ fn shortly_before(incident: &Incident, call: &CudaCall) -> bool {
         && call.time_ns <= start
         && call.time_ns >= start.saturating_sub(FAILURES_BEFORE_NS)
 }
-
-/// Adds to each incident the `cuda_memory` figures of its processes on its host: per process
-/// and GPU, the row taken nearest its first XID.
-pub fn attach_memory(incidents: &mut [Incident], memory: &[MemoryHeld]) {
-    for incident in incidents.iter_mut() {
-        let at = incident.root.time_ns;
-        let mut nearest: BTreeMap<(i32, Option<i32>, Option<&str>), &MemoryHeld> = BTreeMap::new();
-        for row in memory.iter().filter(|r| r.host == incident.gpu.0) {
-            if !incident.detail.processes.iter().any(|p| p.pid == row.pid) {
-                continue;
-            }
-            let key = (row.pid, row.gpu_index, row.gpu_uuid.as_deref());
-            let kept = nearest.entry(key).or_insert(row);
-            if row.time_ns.abs_diff(at) < kept.time_ns.abs_diff(at) {
-                *kept = row;
-            }
-        }
-        incident.detail.memory = nearest.into_values().cloned().collect();
-    }
-}
-
-/// The pids whose `cuda_memory` rows the incidents need.
-pub fn pids(incidents: &[Incident]) -> Vec<i32> {
-    let mut pids: Vec<i32> = incidents
-        .iter()
-        .flat_map(|i| i.detail.processes.iter().map(|p| p.pid))
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids
-}

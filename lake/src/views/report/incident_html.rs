@@ -179,7 +179,8 @@ mod tests {
         CallGpu, CallObjects, GpuIdentity, HeldMemory, KernelSuspect, LargeAllocation,
     };
 
-    use super::super::{data, html, incident};
+    use super::super::nearest_memory::NearestMemory;
+    use super::super::{data, html};
     use crate::views::fixtures::{cuda_batch, cuda_row, recorded_batch, xid_batch, xid_record};
     use crate::views::rows::{self, MemoryHeld};
     use crate::{AccountingTotals, TimeRange};
@@ -268,7 +269,7 @@ mod tests {
             ["node-a".to_string()].into(),
             AccountingTotals::default(),
         );
-        assert_eq!(incident::pids(&data.incidents), [100]);
+        assert_eq!(NearestMemory::for_incidents(&data.incidents).pids(), [100]);
         let memory = MemoryHeld {
             time_ns: 9_500_000_000,
             host: "node-a".into(),
@@ -290,7 +291,9 @@ mod tests {
             device_bytes: 0,
             ..memory.clone()
         };
-        incident::attach_memory(&mut data.incidents, &[far, memory]);
+        let mut nearest = NearestMemory::for_incidents(&data.incidents);
+        nearest.add_rows(&[far, memory]);
+        nearest.attach(&mut data.incidents);
         html::render(&data)
     }
 

@@ -21,6 +21,7 @@ pub mod html;
 pub mod incident;
 pub mod incident_html;
 pub mod lanes;
+pub mod nearest_memory;
 pub mod sql;
 pub mod timeline;
 
@@ -30,6 +31,7 @@ use gpuship_model::EventKind;
 
 use crate::{Lake, TimeRange};
 pub use data::ReportData;
+use nearest_memory::NearestMemory;
 
 /// The report of `range`: its data and its page. Counts and per-function statistics are
 /// computed by the engine; only XIDs, failed CUDA calls and the flight recorder's calls come
@@ -98,8 +100,8 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
     );
     data.functions = cuda.functions;
     phase("aggregated");
-    let memory = sql::memory_held(&mut read, &incident::pids(&data.incidents))?;
-    incident::attach_memory(&mut data.incidents, &memory);
+    let memory = sql::memory_held(&mut read, NearestMemory::for_incidents(&data.incidents))?;
+    memory.attach(&mut data.incidents);
     phase("memory held");
     let page = html::render(&data);
     phase("rendered");

@@ -27,11 +27,12 @@ use arrow_schema::DataType;
 use gpuship_model::EventKind;
 
 use super::functions::{FunctionStats, Tally};
+use super::nearest_memory::NearestMemory;
 use crate::engine::QueryError;
 use crate::read::LakeRead;
 use crate::views::columns::{select_list, CUDA_CALL_COLUMNS, XID_COLUMNS};
-use crate::views::cuda_stats::cuda_stats;
-use crate::views::rows::{self, CudaCall, MemoryHeld, Xid, MEMORY_COLUMNS, NOT_CAPTURED};
+use crate::views::cuda_stats::StatsBatch;
+use crate::views::rows::{self, CudaCall, MemoryBatch, Xid, MEMORY_COLUMNS, NOT_CAPTURED};
 
 /// Rows the views count as CUDA calls or aggregates (rows::cuda_calls and
 /// cuda_stats::cuda_stats leave the others out).
@@ -102,21 +103,28 @@ pub fn xids(read: &mut LakeRead<'_>) -> Result<Vec<Xid>, QueryError> {
     Ok(xids)
 }
 
-/// The `cuda_memory` rows of `pids` (the processes of the range's incidents), which
-/// [`super::incident::attach_memory`] narrows to the figures nearest each incident.
-pub fn memory_held(read: &mut LakeRead<'_>, pids: &[i32]) -> Result<Vec<MemoryHeld>, QueryError> {
+/// The `cuda_memory` rows nearest each incident (`nearest` says which incidents and processes),
+/// folded from a scan of the rows of those processes' pids.
+pub fn memory_held(
+    read: &mut LakeRead<'_>,
+    nearest: NearestMemory,
+) -> Result<NearestMemory, QueryError> {
+    let pids: Vec<String> = nearest.pids().iter().map(i32::to_string).collect();
     if pids.is_empty() {
-        return Ok(Vec::new());
+        return Ok(nearest);
     }
-    let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
     let sql = format!(
         "SELECT {} FROM cuda_memory WHERE pid IN ({})",
         select_list(MEMORY_COLUMNS),
         pids.join(", ")
     );
-    read.fold(EventKind::CudaMemory, &sql, Vec::new, |rows, batch| {
-        rows.extend(rows::memory_held(&[batch]));
-    })
+    // The fold starts from a copy of the incidents' set, as a failed read is retried.
+    read.fold(
+        EventKind::CudaMemory,
+        &sql,
+        || nearest.clone(),
+        |nearest, batch| nearest.add_batch(&MemoryBatch::new(&batch)),
+    )
 }
 
 /// What the report asks of `cuda` and `cuda_stats` in aggregate: statistics per function, most
@@ -214,7 +222,8 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
         &sql,
         Tally::default,
         |tally, batch| {
-            for row in cuda_stats(&[batch]) {
+            let rows = StatsBatch::new(&batch);
+            for row in (0..rows.len()).filter_map(|i| rows.row(i)) {
                 tally.add_stats(&row);
             }
         },
