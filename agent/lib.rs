@@ -44,4 +44,5 @@ pub mod sources;
 pub mod state_dir;
 pub mod state_file;
 pub mod summary;
+pub mod table_problems;
 pub mod xid;

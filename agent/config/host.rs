@@ -4,49 +4,31 @@
 //! and exit 0. What is discovered (`libraries = ["auto"]`, the XID tracepoint) may be absent:
 //! the agent says so and runs with the rest.
 
-use std::path::Path;
-
 use super::parse::Lines;
 use super::{Config, Problem};
 
-/// Every problem of `config` on this host.
+/// Every problem of `config` on this host: each source checks its own table
+/// ([`SourcesConfig::host_problems`](crate::sources::config::SourcesConfig::host_problems)).
 pub(super) fn problems(config: &Config, lines: &Lines) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let cuda = &config.sources.cuda;
-    if cuda.enabled {
-        for (i, library) in cuda.libraries.iter().enumerate() {
-            if library == "auto" || library.trim().is_empty() {
-                continue;
+    config
+        .sources
+        .host_problems()
+        .into_iter()
+        .map(|(table, key, message)| {
+            let key = format!("{table}.{key}");
+            Problem {
+                line: lines.find(&key),
+                key,
+                message,
             }
-            if let Some(message) = library_problem(Path::new(library)) {
-                let key = format!("sources.cuda.libraries[{i}]");
-                problems.push(Problem {
-                    line: lines.find(&key),
-                    key,
-                    message,
-                });
-            }
-        }
-    }
-    problems
-}
-
-/// Why an explicitly configured library cannot be probed.
-fn library_problem(path: &Path) -> Option<String> {
-    let shown = path.display();
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() => None,
-        Ok(_) => Some(format!("{shown} is not a file")),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some(format!(
-            "{shown} does not exist on this host (use \"auto\" to search the usual places, \
-             or [sources.cuda] enabled = false)"
-        )),
-        Err(err) => Some(format!("{shown}: {err}")),
-    }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn host_problems(text: &str) -> Vec<String> {

@@ -10,7 +10,6 @@ mod host;
 mod metrics;
 mod parse;
 mod sinks;
-mod sources;
 mod validate;
 mod validate_sinks;
 
@@ -23,13 +22,15 @@ use toml::Spanned;
 
 use parse::{typed, Document, Problems};
 
+pub use crate::batcher::BatchConfig;
+pub use crate::enrich::EnrichConfig;
+pub use crate::sources::config::{
+    CudaSourceConfig, DriverSourceConfig, KmsgStart, SourcesConfig, TracepointFields,
+    XidSourceConfig,
+};
 pub use metrics::{MetricsConfig, OtlpMetricsConfig};
 pub use sinks::{
     sink_name_problem, sink_names, CudaFilter, SinkConfig, SinkEntry, SinkOptions, OPTION_KEYS,
-};
-pub use sources::{
-    CudaSourceConfig, DriverSourceConfig, KmsgStart, SourcesConfig, TracepointFields,
-    XidSourceConfig,
 };
 pub use validate::{ConfigError, Problem};
 
@@ -68,66 +69,11 @@ pub struct AgentConfig {
     pub shutdown_timeout_secs: u64,
 }
 
-/// `[batch]`: when a batch of CUDA rows is handed to the sinks. XID rows never wait.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchConfig {
-    /// Rows per batch at most.
-    #[serde(default = "defaults::max_events")]
-    pub max_events: usize,
-    /// Approximate bytes per batch at most.
-    #[serde(default = "defaults::max_bytes")]
-    pub max_bytes: usize,
-    /// Milliseconds a row waits at most before its batch is handed on.
-    #[serde(default = "defaults::timeout_ms")]
-    pub timeout_ms: u64,
-}
-
-/// `[enrich]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EnrichConfig {
-    /// Folder of per-GPU folders named by bus id, each with an `information` file.
-    #[serde(default = "defaults::nvidia_proc_dir")]
-    pub nvidia_proc_dir: PathBuf,
-    /// Where the GPUs' device files (`nvidia<minor>`) are.
-    #[serde(default = "defaults::dev_dir")]
-    pub dev_dir: PathBuf,
-    /// The proc filesystem (processes' open files and cgroups).
-    #[serde(default = "defaults::proc_dir")]
-    pub proc_dir: PathBuf,
-    /// The kubelet's pod log folders (`<namespace>_<name>_<uid>`), which name the pods that
-    /// processes' cgroups give the UID of.
-    #[serde(default = "defaults::pod_log_dir")]
-    pub pod_log_dir: PathBuf,
-}
-
 mod defaults {
     use std::path::PathBuf;
 
     pub fn yes() -> bool {
         true
-    }
-    pub fn reconcile_window_ms() -> u64 {
-        1000
-    }
-    pub fn incident_window_secs() -> u64 {
-        10
-    }
-    pub fn attribution_window_secs() -> u64 {
-        10
-    }
-    pub fn xid_suspects() -> usize {
-        8
-    }
-    pub fn dev_dir() -> PathBuf {
-        PathBuf::from("/dev")
-    }
-    pub fn proc_dir() -> PathBuf {
-        PathBuf::from("/proc")
-    }
-    pub fn pod_log_dir() -> PathBuf {
-        PathBuf::from("/var/log/pods")
     }
     pub fn stats_interval_secs() -> u64 {
         10
@@ -137,120 +83,6 @@ mod defaults {
     }
     pub fn shutdown_timeout_secs() -> u64 {
         30
-    }
-    pub fn xid_tracepoint() -> String {
-        "nvidia:nvidia_dev_xid".into()
-    }
-    pub fn field_dev() -> String {
-        "dev".into()
-    }
-    pub fn field_error_code() -> String {
-        "error_code".into()
-    }
-    pub fn field_msg() -> String {
-        "msg".into()
-    }
-    pub fn kmsg_path() -> PathBuf {
-        "/dev/kmsg".into()
-    }
-    pub fn libraries() -> Vec<String> {
-        vec!["auto".into()]
-    }
-    pub fn library_rescan_secs() -> u64 {
-        30
-    }
-    pub fn functions() -> Vec<String> {
-        vec!["default".into()]
-    }
-    pub fn exclude_functions() -> Vec<String> {
-        [
-            "cuGetProcAddress*",
-            "cuCtxGetCurrent",
-            "cuCtxGetDevice*",
-            "cuDevicePrimaryCtxGetState",
-            "cuDeviceGetAttribute",
-            "cuGetErrorName",
-            "cuGetErrorString",
-            "cuGetExportTable",
-            "cuOccupancy*",
-        ]
-        .map(String::from)
-        .to_vec()
-    }
-    pub fn drain_interval_ms() -> u64 {
-        100
-    }
-    /// The hot calls of a training or inference loop: thousands per second per process,
-    /// low value one by one (their failures and slow ones are still rows).
-    pub fn stats_functions() -> Vec<String> {
-        [
-            "cuLaunchKernel*",
-            "cuMemcpy*Async*",
-            "cuGraphLaunch*",
-            "cuKernelGetFunction",
-        ]
-        .map(String::from)
-        .to_vec()
-    }
-    /// The stats-mode functions probed without their return: launches (docs/performance.md).
-    pub fn stats_entry_only() -> Vec<String> {
-        vec!["cuLaunchKernel*".to_string()]
-    }
-    /// 0.5%: half the 1% slowdown a launch-bound training loop may see, the other half for
-    /// the cost model's error (docs/performance.md, "The overhead budget").
-    pub fn overhead_budget() -> String {
-        "0.5%".to_string()
-    }
-    /// Launches, async copies and the kernel lookups the CUDA 13 runtime makes on every step:
-    /// thousands per second in a training loop, each a trap.
-    pub fn hot_functions() -> Vec<String> {
-        [
-            "cuLaunchKernel*",
-            "cuGraphLaunch*",
-            "cuMemcpy*Async*",
-            "cuKernelGetFunction",
-        ]
-        .map(String::from)
-        .to_vec()
-    }
-    pub fn min_observed_fraction() -> f64 {
-        0.01
-    }
-    pub fn sampling_window_ms() -> u64 {
-        500
-    }
-    pub fn incident_full_probing_secs() -> u64 {
-        300
-    }
-    pub fn cuda_stats_interval_secs() -> u64 {
-        10
-    }
-    pub fn slow_call_ns() -> u64 {
-        10_000_000
-    }
-    pub fn stats_max_entries() -> u32 {
-        8_192
-    }
-    pub fn flight_recorder_slots_per_cpu() -> u32 {
-        4_096
-    }
-    pub fn flight_recorder_secs() -> u64 {
-        10
-    }
-    pub fn ring_size_mib() -> u32 {
-        8
-    }
-    pub fn inflight_slots() -> u32 {
-        16_384
-    }
-    pub fn max_events() -> usize {
-        8_192
-    }
-    pub fn max_bytes() -> usize {
-        16 * 1024 * 1024
-    }
-    pub fn timeout_ms() -> u64 {
-        1_000
     }
     pub fn otlp_metrics_timeout_secs() -> u64 {
         10
@@ -264,9 +96,6 @@ mod defaults {
     pub fn metrics_address() -> String {
         "127.0.0.1:9464".into()
     }
-    pub fn nvidia_proc_dir() -> PathBuf {
-        "/proc/driver/nvidia/gpus".into()
-    }
 }
 
 macro_rules! default_from_serde {
@@ -278,16 +107,7 @@ macro_rules! default_from_serde {
         }
     )*};
 }
-default_from_serde!(
-    MetricsConfig,
-    AgentConfig,
-    XidSourceConfig,
-    TracepointFields,
-    CudaSourceConfig,
-    DriverSourceConfig,
-    BatchConfig,
-    EnrichConfig
-);
+default_from_serde!(MetricsConfig, AgentConfig);
 
 /// Keeps the default when a section could not be typed (its problems are recorded).
 fn set<T>(slot: &mut T, value: Option<T>) {

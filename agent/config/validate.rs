@@ -10,7 +10,6 @@ use gpuship_sinks::limits::out_of_range;
 
 use super::parse::Lines;
 use super::Config;
-use crate::sources::cuda::history::MAX_SUSPECTS;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -112,12 +111,6 @@ impl<'a> Report<'a> {
     }
 }
 
-fn is_glob_ok(pattern: &str) -> Result<(), String> {
-    glob::Pattern::new(pattern)
-        .map(|_| ())
-        .map_err(|e| format!("bad glob {pattern:?}: {e}"))
-}
-
 impl Config {
     /// Checks every value; `text` is the source the config was parsed from (for line numbers).
     pub fn validate(&self, text: &str, origin: &std::path::Path) -> Result<(), ConfigError> {
@@ -215,210 +208,11 @@ impl Config {
         );
     }
 
+    /// The sources check their own tables ([`SourcesConfig::problems`]); here each problem
+    /// gets its path and line.
     fn source_problems(&self, report: &mut Report) {
-        let xid = &self.sources.xid;
-        let valid_name =
-            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        match xid.tracepoint_name.split_once(':') {
-            Some((category, name)) if valid_name(category) && valid_name(name) => {}
-            _ => report.add(
-                "sources.xid",
-                "tracepoint_name",
-                format!("{:?} is not `category:name`", xid.tracepoint_name),
-            ),
-        }
-        for (key, value) in [
-            ("dev", &xid.tracepoint_fields.dev),
-            ("error_code", &xid.tracepoint_fields.error_code),
-            ("msg", &xid.tracepoint_fields.msg),
-        ] {
-            if !valid_name(value) {
-                report.add(
-                    "sources.xid.tracepoint_fields",
-                    key,
-                    format!("{value:?} is not a field name"),
-                );
-            }
-        }
-        report.range(
-            "sources.xid",
-            "reconcile_window_ms",
-            xid.reconcile_window_ms,
-            0..=60_000,
-        );
-        report.range(
-            "sources.xid",
-            "incident_window_secs",
-            xid.incident_window_secs,
-            0..=86_400,
-        );
-        report.range(
-            "sources.xid",
-            "attribution_window_secs",
-            xid.attribution_window_secs,
-            0..=3_600,
-        );
-        report.range(
-            "sources.xid",
-            "suspects",
-            xid.suspects as u64,
-            0..=MAX_SUSPECTS as u64,
-        );
-        self.driver_problems(report);
-        self.cuda_problems(report);
-    }
-
-    fn driver_problems(&self, report: &mut Report) {
-        let driver = &self.sources.driver;
-        if driver.functions.len() > 8 {
-            report.add(
-                "sources.driver",
-                "functions",
-                format!(
-                    "{} functions; at most 8 can be timed",
-                    driver.functions.len()
-                ),
-            );
-        }
-        if driver
-            .functions
-            .iter()
-            .any(|f| f.split('|').any(|name| name.trim().is_empty()))
-        {
-            report.add("sources.driver", "functions", "an empty function name");
-        }
-        if driver.device_majors.len() > 8 {
-            report.add("sources.driver", "device_majors", "at most 8 majors");
-        }
-        for (i, major) in driver.device_majors.iter().enumerate() {
-            // Linux device majors have 12 bits.
-            report.range(
-                "sources.driver",
-                &format!("device_majors[{i}]"),
-                *major,
-                0..=4095,
-            );
-        }
-    }
-
-    fn cuda_problems(&self, report: &mut Report) {
-        let cuda = &self.sources.cuda;
-        if cuda.libraries.is_empty() && !cuda.discovers_libraries() {
-            report.add(
-                "sources.cuda",
-                "libraries",
-                "needs \"auto\" or one or more paths while discover_libraries = false",
-            );
-        }
-        if cuda.libraries.iter().any(|l| l.trim().is_empty()) {
-            report.add(
-                "sources.cuda",
-                "libraries",
-                "an empty path; give \"auto\" or non-empty paths",
-            );
-        }
-        if cuda.functions.is_empty() {
-            report.add(
-                "sources.cuda",
-                "functions",
-                "needs \"default\", names or globs",
-            );
-        }
-        let lists = [
-            ("functions", &cuda.functions),
-            ("exclude_functions", &cuda.exclude_functions),
-            ("entry_only", &cuda.entry_only),
-            ("stats_entry_only", &cuda.stats_entry_only),
-            ("stats", &cuda.stats),
-            ("hot_functions", &cuda.hot_functions),
-        ];
-        for (key, patterns) in lists {
-            for pattern in patterns {
-                if let Err(message) = is_glob_ok(pattern) {
-                    report.add("sources.cuda", key, message);
-                }
-            }
-        }
-        if let Err(message) = super::sources::parse_budget(&cuda.overhead_budget) {
-            report.add("sources.cuda", "overhead_budget", message);
-        }
-        let fraction = cuda.min_observed_fraction;
-        if !(fraction > 0.0 && fraction <= 1.0) {
-            report.add(
-                "sources.cuda",
-                "min_observed_fraction",
-                format!("{fraction} is not in (0, 1]"),
-            );
-        }
-        report.range(
-            "sources.cuda",
-            "sampling_window_ms",
-            cuda.sampling_window_ms,
-            1..=600_000,
-        );
-        report.range(
-            "sources.cuda",
-            "incident_full_probing_secs",
-            cuda.incident_full_probing_secs,
-            0..=86_400,
-        );
-        report.range(
-            "sources.cuda",
-            "stats_interval_secs",
-            cuda.stats_interval_secs,
-            1..=3_600,
-        );
-        report.range(
-            "sources.cuda",
-            "slow_call_ns",
-            cuda.slow_call_ns,
-            0..=86_400_000_000_000,
-        );
-        report.range(
-            "sources.cuda",
-            "stats_max_entries",
-            cuda.stats_max_entries,
-            1..=1_048_576,
-        );
-        let slots = cuda.flight_recorder_slots_per_cpu;
-        if slots != 0 && (!slots.is_power_of_two() || !(64..=1 << 20).contains(&slots)) {
-            report.add(
-                "sources.cuda",
-                "flight_recorder_slots_per_cpu",
-                format!("{slots} is neither 0 (off) nor a power of two in 64..=1048576"),
-            );
-        }
-        report.range(
-            "sources.cuda",
-            "flight_recorder_secs",
-            cuda.flight_recorder_secs,
-            1..=3_600,
-        );
-        report.range(
-            "sources.cuda",
-            "drain_interval_ms",
-            cuda.drain_interval_ms,
-            1..=10_000,
-        );
-        report.range(
-            "sources.cuda",
-            "library_rescan_secs",
-            cuda.library_rescan_secs,
-            1..=86_400,
-        );
-        if !(1..=1024).contains(&cuda.ring_size_mib) || !cuda.ring_size_mib.is_power_of_two() {
-            report.add(
-                "sources.cuda",
-                "ring_size_mib",
-                format!("{} is not a power of two in 1..=1024", cuda.ring_size_mib),
-            );
-        }
-        if !(1..=65_536).contains(&cuda.inflight_slots) || !cuda.inflight_slots.is_power_of_two() {
-            report.add(
-                "sources.cuda",
-                "inflight_slots",
-                format!("{} is not a power of two in 1..=65536", cuda.inflight_slots),
-            );
+        for (table, key, message) in self.sources.problems() {
+            report.add(table, &key, message);
         }
     }
 }

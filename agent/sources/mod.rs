@@ -13,6 +13,7 @@
 //! view. Adding a source is a new folder and one line in [`REGISTRY`] (see
 //! docs/ARCHITECTURE.md, "How to add a source").
 
+pub mod config;
 pub mod cuda;
 pub mod driver;
 pub mod functions;
@@ -20,6 +21,7 @@ pub mod kmsg;
 pub mod output;
 pub mod source;
 pub mod tracefs;
+pub mod xid_config;
 pub mod xid_tracepoint;
 
 pub use output::Outputs;

@@ -23,10 +23,12 @@ use std::time::Instant;
 use gpuship_sinks::schema::HostIdentity;
 use libbpf_rs::{MapHandle, OpenObject};
 
+use super::config::SourcesConfig;
 use super::output::Outputs;
 use crate::accounting::{Accounting, Ring};
-use crate::config::{BatchConfig, EnrichConfig, SourcesConfig};
+use crate::batcher::BatchConfig;
 use crate::decode::DecodeError;
+use crate::enrich::EnrichConfig;
 use crate::enrich::{Clocks, GpuDirectory};
 use crate::summary::RunSummary;
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, HostIdentity};
 use gpuship_sinks::{EventBatch, EventKind};
 
-use crate::config::BatchConfig;
+use crate::batcher::BatchConfig;
 
 /// Builds CUDA batches under the configured bounds.
 #[derive(Debug)]

@@ -19,6 +19,7 @@ pub mod attach;
 pub mod batcher;
 pub mod budget;
 pub mod catalog;
+pub mod config;
 pub mod decode;
 pub mod devices;
 pub mod discovery;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use libbpf_rs::{MapCore, MapFlags};
 
+use super::config::CudaSourceConfig;
 use crate::bpf::cuda::types::{cuda_event, cuda_recorder_slot};
-use crate::config::CudaSourceConfig;
 
 /// Most processes whose latest incident is remembered (the oldest are forgotten first).
 const MAX_PROCESSES: usize = 4096;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use gpuship_sinks::schema::{DriverBatchBuilder, DriverRow, HostIdentity};
 use gpuship_sinks::{EventBatch, EventKind};
 
-use crate::config::BatchConfig;
+use crate::batcher::BatchConfig;
 
 /// Driver rows into batches: the CUDA batch bounds (`max_events`, `timeout`) apply.
 #[derive(Debug)]

@@ -8,6 +8,7 @@
 //! - [`source`]: the source as the consumer runs it; loading and hook checks are here.
 
 pub mod batcher;
+pub mod config;
 pub mod decode;
 pub mod devices;
 pub mod request_names;
@@ -25,7 +26,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use crate::bpf::driver::{DriverSkel, DriverSkelBuilder};
-use crate::config::DriverSourceConfig;
+use config::DriverSourceConfig;
 
 /// Driver functions worth timing, as named by driver 580 (seen in /proc/kallsyms on an H100):
 /// `gpuship doctor` tries each, and `functions` may name them (with `|` fallbacks for other

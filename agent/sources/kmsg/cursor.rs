@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::accounting::state_files::SetAsideReason;
-use crate::config::KmsgStart;
+use crate::sources::xid_config::KmsgStart;
 use crate::state_file::{self, Found};
 
 /// The cursor file's name under `state_dir`.

@@ -29,9 +29,9 @@ use self::cursor::{CursorFile, Loaded, Resume};
 use self::parse::{parse_record, parse_xid, KmsgRecord, KmsgXid};
 use self::reader::{KmsgReader, ReaderError, StartAt};
 use super::output::XidSink;
+use super::xid_config::KmsgStart;
 use crate::accounting::state_files::StateFile;
 use crate::accounting::Accounting;
-use crate::config::KmsgStart;
 use crate::enrich::{Clocks, GpuDirectory};
 
 /// How often the reader checks whether it should stop.

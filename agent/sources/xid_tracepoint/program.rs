@@ -15,7 +15,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject, TracepointCategory};
 
 use crate::bpf::xid::{XidSkel, XidSkelBuilder};
-use crate::config::XidSourceConfig;
+use crate::sources::xid_config::XidSourceConfig;
 
 /// One field of a tracepoint record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

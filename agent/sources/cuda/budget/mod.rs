@@ -31,11 +31,11 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use self::schedule::{IntervalFractions, Mode, Reading, Schedule, Settings, Step};
 use super::attach::{self, Links};
+use super::config::CudaSourceConfig;
 use super::discovery::FileKey;
 use super::plan::PlannedProbe;
 use crate::accounting::Accounting;
 use crate::bpf::cuda::CudaSkel;
-use crate::config::CudaSourceConfig;
 
 /// How often the sampled processes are logged.
 const REPORT: Duration = Duration::from_secs(60);

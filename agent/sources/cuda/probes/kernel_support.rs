@@ -2,7 +2,7 @@
 //! repeated kernel lookups at entry through a `uprobe.session` program.
 
 use super::super::plan::ProbePlan;
-use crate::config::CudaSourceConfig;
+use crate::sources::cuda::config::CudaSourceConfig;
 
 /// Whether the kernel and the setting allow counting repeated lookups at entry at all.
 pub(super) fn repeat_lookups_possible(
@@ -83,14 +83,14 @@ mod tests {
 
     #[test]
     fn repeats_are_counted_at_entry_only_when_everything_allows_it() {
-        let config: crate::config::CudaSourceConfig = toml::from_str("").unwrap();
+        let config: crate::sources::cuda::config::CudaSourceConfig = toml::from_str("").unwrap();
         let new = Some("6.18.44-fc-v669");
         assert_eq!(repeat_lookups(&config, true, new, &plan(true, &[])), Ok(()));
         assert_eq!(
             repeat_lookups(&config, true, new, &plan(false, &[])),
             Err("no lookup in stats mode".into())
         );
-        let off: crate::config::CudaSourceConfig =
+        let off: crate::sources::cuda::config::CudaSourceConfig =
             toml::from_str("repeat_lookups_at_entry = false").unwrap();
         assert_eq!(
             repeat_lookups(&off, true, new, &plan(true, &[])),

@@ -21,13 +21,13 @@ use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 use super::attach;
 use super::budget::unobserved::Unobserved;
 use super::budget::HotProbes;
+use super::config::CudaSourceConfig;
 use super::discovery::{Discovery, FileKey};
 use super::plan::{FunctionTable, PlannedProbe};
 use super::probe_sites;
 use super::recorder::RecorderSize;
 use crate::bpf::cuda::types::sent_answer_key;
 use crate::bpf::cuda::{CudaSkel, CudaSkelBuilder};
-use crate::config::CudaSourceConfig;
 pub use crate::sources::source::ProcessFilter;
 
 /// The loaded program, its links and the function table for decoding.

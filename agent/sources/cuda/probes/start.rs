@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::CudaSourceConfig;
+use crate::sources::cuda::config::CudaSourceConfig;
 use crate::sources::cuda::discovery::{identity, Action, Discovery, FileKey};
 use crate::sources::cuda::library::{exported_functions, resolve_libraries};
 use crate::sources::cuda::plan::{plan_probes, ProbePlan};

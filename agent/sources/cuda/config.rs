@@ -1,108 +1,9 @@
-//! `[sources.*]`: what the agent captures (XIDs from the tracepoint and the kernel log, CUDA
-//! calls, NVIDIA driver activity) and the settings of each source.
-
-use std::path::PathBuf;
+//! `[sources.cuda]`: the CUDA source's settings, their defaults and their checks (the
+//! configuration composes them in `[sources]` and reports their problems with lines).
 
 use serde::Deserialize;
 
-use super::defaults;
-
-/// `[sources]`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct SourcesConfig {
-    /// `[sources.xid]`.
-    #[serde(default)]
-    pub xid: XidSourceConfig,
-    /// `[sources.cuda]`.
-    #[serde(default)]
-    pub cuda: CudaSourceConfig,
-    /// `[sources.driver]`.
-    #[serde(default)]
-    pub driver: DriverSourceConfig,
-}
-
-/// `[sources.driver]`: NVIDIA kernel-driver activity without kprobes.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DriverSourceConfig {
-    /// ioctls on NVIDIA device files, from the syscall tracepoints.
-    #[serde(default = "defaults::yes")]
-    pub ioctl: bool,
-    /// Character-device majors whose ioctls are kept; empty: every `nvidia*` major listed in
-    /// /proc/devices (nvidia, nvidia-uvm, nvidia-caps, ...).
-    #[serde(default)]
-    pub device_majors: Vec<u32>,
-    /// Driver functions timed with fentry/fexit (through the module's BTF), at most 8; `"a|b"`
-    /// tries `a`, then `b` (names change between driver versions). Off by default: some run
-    /// per interrupt.
-    #[serde(default)]
-    pub functions: Vec<String>,
-}
-
-/// Where in the kernel log reading starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum KmsgStart {
-    /// Only lines logged after the agent starts (default: a restart does not repeat rows).
-    #[default]
-    End,
-    /// Everything still in the kernel's log buffer.
-    Beginning,
-}
-
-/// `[sources.xid]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct XidSourceConfig {
-    /// Capture XIDs from the driver's tracepoint.
-    #[serde(default = "defaults::yes")]
-    pub tracepoint: bool,
-    /// `category:name` of the tracepoint.
-    #[serde(default = "defaults::xid_tracepoint")]
-    pub tracepoint_name: String,
-    /// Names of the record fields holding the bus id, the XID code and the message.
-    #[serde(default)]
-    pub tracepoint_fields: TracepointFields,
-    /// Capture XIDs from `NVRM: Xid` lines in the kernel log.
-    #[serde(default = "defaults::yes")]
-    pub kmsg: bool,
-    /// The kernel log device.
-    #[serde(default = "defaults::kmsg_path")]
-    pub kmsg_path: PathBuf,
-    /// Where reading the kernel log starts.
-    #[serde(default)]
-    pub kmsg_start: KmsgStart,
-    /// How long a report from one source waits for the same XID from the other.
-    #[serde(default = "defaults::reconcile_window_ms")]
-    pub reconcile_window_ms: u64,
-    /// XIDs on one GPU closer than this belong to one incident.
-    #[serde(default = "defaults::incident_window_secs")]
-    pub incident_window_secs: u64,
-    /// CUDA activity this recent attributes an XID to a process; failed calls this long after
-    /// an XID are linked to its incident.
-    #[serde(default = "defaults::attribution_window_secs")]
-    pub attribution_window_secs: u64,
-    /// How many of the attributed process's last kernel launches an XID that points at a
-    /// running kernel (31, 13, 43, ...) lists as suspects; 0 lists none.
-    #[serde(default = "defaults::xid_suspects")]
-    pub suspects: usize,
-}
-
-/// Field names of the XID tracepoint record (the driver's names by default).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TracepointFields {
-    /// `__data_loc char[]` holding the PCI bus id.
-    #[serde(default = "defaults::field_dev")]
-    pub dev: String,
-    /// `u32` XID code.
-    #[serde(default = "defaults::field_error_code")]
-    pub error_code: String,
-    /// `__data_loc char[]` message.
-    #[serde(default = "defaults::field_msg")]
-    pub msg: String,
-}
+use crate::table_problems::TableProblems;
 
 /// `[sources.cuda]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -277,5 +178,227 @@ pub fn parse_budget(text: &str) -> Result<Option<f64>, String> {
     match number.trim().parse::<f64>() {
         Ok(percent) if percent > 0.0 && percent <= 100.0 => Ok(Some(percent / 100.0)),
         _ => Err(format!("{text:?} is not a percentage in (0%, 100%]")),
+    }
+}
+
+impl CudaSourceConfig {
+    /// Every problem with the values, keys relative to `[sources.cuda]`.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = TableProblems::default();
+        if self.libraries.is_empty() && !self.discovers_libraries() {
+            problems.add(
+                "libraries",
+                "needs \"auto\" or one or more paths while discover_libraries = false",
+            );
+        }
+        if self.libraries.iter().any(|l| l.trim().is_empty()) {
+            problems.add(
+                "libraries",
+                "an empty path; give \"auto\" or non-empty paths",
+            );
+        }
+        if self.functions.is_empty() {
+            problems.add("functions", "needs \"default\", names or globs");
+        }
+        let lists = [
+            ("functions", &self.functions),
+            ("exclude_functions", &self.exclude_functions),
+            ("entry_only", &self.entry_only),
+            ("stats_entry_only", &self.stats_entry_only),
+            ("stats", &self.stats),
+            ("hot_functions", &self.hot_functions),
+        ];
+        for (key, patterns) in lists {
+            for pattern in patterns {
+                if let Err(message) = is_glob_ok(pattern) {
+                    problems.add(key, message);
+                }
+            }
+        }
+        if let Err(message) = parse_budget(&self.overhead_budget) {
+            problems.add("overhead_budget", message);
+        }
+        let fraction = self.min_observed_fraction;
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            problems.add(
+                "min_observed_fraction",
+                format!("{fraction} is not in (0, 1]"),
+            );
+        }
+        problems.range("sampling_window_ms", self.sampling_window_ms, 1..=600_000);
+        problems.range(
+            "incident_full_probing_secs",
+            self.incident_full_probing_secs,
+            0..=86_400,
+        );
+        problems.range("stats_interval_secs", self.stats_interval_secs, 1..=3_600);
+        problems.range("slow_call_ns", self.slow_call_ns, 0..=86_400_000_000_000);
+        problems.range("stats_max_entries", self.stats_max_entries, 1..=1_048_576);
+        let slots = self.flight_recorder_slots_per_cpu;
+        if slots != 0 && (!slots.is_power_of_two() || !(64..=1 << 20).contains(&slots)) {
+            problems.add(
+                "flight_recorder_slots_per_cpu",
+                format!("{slots} is neither 0 (off) nor a power of two in 64..=1048576"),
+            );
+        }
+        problems.range("flight_recorder_secs", self.flight_recorder_secs, 1..=3_600);
+        problems.range("drain_interval_ms", self.drain_interval_ms, 1..=10_000);
+        problems.range("library_rescan_secs", self.library_rescan_secs, 1..=86_400);
+        if !(1..=1024).contains(&self.ring_size_mib) || !self.ring_size_mib.is_power_of_two() {
+            problems.add(
+                "ring_size_mib",
+                format!("{} is not a power of two in 1..=1024", self.ring_size_mib),
+            );
+        }
+        if !(1..=65_536).contains(&self.inflight_slots) || !self.inflight_slots.is_power_of_two() {
+            problems.add(
+                "inflight_slots",
+                format!("{} is not a power of two in 1..=65536", self.inflight_slots),
+            );
+        }
+        problems.into_vec()
+    }
+}
+
+impl CudaSourceConfig {
+    /// What the operator named explicitly that this host lacks: a library path that is not a
+    /// file (keys relative to `[sources.cuda]`). `"auto"` may find nothing: the agent says so
+    /// and runs with the rest.
+    pub fn host_problems(&self) -> Vec<(String, String)> {
+        if !self.enabled {
+            return Vec::new();
+        }
+        let mut problems = TableProblems::default();
+        for (i, library) in self.libraries.iter().enumerate() {
+            if library == "auto" || library.trim().is_empty() {
+                continue;
+            }
+            if let Some(message) = library_problem(std::path::Path::new(library)) {
+                problems.add(&format!("libraries[{i}]"), message);
+            }
+        }
+        problems.into_vec()
+    }
+}
+
+/// Why an explicitly configured library cannot be probed.
+fn library_problem(path: &std::path::Path) -> Option<String> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => None,
+        Ok(_) => Some(format!("{shown} is not a file")),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "{shown} does not exist on this host (use \"auto\" to search the usual places, \
+             or [sources.cuda] enabled = false)"
+        )),
+        Err(err) => Some(format!("{shown}: {err}")),
+    }
+}
+
+fn is_glob_ok(pattern: &str) -> Result<(), String> {
+    glob::Pattern::new(pattern)
+        .map(|_| ())
+        .map_err(|e| format!("bad glob {pattern:?}: {e}"))
+}
+
+impl Default for CudaSourceConfig {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
+}
+
+mod defaults {
+    pub fn cuda_stats_interval_secs() -> u64 {
+        10
+    }
+    pub fn drain_interval_ms() -> u64 {
+        100
+    }
+    pub fn exclude_functions() -> Vec<String> {
+        [
+            "cuGetProcAddress*",
+            "cuCtxGetCurrent",
+            "cuCtxGetDevice*",
+            "cuDevicePrimaryCtxGetState",
+            "cuDeviceGetAttribute",
+            "cuGetErrorName",
+            "cuGetErrorString",
+            "cuGetExportTable",
+            "cuOccupancy*",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    pub fn flight_recorder_secs() -> u64 {
+        10
+    }
+    pub fn flight_recorder_slots_per_cpu() -> u32 {
+        4_096
+    }
+    pub fn functions() -> Vec<String> {
+        vec!["default".into()]
+    }
+    /// Launches, async copies and the kernel lookups the CUDA 13 runtime makes on every step:
+    /// thousands per second in a training loop, each a trap.
+    pub fn hot_functions() -> Vec<String> {
+        [
+            "cuLaunchKernel*",
+            "cuGraphLaunch*",
+            "cuMemcpy*Async*",
+            "cuKernelGetFunction",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    pub fn incident_full_probing_secs() -> u64 {
+        300
+    }
+    pub fn inflight_slots() -> u32 {
+        16_384
+    }
+    pub fn libraries() -> Vec<String> {
+        vec!["auto".into()]
+    }
+    pub fn library_rescan_secs() -> u64 {
+        30
+    }
+    pub fn min_observed_fraction() -> f64 {
+        0.01
+    }
+    /// 0.5%: half the 1% slowdown a launch-bound training loop may see, the other half for
+    /// the cost model's error (docs/performance.md, "The overhead budget").
+    pub fn overhead_budget() -> String {
+        "0.5%".to_string()
+    }
+    pub fn ring_size_mib() -> u32 {
+        8
+    }
+    pub fn sampling_window_ms() -> u64 {
+        500
+    }
+    pub fn slow_call_ns() -> u64 {
+        10_000_000
+    }
+    /// The stats-mode functions probed without their return: launches (docs/performance.md).
+    pub fn stats_entry_only() -> Vec<String> {
+        vec!["cuLaunchKernel*".to_string()]
+    }
+    /// The hot calls of a training or inference loop: thousands per second per process,
+    /// low value one by one (their failures and slow ones are still rows).
+    pub fn stats_functions() -> Vec<String> {
+        [
+            "cuLaunchKernel*",
+            "cuMemcpy*Async*",
+            "cuGraphLaunch*",
+            "cuKernelGetFunction",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    pub fn stats_max_entries() -> u32 {
+        8_192
+    }
+    pub fn yes() -> bool {
+        true
     }
 }
