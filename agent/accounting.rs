@@ -25,8 +25,10 @@ pub use reloads::{ReloadCounters, ReloadSnapshot};
 pub use snapshot::{KmsgSnapshot, RingSnapshot, SinkHealth, SinkSnapshot, Snapshot};
 
 /// The BPF rings. Per-ring counters are a table indexed by this enum: a new ring is a new
-/// variant here (with its name), and nothing else in this file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// variant here (with its name), and nothing else in this file. [`Ring::ALL`] has the derived
+/// variant count as its length and is checked at compile time to list each variant once, in
+/// order: a variant left out of it does not build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount)]
 pub enum Ring {
     /// The XID tracepoint's ring.
     Xid,
@@ -38,7 +40,8 @@ pub enum Ring {
 
 impl Ring {
     /// Every ring, in the order snapshots, metrics and the summary list them.
-    pub const ALL: [Ring; 3] = [Ring::Xid, Ring::Cuda, Ring::Driver];
+    pub const ALL: [Ring; <Ring as strum::EnumCount>::COUNT] =
+        [Ring::Xid, Ring::Cuda, Ring::Driver];
 
     /// The name in metrics labels, logs and JSON.
     pub const fn name(self) -> &'static str {
@@ -53,6 +56,18 @@ impl Ring {
         self as usize
     }
 }
+
+// Each variant once, in declaration order (with the length above: every variant).
+const _: () = {
+    let mut i = 0;
+    while i < Ring::ALL.len() {
+        assert!(
+            Ring::ALL[i].index() == i,
+            "Ring::ALL lists the variants in order"
+        );
+        i += 1;
+    }
+};
 
 /// Counters of one BPF ring, copied from the program's per-CPU array.
 #[derive(Debug, Default)]
