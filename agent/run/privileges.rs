@@ -23,9 +23,11 @@ pub fn can_trace(caps: u64) -> bool {
     (has(CAP_BPF) && has(CAP_PERFMON)) || has(CAP_SYS_ADMIN)
 }
 
-/// Fails with instructions when BPF sources are enabled but the process cannot use them.
-pub fn check(bpf_sources_enabled: bool) -> anyhow::Result<()> {
-    if !bpf_sources_enabled {
+/// Fails with instructions when BPF sources are enabled but the process cannot use them;
+/// `bpf_sources_on` names each enabled one by the setting that turns it off
+/// ([`SourcesConfig::bpf_sources_on`](crate::sources::config::SourcesConfig::bpf_sources_on)).
+pub fn check(bpf_sources_on: &[&str]) -> anyhow::Result<()> {
+    if bpf_sources_on.is_empty() {
         return Ok(());
     }
     match effective_capabilities() {
@@ -33,7 +35,8 @@ pub fn check(bpf_sources_enabled: bool) -> anyhow::Result<()> {
             "gpuship needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to load its probes, and this \
              process has neither (effective capabilities {caps:#x}). Run it as root, or grant them \
              (systemd: AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYSLOG), or turn \
-             the BPF sources off ([sources.xid] tracepoint = false, [sources.cuda] enabled = false)"
+             the BPF sources off ({})",
+            bpf_sources_on.join(", ")
         ),
         _ => Ok(()),
     }
@@ -53,7 +56,10 @@ mod tests {
         assert!(can_trace(1 << CAP_SYS_ADMIN));
         assert!(!can_trace(1 << CAP_BPF));
         assert!(!can_trace(0));
-        assert!(check(false).is_ok());
-        assert!(check(true).is_ok(), "the tests run as root");
+        assert!(check(&[]).is_ok());
+        assert!(
+            check(&["[sources.cuda] enabled = false"]).is_ok(),
+            "the tests run as root"
+        );
     }
 }

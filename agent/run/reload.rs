@@ -87,7 +87,7 @@ impl Reload {
             ));
         }
         if restarts_sources {
-            privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)
+            privileges::check(&config.sources.bpf_sources_on())
                 .map_err(|err| Rejected(format!("{err:#}")))?;
         }
         let changes = sinks.changes(&config);

@@ -64,7 +64,7 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
         sinks::check_start(&entry.sink)
             .map_err(|reason| anyhow!("sink {name} cannot start: {reason}"))?;
     }
-    privileges::check(config.sources.xid.tracepoint || config.sources.cuda.enabled)?;
+    privileges::check(&config.sources.bpf_sources_on())?;
     let locks = crate::state_dir::lock(config)?;
     tracing::debug!(locked = ?locks.locked, "state directory and parquet roots locked");
     let identity = host_identity(config.agent.host_name.as_deref());

@@ -49,4 +49,53 @@ impl SourcesConfig {
             .map(|(key, message)| ("sources.cuda", key, message))
             .collect()
     }
+
+    /// The enabled sources that load BPF programs, each as the setting that turns it off (for
+    /// the privilege check's message); empty when none does.
+    pub fn bpf_sources_on(&self) -> Vec<&'static str> {
+        let sources = [
+            (self.xid.tracepoint, "[sources.xid] tracepoint = false"),
+            (self.cuda.enabled, "[sources.cuda] enabled = false"),
+            (
+                self.driver.ioctl || !self.driver.functions.is_empty(),
+                "[sources.driver] ioctl = false with functions = []",
+            ),
+        ];
+        sources
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, off)| off)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bpf_source_that_is_on_is_named_by_the_setting_that_turns_it_off() {
+        let all: SourcesConfig = toml::from_str("").unwrap();
+        assert_eq!(
+            all.bpf_sources_on(),
+            [
+                "[sources.xid] tracepoint = false",
+                "[sources.cuda] enabled = false",
+                "[sources.driver] ioctl = false with functions = []",
+            ]
+        );
+        let driver_only: SourcesConfig = toml::from_str(
+            "[xid]\ntracepoint = false\n[cuda]\nenabled = false\n[driver]\nioctl = false\nfunctions = [\"os_alloc_mem\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            driver_only.bpf_sources_on(),
+            ["[sources.driver] ioctl = false with functions = []"]
+        );
+        let none: SourcesConfig = toml::from_str(
+            "[xid]\ntracepoint = false\n[cuda]\nenabled = false\n[driver]\nioctl = false\n",
+        )
+        .unwrap();
+        assert!(none.bpf_sources_on().is_empty());
+    }
 }
