@@ -50,9 +50,11 @@ impl Capture {
         attached.map(|s| s.source).collect()
     }
 
-    /// Whether the thread source `name` runs.
-    pub fn thread_runs(&self, name: &str) -> bool {
-        self.threads.iter().any(|(thread, _)| *thread == name)
+    /// Every source that runs: the attached ring sources, then the thread sources.
+    pub fn running(&self) -> Vec<&'static str> {
+        let mut running = self.attached();
+        running.extend(self.threads.iter().map(|(name, _)| *name));
+        running
     }
 
     /// Stops every source (probes detached, rings drained, batches flushed), lets the XID
@@ -139,11 +141,17 @@ pub(super) fn capture(
     let threads = start_threads(&setup);
     // The threads and the XID stage hold the other handles on the fan-out from now on.
     drop(setup);
-    let tracepoint_runs = ready
+    // Two XID sources running (the tracepoint and the kernel log) report each XID twice: the
+    // stage reconciles them.
+    let xid_reporters = ready
         .sources
         .iter()
-        .any(|s| s.attached && s.source == "xid_tracepoint");
-    let paired = tracepoint_runs && threads.iter().any(|(name, _)| *name == "kmsg");
+        .filter(|s| s.attached)
+        .map(|s| s.source)
+        .chain(threads.iter().map(|(name, _)| *name))
+        .filter(|name| sources::reports_xids(name))
+        .count();
+    let paired = xid_reporters >= 2;
     if paired {
         xid_stage.pair_sources();
     }
@@ -234,11 +242,8 @@ fn start_threads(setup: &SourceSetup) -> Vec<(&'static str, Box<dyn RunningThrea
         match source.start(setup) {
             Start::Running(thread) => threads.push((source.name(), thread)),
             Start::Disabled => {}
-            Start::Failed(reason) if source.name() == "kmsg" => {
-                tracing::warn!(err = %reason, "kernel log not readable; XIDs come from the tracepoint only");
-            }
             Start::Failed(reason) => {
-                tracing::warn!(source = source.name(), %reason, "source not started; carrying on without it");
+                tracing::warn!(source = source.name(), err = %reason, "{}", source.not_started_message());
             }
         }
     }

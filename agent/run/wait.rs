@@ -28,8 +28,7 @@ pub(super) fn begin(
     }
     started.health.set_running();
     tracing::info!(
-        sources = ?capture.attached(),
-        kmsg = capture.thread_runs("kmsg"),
+        sources = ?capture.running(),
         target = ?options.target,
         "capture started"
     );

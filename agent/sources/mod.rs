@@ -55,6 +55,14 @@ pub fn ring_sources() -> impl Iterator<Item = &'static dyn RingSource> {
     })
 }
 
+/// Whether the registered source `name` reports XIDs.
+pub fn reports_xids(name: &str) -> bool {
+    REGISTRY.iter().any(|entry| match entry {
+        Registered::Ring(source) => source.name() == name && source.reports_xids(),
+        Registered::Thread(source) => source.name() == name && source.reports_xids(),
+    })
+}
+
 /// The registered thread sources, in order.
 pub fn thread_sources() -> impl Iterator<Item = &'static dyn ThreadSource> {
     REGISTRY.iter().filter_map(|entry| match entry {

@@ -153,6 +153,11 @@ pub trait RingSource: Sync {
     /// The source's name, as statuses and logs give it.
     fn name(&self) -> &'static str;
 
+    /// Whether it reports XIDs to the XID stage (two such sources running are reconciled).
+    fn reports_xids(&self) -> bool {
+        false
+    }
+
     /// Loads and attaches the program into `storage`, or says why it does not run. Never
     /// fails the agent: an error is a skipped status.
     fn load<'obj>(
@@ -200,6 +205,16 @@ pub enum Started {
 pub trait ThreadSource: Sync {
     /// The source's name.
     fn name(&self) -> &'static str;
+
+    /// Whether it reports XIDs to the XID stage (two such sources running are reconciled).
+    fn reports_xids(&self) -> bool {
+        false
+    }
+
+    /// What the log says when it is enabled but cannot start (the reason follows as `err`).
+    fn not_started_message(&self) -> &'static str {
+        "source not started; carrying on without it"
+    }
 
     /// Starts the thread (after the ring sources are attached).
     fn start(&self, setup: &SourceSetup) -> Started;

@@ -13,6 +13,14 @@ impl ThreadSource for KmsgSource {
         "kmsg"
     }
 
+    fn reports_xids(&self) -> bool {
+        true
+    }
+
+    fn not_started_message(&self) -> &'static str {
+        "kernel log not readable; XIDs come from the tracepoint only"
+    }
+
     fn start(&self, setup: &SourceSetup) -> Started {
         let config = &setup.sources.xid;
         if !config.kmsg {

@@ -31,6 +31,10 @@ impl RingSource for XidTracepointSource {
         NAME
     }
 
+    fn reports_xids(&self) -> bool {
+        true
+    }
+
     fn load<'obj>(
         &self,
         storage: &'obj mut MaybeUninit<OpenObject>,
