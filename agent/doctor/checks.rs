@@ -16,8 +16,8 @@ use crate::sources::{driver, tracefs, xid_tracepoint};
 /// Runs every check for `config`, in the order a person would fix them.
 pub fn run_checks(config: &Config) -> Vec<Check> {
     let xid = &config.sources.xid;
-    let cuda = &config.sources.cuda;
-    let bpf = xid.tracepoint || cuda.enabled;
+    // Every source that loads BPF programs, the driver's too.
+    let bpf = !config.sources.bpf_sources_on().is_empty();
     // Read once: several checks tell a lockdown refusal from other failures with it.
     let lockdown = driver::lockdown_mode();
     let lockdown = lockdown.as_deref();
