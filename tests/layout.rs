@@ -61,3 +61,43 @@ fn every_support_file_is_declared_in_the_support_module() {
         "tests/support/*.rs files that tests/support/mod.rs does not declare"
     );
 }
+
+/// `(file, line)` of every line of the `.rs` files under `dir` (recursively) that `bad` picks.
+fn lines_where(dir: &Path, bad: &dyn Fn(&str) -> bool) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            found.extend(lines_where(&path, bad));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            found.extend(
+                text.lines()
+                    .filter(|line| bad(line))
+                    .map(|line| (path.display().to_string(), line.trim().to_string())),
+            );
+        }
+    }
+    found
+}
+
+/// The sources own their settings and the configuration composes them: the sources never
+/// import the configuration module, and it imports nothing of theirs but the composed
+/// `[sources]` table (docs/ARCHITECTURE.md, `agent/config/`).
+#[test]
+fn sources_and_config_import_in_one_direction_only() {
+    let agent = repo_root().join("agent");
+    assert_eq!(
+        lines_where(&agent.join("sources"), &|line| line
+            .contains("crate::config")),
+        Vec::<(String, String)>::new(),
+        "agent/sources/ imports agent/config/"
+    );
+    assert_eq!(
+        lines_where(&agent.join("config"), &|line| {
+            line.contains("crate::sources::") && !line.contains("crate::sources::config")
+        }),
+        Vec::<(String, String)>::new(),
+        "agent/config/ imports a source's module other than sources/config.rs"
+    );
+}
