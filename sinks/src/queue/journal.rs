@@ -1,13 +1,14 @@
-//! The XID journal of a sink's queue: every XID batch written ahead (fsynced) as it arrives,
-//! replayed first by the next run, and deleted once the sink has settled every XID it was
-//! handed. Also what a previous run left in a spool at start (corrupt segments counted).
+//! The XID journal of a sink's queue: every batch of a kind that is kept
+//! ([`Retention::Kept`]: XIDs) written ahead (fsynced) as it arrives, replayed first by the
+//! next run, and deleted once the sink has settled every kept event it was handed. Also what a
+//! previous run left in a spool at start (corrupt segments counted).
 
 use std::path::Path;
 
 use super::{Queued, Shared, State};
 use crate::spool::Spool;
 use crate::stats::SinkStats;
-use crate::{EventBatch, EventKind};
+use crate::{EventBatch, EventKind, Retention};
 
 impl Shared {
     /// Writes an XID batch ahead to the journal; its entry, None without a journal or when the
@@ -32,10 +33,15 @@ impl Shared {
     /// unsettled: then every one of them was delivered, failed, refused, or handed back (and
     /// journaled again).
     pub(crate) fn release_journal(&self, state: &mut State) {
-        if state.in_sink(&self.stats, EventKind::Xid) > 0 {
+        let kept = EventKind::all().filter(|kind| kind.retention() == Retention::Kept);
+        if kept
+            .map(|kind| state.in_sink(&self.stats, kind))
+            .sum::<u64>()
+            > 0
+        {
             return;
         }
-        state.xid_unsettled_since = None;
+        state.kept_unsettled_since = None;
         if state.journal_handed.is_empty() {
             return;
         }

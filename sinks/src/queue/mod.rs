@@ -141,7 +141,7 @@ impl Shared {
             .waiting_since
             .map(|since| now.saturating_duration_since(since.max(state.last_progress)));
         let waiting = quiet.is_some_and(|quiet| quiet >= timeout);
-        let xid_overdue = state.xid_unsettled_since.is_some_and(|since| {
+        let xid_overdue = state.kept_unsettled_since.is_some_and(|since| {
             now.saturating_duration_since(since) >= timeout.saturating_add(state.xid_hold)
         });
         let stalled = waiting || xid_overdue;
@@ -250,7 +250,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         handed: EnumMap::default(),
         returned: EnumMap::default(),
         last_progress: Instant::now(),
-        xid_unsettled_since: None,
+        kept_unsettled_since: None,
         xid_hold: Duration::ZERO,
         waiting_since: None,
         stalled: false,

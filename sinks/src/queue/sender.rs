@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{QueueSender, Queued, Shared, State, WhenFull};
 use crate::stats::DropReason;
-use crate::{EventBatch, EventKind};
+use crate::{EventBatch, EventKind, Retention};
 
 /// What to do with a batch that arrived.
 enum Admission {
@@ -39,8 +39,9 @@ impl QueueSender {
                 .drop_events(DropReason::SinkStopped, kind, events as u64);
             return;
         }
-        // XIDs: written ahead, then always in memory, ahead of everything else.
-        let journal = if kind == EventKind::Xid {
+        // Kinds that are kept (XIDs): written ahead, then always in memory, ahead of
+        // everything else.
+        let journal = if kind.retention() == Retention::Kept {
             shared.journal_store(&mut state, &batch)
         } else {
             None

@@ -41,8 +41,8 @@ pub(crate) struct State {
     pub(crate) returned: EnumMap<EventKind, u64>,
     /// The last take or acknowledgement (or the start), for stall detection.
     pub(crate) last_progress: Instant,
-    /// Since when the sink holds XIDs it has not settled.
-    pub(crate) xid_unsettled_since: Option<Instant>,
+    /// Since when the sink holds events of a kept kind (XIDs) it has not settled.
+    pub(crate) kept_unsettled_since: Option<Instant>,
     /// How long the sink may hold an XID unsettled on purpose (see `holds_xids_for`).
     pub(crate) xid_hold: Duration,
     /// Since when work waits in memory (None while memory is empty), for stall detection.
@@ -135,8 +135,8 @@ impl State {
     pub(crate) fn hand(&mut self, kind: EventKind, events: usize, now: Instant) {
         self.handed[kind] += events as u64;
         self.last_progress = now;
-        if kind == EventKind::Xid && self.xid_unsettled_since.is_none() {
-            self.xid_unsettled_since = Some(now);
+        if kind.retention() == Retention::Kept && self.kept_unsettled_since.is_none() {
+            self.kept_unsettled_since = Some(now);
         }
     }
 }
