@@ -74,36 +74,25 @@ pub struct Tally {
     pub flight_recorded: u64,
 }
 
+/// `map`'s entry for `key`, inserted with its default when missing: looked up by reference
+/// first, so a name is copied once per key, not once per row (a fleet's day has hundreds of
+/// millions of rows).
+fn entry<'m, V: Default>(map: &'m mut foldhash::HashMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), V::default());
+    }
+    map.get_mut(key).expect("inserted just above")
+}
+
 impl Tally {
     fn counts(&mut self, function: &str) -> &mut Counts {
-        if !self.functions.contains_key(function) {
-            self.functions
-                .insert(function.to_string(), Counts::default());
-        }
-        self.functions
-            .get_mut(function)
-            .expect("inserted just above")
+        entry(&mut self.functions, function)
     }
 
     /// Adds one `cuda_stats` row. Failed aggregates count nothing: each failed call is a
     /// `cuda` row, counted there.
     pub fn add_stats(&mut self, row: &StatsRow<'_>) {
-        // Looked up by reference first: the names are cloned once per function and host, not
-        // once per row (a fleet's day has hundreds of millions of rows).
-        if !self.aggregated.contains_key(row.function) {
-            self.aggregated
-                .insert(row.function.to_string(), Default::default());
-        }
-        let hosts = self
-            .aggregated
-            .get_mut(row.function)
-            .expect("inserted just above");
-        if !hosts.contains_key(row.host) {
-            hosts.insert(row.host.to_string(), Default::default());
-        }
-        if let Some(pids) = hosts.get_mut(row.host) {
-            pids.insert(row.pid);
-        }
+        entry(entry(&mut self.aggregated, row.function), row.host).insert(row.pid);
         if !row.host.is_empty() && !self.hosts.contains(row.host) {
             self.hosts.insert(row.host.to_string());
         }
