@@ -1,5 +1,6 @@
 //! Compiles every `bpf/*.bpf.c` into a BPF object and generates its Rust skeleton
-//! (`$OUT_DIR/<name>.skel.rs`) with libbpf-cargo. The event layouts live in
+//! (`$OUT_DIR/<name>.skel.rs`) with libbpf-cargo, and `$OUT_DIR/skeletons.rs`, a module per
+//! program that `agent/bpf.rs` includes. The event layouts live in
 //! `bpf/include/gpuship_events.h` and reach Rust only through these skeletons. Also sets the
 //! commit and build date that `gpuship --version` prints (`build/version.rs`).
 
@@ -35,6 +36,7 @@ fn main() {
         .filter(|path| path.to_string_lossy().ends_with(".bpf.c"))
         .collect();
     sources.sort();
+    let mut modules = String::new();
     for source in sources {
         println!("cargo:rerun-if-changed={}", source.display());
         let file_name = source
@@ -54,5 +56,10 @@ fn main() {
             ])
             .build_and_generate(out_dir.join(format!("{stem}.skel.rs")))
             .unwrap_or_else(|err| panic!("building BPF program {}: {err:#}", source.display()));
+        modules.push_str(&format!(
+            "pub mod {stem} {{\n    include!(concat!(env!(\"OUT_DIR\"), \"/{stem}.skel.rs\"));\n}}\n"
+        ));
     }
+    // One module per program, so a new `bpf/<name>.bpf.c` needs no edit to `agent/bpf.rs`.
+    fs::write(out_dir.join("skeletons.rs"), modules).expect("write $OUT_DIR/skeletons.rs");
 }

@@ -1,4 +1,5 @@
-//! The generated BPF skeletons (see `build.rs`), one module per `bpf/*.bpf.c` program.
+//! The generated BPF skeletons (see `build.rs`), one module per `bpf/*.bpf.c` program, named
+//! after its file (`bpf/cuda.bpf.c` is `bpf::cuda`).
 //! Nothing else lives here: the record layouts are read through `types` in each module.
 
 #![allow(
@@ -8,14 +9,4 @@
     non_camel_case_types
 )]
 
-pub mod xid {
-    include!(concat!(env!("OUT_DIR"), "/xid.skel.rs"));
-}
-
-pub mod cuda {
-    include!(concat!(env!("OUT_DIR"), "/cuda.skel.rs"));
-}
-
-pub mod driver {
-    include!(concat!(env!("OUT_DIR"), "/driver.skel.rs"));
-}
+include!(concat!(env!("OUT_DIR"), "/skeletons.rs"));

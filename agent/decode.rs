@@ -8,6 +8,8 @@
 
 mod pod;
 
+pub(crate) use pod::plain_record;
+
 use std::borrow::Cow;
 
 use bytemuck::Pod;

@@ -13,7 +13,8 @@
 //!   [`metrics`] serves them to Prometheus.
 //! - [`live`]: per-function and per-process totals and the latest XIDs, served on `/live`;
 //!   `gpuship top` (the `gpuship-top` crate) is the terminal view that reads them.
-//! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here;
+//! - [`run`]: wires it all together for `gpuship run`; [`doctor`] checks what can run here,
+//!   asking each source for its checks in the vocabulary of [`diagnosis`];
 //!   [`config`] and [`cli`] are the edges; [`state_dir`] is the agent's state directory and
 //!   its lock; [`escape`] makes outside text safe to print on a terminal.
 //!
@@ -29,6 +30,7 @@ pub mod cli_docs;
 pub mod config;
 pub mod consumer;
 pub mod decode;
+pub mod diagnosis;
 pub mod doctor;
 pub mod enrich;
 /// Terminal escaping lives in `gpuship-top` (which the daemon links) so that there is one copy.

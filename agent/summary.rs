@@ -8,7 +8,7 @@ use gpuship_sinks::schema::CudaRow;
 use serde::Serialize;
 
 use crate::health::durations::DurationHistogram;
-use crate::sources::cuda::results::result_name;
+use gpuship_model::cuda_results::result_name;
 
 /// The result name of an entry-only call, which has no result and no duration.
 const NOT_CAPTURED_NAME: &str = "NOT_CAPTURED";

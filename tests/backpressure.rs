@@ -13,7 +13,7 @@ use crate::support::Fixtures;
 
 fn config(fixtures: &Fixtures, ring_mib: u32, kmsg: bool, when_full: &str) -> String {
     format!(
-        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = {kmsg}\n\n\
+        "[agent]\nprogress_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = {kmsg}\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\nring_size_mib = {ring_mib}\n\n\
          [batch]\nmax_events = 2000\ntimeout_ms = 50\n\n\
          [[sinks]]\ntype = \"blackhole\"\ndelay_ms = 40\n[sinks.buffer]\nmax_events = 4000\nwhen_full = \"{when_full}\"\n\

@@ -31,7 +31,7 @@ fn ioctls_on_kept_devices_and_a_timed_kernel_function_become_driver_rows() {
     let _alone = support::exclusive();
     let data = data_dir();
     let config = format!(
-        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
+        "[agent]\nprogress_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nenabled = false\n\n\
          [sources.driver]\nioctl = true\ndevice_majors = [1]\n\
          functions = [\"gpuship_no_such_function|__x64_sys_ioctl\"]\n\n\

@@ -45,7 +45,7 @@ fn xids_and_cuda_calls_arrive_once_in_every_encoding() {
     let brokers = tansu.brokers();
     let fixtures = Fixtures::build();
     let mut config = format!(
-        "[agent]\nstats_interval_secs = 1\nhost_name = \"node-k\"\n\n\
+        "[agent]\nprogress_interval_secs = 1\nhost_name = \"node-k\"\n\n\
          [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\", \"cuDriverGetVersion\", \"cuDeviceGetCount\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n",

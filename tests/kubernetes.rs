@@ -145,7 +145,7 @@ fn every_row_of_a_pod_process_names_its_container_and_pod() {
     let cgroup = PodCgroup::create(&uid, &container);
 
     let config = format!(
-        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
+        "[agent]\nprogress_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\n\
          functions = [\"default\", \"cuDriverGetVersion\", \"cuDeviceGetCount\"]\n\
          stats = []\ndrain_interval_ms = 20\n\n\

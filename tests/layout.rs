@@ -101,3 +101,123 @@ fn sources_and_config_import_in_one_direction_only() {
         "agent/config/ imports a source's module other than sources/config.rs"
     );
 }
+
+/// The source folders (each a vertical slice registered in agent/sources/mod.rs).
+const SOURCE_FOLDERS: [&str; 4] = ["cuda", "driver", "kmsg", "xid_tracepoint"];
+
+/// The agent modules a source may use: the shared parts of `sources/`, the event plumbing and
+/// counters it reports into, and the utilities. Not `run`, `doctor`, `config`, the consumer,
+/// the fan-out, the XID stage or the views: those use the sources, never the reverse.
+const SHARED_WITH_SOURCES: [&str; 12] = [
+    "sources",
+    "accounting",
+    "batcher",
+    "bpf",
+    "decode",
+    "diagnosis",
+    "enrich",
+    "escape",
+    "health",
+    "state_file",
+    "summary",
+    "table_problems",
+];
+
+/// The `crate::<module>` names `line` imports or names.
+fn crate_modules(line: &str) -> Vec<&str> {
+    line.match_indices("crate::")
+        .map(|(at, _)| {
+            let rest = &line[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect()
+}
+
+/// Whether `line` names source folder `folder` through `crate::sources::` (a path or a brace
+/// group).
+fn names_source(line: &str, folder: &str) -> bool {
+    let path = format!("sources::{folder}");
+    let named = line.match_indices(&path).any(|(at, _)| {
+        !line[at + path.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    });
+    let grouped = line.find("sources::{").is_some_and(|at| {
+        line[at..]
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|word| word == folder)
+    });
+    named || grouped
+}
+
+/// A source is a folder: it climbs out of `sources/` only to shared modules, and never into
+/// another source's folder (ARCHITECTURE.md, "How to add a source").
+#[test]
+fn source_folders_import_only_shared_modules_and_no_other_source() {
+    let sources = repo_root().join("agent/sources");
+    for folder in SOURCE_FOLDERS {
+        let found = lines_where(&sources.join(folder), &|line| {
+            crate_modules(line)
+                .iter()
+                .any(|module| !SHARED_WITH_SOURCES.contains(module))
+                || SOURCE_FOLDERS
+                    .iter()
+                    .any(|other| *other != folder && names_source(line, other))
+        });
+        assert_eq!(
+            found,
+            Vec::<(String, String)>::new(),
+            "agent/sources/{folder}/ imports outside the shared modules or another source"
+        );
+    }
+}
+
+/// `run/`, `doctor/` and `config/` iterate the registered sources; none names one.
+#[test]
+fn run_doctor_and_config_name_no_source() {
+    let agent = repo_root().join("agent");
+    for dir in ["run", "doctor", "config"] {
+        let found = lines_where(&agent.join(dir), &|line| {
+            SOURCE_FOLDERS
+                .iter()
+                .any(|folder| names_source(line, folder))
+        });
+        assert_eq!(
+            found,
+            Vec::<(String, String)>::new(),
+            "agent/{dir}/ names a source folder"
+        );
+    }
+}
+
+/// The test's list of source folders is the registry's: a new folder is checked too.
+#[test]
+fn the_source_folder_list_is_every_folder_under_sources() {
+    let mut folders: Vec<String> = std::fs::read_dir(repo_root().join("agent/sources"))
+        .expect("agent/sources")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| path.is_dir())
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    folders.sort();
+    assert_eq!(folders, SOURCE_FOLDERS);
+}
+
+#[test]
+fn the_import_scanner_finds_paths_and_brace_groups() {
+    assert_eq!(
+        crate_modules("use crate::run::x; use crate::sources::cuda::y;"),
+        ["run", "sources"]
+    );
+    assert!(names_source("use crate::sources::cuda::probes;", "cuda"));
+    assert!(names_source(
+        "use crate::sources::{self, driver, tracefs};",
+        "driver"
+    ));
+    assert!(!names_source("use crate::sources::cuda_results;", "cuda"));
+    assert!(!names_source(
+        "use crate::sources::{self, tracefs};",
+        "kmsg"
+    ));
+}

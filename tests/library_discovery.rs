@@ -29,7 +29,7 @@ use contained::{Contained, Library};
 
 fn config(data: &Path) -> String {
     format!(
-        "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+        "[agent]\nprogress_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
          [sources.cuda]\nlibraries = []\ndiscover_libraries = true\nlibrary_rescan_secs = 1\n\
          functions = {NAMED_EXTRAS}\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n\n[[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",

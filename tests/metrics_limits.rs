@@ -135,7 +135,7 @@ fn idle_connections_leave_capture_and_sinks_their_descriptors() {
     // baseline is taken.
     let config = fixtures
         .cuda_config(data.path(), r#"["default"]"#)
-        .replace("stats_interval_secs = 1", "stats_interval_secs = 60")
+        .replace("progress_interval_secs = 1", "progress_interval_secs = 60")
         + &format!(
             "max_file_age_secs = 1\n\n[metrics]\naddress = \"127.0.0.1:0\"\nmax_connections = {LIMIT}\n"
         );

@@ -26,7 +26,7 @@ fn wait_until(what: &str, agent: &Agent, mut done: impl FnMut() -> bool) {
 
 fn agent_config(fixtures: &Fixtures, kmsg: bool) -> String {
     format!(
-        "[agent]\nstats_interval_secs = 1\nhost_name = \"node-o\"\n\n\
+        "[agent]\nprogress_interval_secs = 1\nhost_name = \"node-o\"\n\n\
          [sources.xid]\ntracepoint = false\nkmsg = {kmsg}\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n",

@@ -22,7 +22,7 @@ fn secrets_never_reach_logs_summary_or_metrics() {
     let rotel = Rotel::start(0, 0);
     let fixtures = Fixtures::build();
     let config = format!(
-        "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 3\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+        "[agent]\nprogress_interval_secs = 1\nshutdown_timeout_secs = 3\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n\n\
          [[sinks]]\ntype = \"kafka\"\nbrokers = \"{}\"\ndelivery_timeout_secs = 2\n\
@@ -74,7 +74,7 @@ fn a_password_or_token_in_an_endpoint_url_is_never_printed() {
         .port();
     let fixtures = Fixtures::build();
     let config = format!(
-        "[agent]\nstats_interval_secs = 1\nshutdown_timeout_secs = 2\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+        "[agent]\nprogress_interval_secs = 1\nshutdown_timeout_secs = 2\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n\n\
          [[sinks]]\ntype = \"otlp\"\nendpoint = \"http://gpuship:url-pw-3b7e@127.0.0.1:{port}/?token=q-secret-9f\"\n\

@@ -23,7 +23,7 @@ fn xid_line(code: u32) -> String {
 /// The XID and CUDA sources on the stand-in libcuda, batches every 100 ms.
 fn sources(fixtures: &Fixtures) -> String {
     format!(
-        "[agent]\nstats_interval_secs = 1\n\n\
+        "[agent]\nprogress_interval_secs = 1\n\n\
          [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\ndrain_interval_ms = 20\n\n\
          [batch]\ntimeout_ms = 100\n",

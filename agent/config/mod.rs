@@ -55,9 +55,15 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
-    /// Seconds between the one-line progress summaries in the log (0 turns them off).
-    #[serde(default = "defaults::stats_interval_secs")]
-    pub stats_interval_secs: u64,
+    /// Seconds between the one-line progress summaries in the log (0 turns them off); the
+    /// accounting documents beside the data are rewritten at this period too (1 to 60 s).
+    /// Was `stats_interval_secs`, which `[sources.cuda]` also has with another meaning: the
+    /// old name is still read, with a warning ([`RENAMED_KEYS`]).
+    #[serde(
+        default = "defaults::progress_interval_secs",
+        alias = "stats_interval_secs"
+    )]
+    pub progress_interval_secs: u64,
     /// Overrides the host name written into every row (default: the kernel's node name).
     #[serde(default)]
     pub host_name: Option<String>,
@@ -75,7 +81,7 @@ mod defaults {
     pub fn yes() -> bool {
         true
     }
-    pub fn stats_interval_secs() -> u64 {
+    pub fn progress_interval_secs() -> u64 {
         10
     }
     pub fn state_dir() -> PathBuf {
@@ -116,6 +122,19 @@ fn set<T>(slot: &mut T, value: Option<T>) {
     }
 }
 
+/// Keys that were renamed and are still read under their old name: (old path, new path).
+pub const RENAMED_KEYS: &[(&str, &str)] =
+    &[("agent.stats_interval_secs", "agent.progress_interval_secs")];
+
+/// The renamed keys `text` still uses, each as (line, old path, new path).
+pub fn renamed_keys_used(text: &str) -> Vec<(usize, &'static str, &'static str)> {
+    let lines = parse::Lines::of(text);
+    RENAMED_KEYS
+        .iter()
+        .filter_map(|(old, new)| lines.line_of_key(old).map(|line| (line, *old, *new)))
+        .collect()
+}
+
 /// Where the embedded default writes Parquet.
 pub const DEFAULT_DATA_DIR: &str = "./gpuship-data";
 
@@ -152,6 +171,15 @@ impl Config {
         problems.extend(config.value_problems(&document.lines, &sink_index));
         if host {
             problems.extend(host::problems(&config, &document.lines));
+        }
+        for (line, old, new) in renamed_keys_used(text) {
+            tracing::warn!(
+                origin = %origin.display(),
+                line,
+                old,
+                new,
+                "a renamed configuration key is still read under its old name; rename it"
+            );
         }
         if problems.is_empty() {
             Ok(config)

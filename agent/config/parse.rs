@@ -65,6 +65,11 @@ impl Lines {
         }
     }
 
+    /// The line of the key `path` itself, when the document writes it.
+    pub fn line_of_key(&self, path: &str) -> Option<usize> {
+        self.0.get(path).copied()
+    }
+
     /// The line of `path`, else of the nearest enclosing table written in the file (a key left
     /// at its default is reported at its table); None when none of it is written.
     pub fn find(&self, path: &str) -> Option<usize> {

@@ -288,3 +288,46 @@ fn xid_suspects_default_to_eight_and_are_bounded() {
         .to_string();
     assert!(err.contains("line 2"), "{err}");
 }
+
+/// `[agent] stats_interval_secs` was renamed `progress_interval_secs` (`[sources.cuda]` has a
+/// `stats_interval_secs` of its own): the old name still sets it, is found for the warning
+/// and named in its problems; both at once is an error, not a silent pick.
+#[test]
+fn the_agents_old_interval_name_is_still_read_and_reported_as_written() {
+    let old = parse("[agent]\nstats_interval_secs = 7\n").unwrap();
+    let new = parse("[agent]\nprogress_interval_secs = 7\n").unwrap();
+    assert_eq!(old.agent.progress_interval_secs, 7);
+    assert_eq!(old, new);
+    assert_eq!(
+        renamed_keys_used("# c\n[agent]\nstats_interval_secs = 7\n"),
+        [(
+            3,
+            "agent.stats_interval_secs",
+            "agent.progress_interval_secs"
+        )]
+    );
+    assert_eq!(
+        renamed_keys_used(
+            "[agent]\nprogress_interval_secs = 7\n[sources.cuda]\nstats_interval_secs = 2\n"
+        ),
+        []
+    );
+    let problems = |text: &str| match parse(text) {
+        Err(ConfigError::Invalid { problems, .. }) => problems
+            .iter()
+            .map(|p| format!("{:?} {}: {}", p.line, p.key, p.message))
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems("[agent]\nstats_interval_secs = 86401\n"),
+        ["Some(2) agent.stats_interval_secs: 86401 is outside 0..=86400"]
+    );
+    assert_eq!(
+        problems("[agent]\nprogress_interval_secs = 86401\n"),
+        ["Some(2) agent.progress_interval_secs: 86401 is outside 0..=86400"]
+    );
+    let both = problems("[agent]\nstats_interval_secs = 1\nprogress_interval_secs = 2\n");
+    assert_eq!(both.len(), 1, "{both:?}");
+    assert!(both[0].contains("duplicate field"), "{both:?}");
+}

@@ -194,10 +194,20 @@ impl Config {
             report.add("agent", "state_dir", "must not be empty");
         }
         let agent = &self.agent;
+        // Reported under the name the file uses (the old one is still read).
+        let interval_key = if report
+            .lines
+            .line_of_key("agent.stats_interval_secs")
+            .is_some()
+        {
+            "stats_interval_secs"
+        } else {
+            "progress_interval_secs"
+        };
         report.range(
             "agent",
-            "stats_interval_secs",
-            agent.stats_interval_secs,
+            interval_key,
+            agent.progress_interval_secs,
             0..=86_400,
         );
         report.range(

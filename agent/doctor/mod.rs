@@ -1,71 +1,10 @@
 //! `gpuship doctor`: for every probe gpuship knows, can it work on this host, and if not, why and
 //! what to do. Probes are checked by trying (load, attach, detach), not only by reading files.
 
-mod causes;
 mod checks;
-mod driver_checks;
-mod library_checks;
 
-use serde::Serialize;
-
-pub use causes::Cause;
+pub use crate::diagnosis::{Cause, Check};
 pub use checks::run_checks;
-
-/// The verdict on one probe or prerequisite.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// What was checked, e.g. `xid_tracepoint` or `cuda:cuLaunchKernel`.
-    pub probe: String,
-    /// Whether it works here.
-    pub ok: bool,
-    /// Whether the configuration needs it (a failed required check fails `doctor`).
-    pub required: bool,
-    /// What was found.
-    pub detail: String,
-    /// What to do when it does not work.
-    pub fix: Option<String>,
-}
-
-impl Check {
-    pub(crate) fn pass(
-        probe: impl Into<String>,
-        required: bool,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            probe: probe.into(),
-            ok: true,
-            required,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-
-    pub(crate) fn fail(
-        probe: impl Into<String>,
-        required: bool,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        Self {
-            probe: probe.into(),
-            ok: false,
-            required,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-
-    /// A failure whose fix is the one for `cause`.
-    pub(crate) fn failed_because(
-        probe: impl Into<String>,
-        required: bool,
-        detail: impl Into<String>,
-        cause: &Cause,
-    ) -> Self {
-        Self::fail(probe, required, detail, cause.fix())
-    }
-}
 
 /// Whether every required check passed.
 pub fn all_required_ok(checks: &[Check]) -> bool {

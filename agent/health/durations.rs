@@ -8,7 +8,7 @@
 //! the next bucket (Prometheus's `le` would count it in this one; the difference is one
 //! nanosecond at thirteen points).
 
-use crate::sources::cuda::stats::histogram::bucket_bounds;
+use crate::sources::stats_histogram::bucket_bounds;
 
 /// Finite upper bounds in nanoseconds: 2^10, 2^12, ..., 2^32.
 pub const BOUNDS_NS: [u64; 12] = {
@@ -89,7 +89,7 @@ impl DurationHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::cuda::stats::histogram::BUCKETS as KERNEL_BUCKETS;
+    use crate::sources::stats_histogram::BUCKETS as KERNEL_BUCKETS;
 
     #[test]
     fn bounds_are_powers_of_four_from_1024_ns() {

@@ -16,10 +16,10 @@ pub mod xids;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use crate::sources::cuda::plan::FunctionTable;
-use crate::sources::cuda::results::result_name;
+use crate::sources::functions::FunctionTable;
 use crate::summary::FunctionCounts;
 use durations::DurationHistogram;
+use gpuship_model::cuda_results::result_name;
 use xids::XidCounts;
 
 /// One CUDA function's calls since the agent started.

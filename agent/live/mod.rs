@@ -24,7 +24,7 @@ use gpuship_sinks::schema::XidRecord;
 use crate::accounting::Snapshot;
 use crate::health::xids::XidCounts;
 use crate::health::{GpuMemoryHealth, HealthSnapshot};
-use crate::sources::cuda::plan::FunctionTable;
+use crate::sources::functions::FunctionTable;
 use crate::summary::{CallTally, FunctionCounts};
 
 pub use processes::{ProcessDelta, ProcessTable, ProcessTally, ProcessTotals};

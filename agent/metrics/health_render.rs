@@ -186,7 +186,7 @@ mod tests {
     use crate::accounting::Accounting;
     use crate::health::xids::XidCounts;
     use crate::health::HealthSnapshot;
-    use crate::sources::cuda::plan::FunctionTable;
+    use crate::sources::functions::FunctionTable;
     use crate::summary::FunctionCounts;
 
     #[test]

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::consumer;
 use crate::enrich::driver_version;
 use crate::fanout::FanOut;
-use crate::sources::cuda::probes::ProcessFilter;
+use crate::sources::ProcessFilter;
 use crate::sources::{self, Outputs, RunningThread, SourceSetup, SourceStatus, Started as Start};
 use crate::summary::RunSummary;
 use crate::xid::attribution::Attributor;

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use anyhow::Context;
 use libbpf_rs::MapHandle;
 
-use crate::sources::cuda::probes::trace_process;
+use crate::sources::trace_process;
 
 /// A started command; [`TracedChild::wait`] reaps it.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use gpuship_sinks::EventBatch;
 use crate::accounting::Accounting;
 use crate::fanout::FanOut;
 use crate::live::{LivePublisher, LiveTap};
-use crate::sources::cuda::plan::FunctionTable;
+use crate::sources::functions::FunctionTable;
 use crate::sources::output::{
     BatchEmitter, CallAttribution, CallView, CallViews, LaunchHistory, XidSink,
 };

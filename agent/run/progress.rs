@@ -48,7 +48,7 @@ pub struct Waiter {
     /// Ends when the traced pid is gone.
     pid_gone: Option<tokio::task::JoinHandle<()>>,
     accounting: Arc<Accounting>,
-    stats_interval_secs: u64,
+    progress_interval_secs: u64,
     ticker: tokio::time::Interval,
     previous: (Instant, Snapshot),
 }
@@ -59,7 +59,7 @@ impl Waiter {
     pub fn new(
         target: &Target,
         child: Option<super::command::TracedChild>,
-        stats_interval_secs: u64,
+        progress_interval_secs: u64,
         accounting: Arc<Accounting>,
         signals: Signals,
     ) -> Self {
@@ -79,18 +79,18 @@ impl Waiter {
             signals,
             child_exit,
             pid_gone,
-            ticker: ticker(stats_interval_secs),
-            stats_interval_secs,
+            ticker: ticker(progress_interval_secs),
+            progress_interval_secs,
             accounting,
             previous,
         }
     }
 
-    /// Logs progress every `stats_interval_secs` from now on (0: never).
-    pub fn set_stats_interval(&mut self, stats_interval_secs: u64) {
-        if stats_interval_secs != self.stats_interval_secs {
-            self.stats_interval_secs = stats_interval_secs;
-            self.ticker = ticker(stats_interval_secs);
+    /// Logs progress every `progress_interval_secs` from now on (0: never).
+    pub fn set_progress_interval(&mut self, progress_interval_secs: u64) {
+        if progress_interval_secs != self.progress_interval_secs {
+            self.progress_interval_secs = progress_interval_secs;
+            self.ticker = ticker(progress_interval_secs);
         }
     }
 
@@ -101,7 +101,7 @@ impl Waiter {
             child_exit,
             pid_gone,
             accounting,
-            stats_interval_secs,
+            progress_interval_secs,
             ticker,
             previous,
         } = self;
@@ -116,7 +116,7 @@ impl Waiter {
                     return Wake::End(code);
                 }
                 _ = finished(pid_gone) => return Wake::End(None),
-                _ = ticker.tick(), if *stats_interval_secs > 0 => {
+                _ = ticker.tick(), if *progress_interval_secs > 0 => {
                     let now = (Instant::now(), accounting.snapshot());
                     log_progress(previous, &now);
                     *previous = now;
@@ -126,10 +126,10 @@ impl Waiter {
     }
 }
 
-/// Ticks every `stats_interval_secs` (at least 1 s), the first one after a period.
-fn ticker(stats_interval_secs: u64) -> tokio::time::Interval {
+/// Ticks every `progress_interval_secs` (at least 1 s), the first one after a period.
+fn ticker(progress_interval_secs: u64) -> tokio::time::Interval {
     // Saturating: a huge interval must not overflow the clock (validation bounds it too).
-    let period = Duration::from_secs(stats_interval_secs.max(1)).min(limits::MAX_WAIT);
+    let period = Duration::from_secs(progress_interval_secs.max(1)).min(limits::MAX_WAIT);
     let first = limits::instant_after(Instant::now(), period);
     tokio::time::interval_at(first.into(), period)
 }

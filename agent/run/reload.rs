@@ -11,7 +11,7 @@
 //!   log meanwhile are read after it (the cursor), each once. When the new sources cannot
 //!   start at all, the old ones are started again and the reload is rejected.
 //! - sinks changed: see [`super::sink_set`]; capture goes on meanwhile.
-//! - `[agent] stats_interval_secs`: the progress line's period.
+//! - `[agent] progress_interval_secs`: the progress line's period.
 //!
 //! What lives for the whole run cannot change by reload, and a file that changes it is
 //! refused: the state directory (its lock, spools, cursor), the host name written into rows,
@@ -175,7 +175,7 @@ impl Running<'_> {
         };
         if reload.changes_nothing() {
             self.waiter
-                .set_stats_interval(reload.config.agent.stats_interval_secs);
+                .set_progress_interval(reload.config.agent.progress_interval_secs);
             *self.config = reload.config;
             match path {
                 Some(path) => tracing::info!(config = %path.display(), "configuration reloaded: nothing to change"),
@@ -222,7 +222,7 @@ impl Running<'_> {
             )
         };
         self.waiter
-            .set_stats_interval(reload.config.agent.stats_interval_secs);
+            .set_progress_interval(reload.config.agent.progress_interval_secs);
         *self.config = reload.config;
         self.started
             .accounting

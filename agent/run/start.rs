@@ -95,7 +95,7 @@ pub(super) fn start(config: &Config) -> anyhow::Result<Started> {
     );
     if let Some(ledger) = &ledger {
         tracing::info!(documents = ?ledger.locations(), "accounting documents kept beside the data");
-        let period = Duration::from_secs(config.agent.stats_interval_secs.clamp(1, 60));
+        let period = Duration::from_secs(config.agent.progress_interval_secs.clamp(1, 60));
         runtime.spawn(ledger.clone().keep_written(accounting.clone(), period));
     }
     let health = Arc::new(Health::default());

@@ -8,7 +8,7 @@ use super::capture::Capture;
 use super::progress::Waiter;
 use super::start::Started;
 use super::{command, RunOptions, Target};
-use crate::sources::cuda::probes::trace_process;
+use crate::sources::trace_process;
 
 /// Traces the target, says that capture runs, and returns what waits for the end.
 pub(super) fn begin(
@@ -40,7 +40,7 @@ pub(super) fn begin(
     Ok(Waiter::new(
         &options.target,
         child,
-        options.config.agent.stats_interval_secs,
+        options.config.agent.progress_interval_secs,
         started.accounting.clone(),
         signals,
     ))

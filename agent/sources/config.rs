@@ -50,6 +50,12 @@ impl SourcesConfig {
             .collect()
     }
 
+    /// Whether an enabled source finds its tracepoint through tracefs (the XID tracepoint's
+    /// format is read there); `gpuship doctor` requires tracefs only then.
+    pub fn needs_tracefs(&self) -> bool {
+        self.xid.tracepoint
+    }
+
     /// The enabled sources that load BPF programs, each as the setting that turns it off (for
     /// the privilege check's message); empty when none does.
     pub fn bpf_sources_on(&self) -> Vec<&'static str> {

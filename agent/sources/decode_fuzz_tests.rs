@@ -18,12 +18,12 @@ use crate::bpf::xid::types::{gpuship_xid_flag, xid_event};
 use crate::decode::{c_chars, record_bytes, DecodeError};
 use crate::enrich::{Clocks, GpuDirectory};
 use crate::sources::cuda::decode::{cuda_event, Decoder as CudaDecoder, NOT_CAPTURED};
-use crate::sources::cuda::plan::FunctionTable;
-use crate::sources::cuda::results::result_name;
 use crate::sources::driver::decode::driver_row;
 use crate::sources::driver::devices::DeviceNames;
 use crate::sources::driver::requests;
+use crate::sources::functions::FunctionTable;
 use crate::sources::xid_tracepoint::decode::xid_record;
+use gpuship_model::cuda_results::result_name;
 
 /// The CUDA decoder and the XID tracepoint's decoding with one set of clocks and GPUs, as
 /// these tests use them (each source decodes its own records).

@@ -20,14 +20,16 @@ pub mod functions;
 pub mod kmsg;
 pub mod output;
 pub mod source;
+pub mod stats_histogram;
 pub mod tracefs;
 pub mod xid_config;
 pub mod xid_tracepoint;
 
+use crate::diagnosis::{Check, HostFacts};
 pub use output::Outputs;
 pub use source::{
-    Loaded, RingMaps, RingSource, RunningRing, RunningThread, SourceSetup, SourceStatus, Started,
-    ThreadSource,
+    trace_process, Loaded, ProcessFilter, RingMaps, RingSource, RunningRing, RunningThread,
+    SourceSetup, SourceStatus, Started, ThreadSource,
 };
 
 /// One registered source.
@@ -61,6 +63,17 @@ pub fn reports_xids(name: &str) -> bool {
         Registered::Ring(source) => source.name() == name && source.reports_xids(),
         Registered::Thread(source) => source.name() == name && source.reports_xids(),
     })
+}
+
+/// Every registered source's doctor checks, in registry order.
+pub fn doctor_checks(sources: &config::SourcesConfig, host: &HostFacts) -> Vec<Check> {
+    REGISTRY
+        .iter()
+        .flat_map(|entry| match entry {
+            Registered::Ring(source) => source.doctor(sources, host),
+            Registered::Thread(source) => source.doctor(sources, host),
+        })
+        .collect()
 }
 
 /// The registered thread sources, in order.

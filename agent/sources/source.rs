@@ -28,6 +28,7 @@ use super::output::Outputs;
 use crate::accounting::{Accounting, Ring};
 use crate::batcher::BatchConfig;
 use crate::decode::DecodeError;
+use crate::diagnosis::{Check, HostFacts};
 use crate::enrich::EnrichConfig;
 use crate::enrich::{Clocks, GpuDirectory};
 use crate::summary::RunSummary;
@@ -71,6 +72,16 @@ pub enum ProcessFilter {
     All,
     /// Only processes whose tgid is put in the `traced_tgids` map, and their descendants.
     Selected,
+}
+
+/// Adds a process to a [`ProcessFilter::Selected`] trace: `traced` is the map a running
+/// source hands out ([`RunningRing::traced_processes`]), keyed by tgid (`gpuship_events.h`).
+pub fn trace_process(traced: &MapHandle, pid: u32) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use libbpf_rs::MapCore;
+    traced
+        .update(&pid.to_ne_bytes(), &[1u8], libbpf_rs::MapFlags::ANY)
+        .with_context(|| format!("adding pid {pid} to the traced processes"))
 }
 
 /// What every source may need to start: its configuration, the host's identity, clocks and
@@ -158,6 +169,11 @@ pub trait RingSource: Sync {
         false
     }
 
+    /// `gpuship doctor`'s checks of this source's probes and what they need, in `sources`'
+    /// configuration, on the host `host` describes (a disabled source says so in one passing
+    /// check). Probes are tried (load, attach, detach), not only looked for.
+    fn doctor(&self, sources: &SourcesConfig, host: &HostFacts) -> Vec<Check>;
+
     /// Loads and attaches the program into `storage`, or says why it does not run. Never
     /// fails the agent: an error is a skipped status.
     fn load<'obj>(
@@ -215,6 +231,11 @@ pub trait ThreadSource: Sync {
     fn not_started_message(&self) -> &'static str {
         "source not started; carrying on without it"
     }
+
+    /// `gpuship doctor`'s checks of this source's probes and what they need, in `sources`'
+    /// configuration, on the host `host` describes (a disabled source says so in one passing
+    /// check). Probes are tried (load, attach, detach), not only looked for.
+    fn doctor(&self, sources: &SourcesConfig, host: &HostFacts) -> Vec<Check>;
 
     /// Starts the thread (after the ring sources are attached).
     fn start(&self, setup: &SourceSetup) -> Started;

@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 rm -f "$OUT/phases.txt"
 cat >"$OUT/fleet.toml" <<TOML
 [agent]
-stats_interval_secs = 60
+progress_interval_secs = 60
 state_dir = "$OUT/state"
 [metrics]
 address = "127.0.0.1:$PORT"

@@ -16,7 +16,7 @@ TRIGGER=${TRIGGER:-shared/gpu/xid_trigger.py}
 mkdir -p "$OUT"
 cat >"$OUT/recorder.toml" <<TOML
 [agent]
-stats_interval_secs = 60
+progress_interval_secs = 60
 state_dir = "$OUT/state"
 [metrics]
 enabled = false

@@ -52,7 +52,7 @@ ROTEL=$!
 sleep 2
 cat >"$OUT/agent.toml" <<TOML
 [agent]
-stats_interval_secs = 60
+progress_interval_secs = 60
 state_dir = "$OUT/state"
 [metrics]
 enabled = false

@@ -51,7 +51,7 @@ python3 "$HERE/entry_instructions.py" "$FIXTURES/libcuda.so.1" cuLaunchKernel cu
 config() { # $1 file, $2 library, $3 extra [sources.cuda] lines
 	cat >"$1" <<TOML
 [agent]
-stats_interval_secs = 60
+progress_interval_secs = 60
 [metrics]
 enabled = false
 [sources.xid]

@@ -86,7 +86,7 @@ gpuship_on() { # default (launches in stats mode, entry-only) | stats_return (wi
     [ "$1" = rows ] && stats='[]'
     cat > "$WORK/floor.toml" <<TOML
 [agent]
-stats_interval_secs = 0
+progress_interval_secs = 0
 state_dir = "$WORK/state"
 [metrics]
 enabled = false

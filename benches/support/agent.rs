@@ -11,7 +11,7 @@ use std::time::Duration;
 /// returns once capture has started.
 pub fn start_agent(dir: &Path, libcuda: &Path, cuda_extra: &str, sink: &str) -> Child {
     let config = format!(
-        "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
+        "[agent]\nprogress_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\n{cuda_extra}\
          [[sinks]]\n{sink}\n",

@@ -39,7 +39,7 @@ pub fn start_gpuship_with(
 ) -> Child {
     let launches = |on: bool| if on { "[\"cuLaunchKernel*\"]" } else { "[]" };
     let config = format!(
-        "[agent]\nstats_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
+        "[agent]\nprogress_interval_secs = 0\nstate_dir = \"{}\"\n[metrics]\nenabled = false\n\
          [sources.xid]\ntracepoint = false\nkmsg = false\n[sources.driver]\nioctl = false\n\
          [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nentry_only = {}\n\
          stats = {}\nstats_entry_only = []\nstats_interval_secs = 1\n{extra}\n[[sinks]]\n\

@@ -9,6 +9,7 @@
 //! - [`s3`]: `s3://bucket/prefix` lakes: the address and the `object_store` client.
 //! - [`redact`]: URLs in printed text without their credentials.
 
+pub mod cuda_results;
 mod kind;
 pub mod redact;
 pub mod s3;

@@ -1,6 +1,7 @@
 //! docs/ARCHITECTURE.md and bpf/include/README.md against the tree: the number of crates the
 //! architecture states and its crates table against the workspace members, the tables it says
-//! the lake has against the kinds, and every shared BPF header named in the headers' README.
+//! the lake has against the kinds, every path its table names and the source folder its recipe
+//! counts against the tree, and every shared BPF header named in the headers' README.
 
 use std::collections::BTreeSet;
 
@@ -80,4 +81,46 @@ fn every_shared_bpf_header_is_in_its_readme() {
         }
     }
     assert!(headers.len() >= 8, "{headers:?}");
+}
+
+/// Every path the "Where things are" table names exists: the first cell's code spans that start
+/// at a top-level folder, and the files a row names after `(+ ` or in `{a,b}` groups are
+/// left out (they are relative to the row's first path).
+#[test]
+fn every_path_the_architecture_names_exists() {
+    let doc = read("docs/ARCHITECTURE.md");
+    let roots = [
+        "agent/", "bpf/", "lake/", "model/", "sinks/", "top/", "tests/", "catalog/",
+    ];
+    let mut checked = 0;
+    for row in table_rows(&doc, "`") {
+        for span in code_spans(&row[0]) {
+            if !roots.iter().any(|root| span.starts_with(root)) || span.contains(['<', '{', '*']) {
+                continue;
+            }
+            assert!(
+                repo_root().join(&span).exists(),
+                "docs/ARCHITECTURE.md names {span}, which does not exist"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} paths checked");
+}
+
+/// The recipe's count of the `driver` source's folder is the folder's.
+#[test]
+fn the_counted_source_folder_has_the_stated_number_of_files() {
+    let doc = read("docs/ARCHITECTURE.md");
+    let stated: usize = doc
+        .split("Counted on the `driver` source as the code stands: its folder (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the recipe states the driver folder's file count");
+    let files = std::fs::read_dir(repo_root().join("agent/sources/driver"))
+        .expect("agent/sources/driver")
+        .filter(|entry| entry.as_ref().is_ok_and(|e| e.path().is_file()))
+        .count();
+    assert_eq!(stated, files);
 }

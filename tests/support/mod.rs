@@ -129,7 +129,7 @@ impl Fixtures {
         (gpus, dev, lake): (&Path, &Path, &Path),
     ) -> String {
         format!(
-            "[agent]\nstats_interval_secs = 1\nhost_name = \"{host}\"\n\n\
+            "[agent]\nprogress_interval_secs = 1\nhost_name = \"{host}\"\n\n\
              [sources.xid]\ntracepoint = false\nkmsg = true\n\n\
              [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = [\"default\"]\nstats = []\n{cuda_extra}\
              drain_interval_ms = 20\n\n\
@@ -163,7 +163,7 @@ impl Fixtures {
     /// Agent config text tracing only this library (no XID sources) into `data`.
     pub fn cuda_config(&self, data: &Path, functions: &str) -> String {
         format!(
-            "[agent]\nstats_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
+            "[agent]\nprogress_interval_secs = 1\n\n[sources.xid]\ntracepoint = false\nkmsg = false\n\n\
              [sources.cuda]\nlibraries = [\"{}\"]\nfunctions = {functions}\nstats = []\ndrain_interval_ms = 20\n\n\
              [batch]\ntimeout_ms = 100\n\n[[sinks]]\ntype = \"parquet\"\npath = \"{}\"\n",
             self.libcuda.display(),

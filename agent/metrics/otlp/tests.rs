@@ -9,7 +9,7 @@ use gpuship_sinks::schema::{GpuIdentity, XidRecord, XidSource};
 use super::mapping::metrics_request;
 use crate::health::xids::XidCounts;
 use crate::health::HealthSnapshot;
-use crate::sources::cuda::plan::FunctionTable;
+use crate::sources::functions::FunctionTable;
 use crate::summary::FunctionCounts;
 
 fn attributes(attributes: &[KeyValue]) -> BTreeMap<String, String> {

@@ -4,13 +4,13 @@
 use gpuship_sinks::schema::{CallObjects, CudaRow, LaunchDims};
 
 use super::plan::FunctionTable;
-use super::results::result_name;
 use crate::bpf::cuda::types::{
     cuda_event, cuda_named_event, gpuship_arg_valid, gpuship_cuda_result, gpuship_name_flag,
     gpuship_record_kind,
 };
 use crate::decode::{read_record, DecodeError};
 use crate::enrich::Clocks;
+use gpuship_model::cuda_results::result_name;
 
 /// `cuda_event.result` of an entry-only record.
 pub(crate) const NOT_CAPTURED: u32 = gpuship_cuda_result::GPUSHIP_RESULT_NOT_CAPTURED.0;

@@ -22,7 +22,9 @@ use super::roles::{memory_role, MemoryRole, RoleTable};
 use super::stats::StatsDrain;
 use crate::accounting::{Accounting, Ring};
 use crate::decode::{c_chars, DecodeError};
+use crate::diagnosis::{Check, HostFacts};
 use crate::enrich::WorkloadResolver;
+use crate::sources::config::SourcesConfig;
 use crate::sources::output::{CallView, Outputs};
 use crate::sources::source::{Loaded, RingMaps, RingSource, RunningRing, SourceSetup};
 use crate::summary::{CallTally, RunSummary};
@@ -42,6 +44,10 @@ pub struct CudaSource;
 impl RingSource for CudaSource {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn doctor(&self, sources: &SourcesConfig, host: &HostFacts) -> Vec<Check> {
+        super::doctor::checks(&sources.cuda, host)
     }
 
     fn load<'obj>(

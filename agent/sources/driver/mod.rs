@@ -11,6 +11,8 @@ pub mod batcher;
 pub mod config;
 pub mod decode;
 pub mod devices;
+pub mod doctor;
+mod records;
 pub mod request_names;
 pub mod requests;
 pub mod source;
@@ -26,6 +28,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use crate::bpf::driver::{DriverSkel, DriverSkelBuilder};
+use crate::diagnosis::lockdown_mode;
 use config::DriverSourceConfig;
 
 /// Driver functions worth timing, as named by driver 580 (seen in /proc/kallsyms on an H100):
@@ -119,30 +122,6 @@ pub fn try_function(function: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The kernel lockdown mode (`none`, `integrity`, `confidentiality`), mounting securityfs
-/// first when it is not (a kernel locked down from its configuration says so only there).
-pub fn lockdown_mode() -> Option<String> {
-    let file = std::path::Path::new("/sys/kernel/security/lockdown");
-    if !file.exists() {
-        let target = std::ffi::CString::new("/sys/kernel/security").ok()?;
-        let fstype = std::ffi::CString::new("securityfs").ok()?;
-        // SAFETY: mount(2) with valid NUL-terminated strings and no data; failure is harmless.
-        unsafe {
-            libc::mount(
-                fstype.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                std::ptr::null(),
-            );
-        }
-    }
-    let text = std::fs::read_to_string(file).ok()?;
-    let start = text.find('[')? + 1;
-    let end = start + text[start..].find(']')?;
-    Some(text[start..end].to_string())
 }
 
 /// The first alternative of `spec` (`"a|b"`) that can be traced here, or every reason why none

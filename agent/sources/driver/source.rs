@@ -14,7 +14,9 @@ use super::unnamed::UnnamedRequests;
 use super::{DriverHooks, HookStatus};
 use crate::accounting::Ring;
 use crate::decode::DecodeError;
+use crate::diagnosis::{Check, HostFacts};
 use crate::enrich::{Clocks, WorkloadResolver};
+use crate::sources::config::SourcesConfig;
 use crate::sources::output::Outputs;
 use crate::sources::source::{
     Loaded, RingMaps, RingSource, RunningRing, SourceSetup, SourceStatus,
@@ -26,6 +28,10 @@ pub struct DriverSource;
 impl RingSource for DriverSource {
     fn name(&self) -> &'static str {
         "driver"
+    }
+
+    fn doctor(&self, sources: &SourcesConfig, host: &HostFacts) -> Vec<Check> {
+        super::doctor::checks(&sources.driver, host)
     }
 
     fn load<'obj>(

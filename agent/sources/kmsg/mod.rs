@@ -10,6 +10,7 @@
 
 pub mod clock;
 pub mod cursor;
+pub mod doctor;
 pub mod parse;
 pub mod reader;
 pub mod source;

@@ -3,6 +3,8 @@
 //! emitted everything it held.
 
 use super::{spawn, KmsgContext, KmsgThread};
+use crate::diagnosis::{Check, HostFacts};
+use crate::sources::config::SourcesConfig;
 use crate::sources::source::{RunningThread, SourceSetup, Started, ThreadSource};
 
 /// The kernel-log source (see [`crate::sources::REGISTRY`]).
@@ -11,6 +13,10 @@ pub struct KmsgSource;
 impl ThreadSource for KmsgSource {
     fn name(&self) -> &'static str {
         "kmsg"
+    }
+
+    fn doctor(&self, sources: &SourcesConfig, _host: &HostFacts) -> Vec<Check> {
+        super::doctor::checks(&sources.xid)
     }
 
     fn reports_xids(&self) -> bool {

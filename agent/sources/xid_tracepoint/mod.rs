@@ -3,7 +3,9 @@
 //! kernel log's, annotated and sent downstream there).
 
 pub mod decode;
+pub mod doctor;
 pub mod program;
+mod records;
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -18,7 +20,9 @@ use super::source::{Loaded, RingMaps, RingSource, RunningRing, SourceSetup};
 use super::tracefs;
 use crate::accounting::Ring;
 use crate::decode::DecodeError;
+use crate::diagnosis::{Check, HostFacts};
 use crate::enrich::{Clocks, GpuDirectory};
+use crate::sources::config::SourcesConfig;
 
 /// The source's name in statuses.
 const NAME: &str = "xid_tracepoint";
@@ -29,6 +33,10 @@ pub struct XidTracepointSource;
 impl RingSource for XidTracepointSource {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn doctor(&self, sources: &SourcesConfig, host: &HostFacts) -> Vec<Check> {
+        doctor::checks(&sources.xid, host)
     }
 
     fn reports_xids(&self) -> bool {

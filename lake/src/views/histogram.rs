@@ -9,7 +9,7 @@
 //! buckets of several rows with the same bounds add up. A quantile walks every bucket in order
 //! of its lower bound and, in a range bucket, interpolates within it and keeps the result
 //! within the exact extremes, as the agent does for one row
-//! (`agent/sources/cuda/stats/histogram.rs`, `quantile`). Counts are `u128`: rows of hostile
+//! (`agent/sources/stats_histogram.rs`, `quantile`). Counts are `u128`: rows of hostile
 //! or huge `calls` add up without overflow.
 //!
 //! It only counts; which rows count (and how often) is the caller's to decide.

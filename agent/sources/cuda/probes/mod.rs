@@ -173,13 +173,6 @@ impl CudaProbes<'_> {
     }
 }
 
-/// Adds a process to a [`ProcessFilter::Selected`] trace.
-pub fn trace_process(traced_tgids: &MapHandle, pid: u32) -> anyhow::Result<()> {
-    traced_tgids
-        .update(&pid.to_ne_bytes(), &[1u8], libbpf_rs::MapFlags::ANY)
-        .with_context(|| format!("adding pid {pid} to the traced processes"))
-}
-
 /// Resolves libraries (configured, and those processes under `proc_dir` map), plans and
 /// attaches. `Ok(Err(reason))` when there is nothing to probe and nothing to wait for.
 pub fn load<'obj>(

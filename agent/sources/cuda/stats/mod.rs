@@ -8,9 +8,8 @@
 //! it adds (`GPUSHIP_STAT_AGGREGATED`) or cannot add (`GPUSHIP_STAT_STATS_FULL`), and this
 //! module counts the calls of the rows it makes (`aggregated_received`).
 //!
-//! [`histogram`]: the kernel's duration buckets and the quantiles read from them.
-
-pub mod histogram;
+//! The kernel's duration buckets and the quantiles read from them are shared with the health
+//! metrics: [`crate::sources::stats_histogram`].
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -21,15 +20,15 @@ use gpuship_sinks::schema::{
 use gpuship_sinks::{EventBatch, EventKind};
 use libbpf_rs::MapCore;
 
-pub use self::histogram::{bucket_bounds, quantile, BUCKETS};
 use super::decode::NOT_CAPTURED;
 use super::plan::FunctionTable;
-use super::results::result_name;
 use crate::accounting::RingCounters;
 use crate::bpf::cuda::types::{cuda_stats_key, cuda_stats_value};
 use crate::decode::c_chars;
 use crate::enrich::WorkloadResolver;
 use crate::health::durations::DurationHistogram;
+pub use crate::sources::stats_histogram::{bucket_bounds, quantile, BUCKETS};
+use gpuship_model::cuda_results::result_name;
 
 /// How much of a closed interval each process's hot functions were observed, under the
 /// overhead budget (`super::budget`).

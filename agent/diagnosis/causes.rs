@@ -1,5 +1,5 @@
 //! Why a probe cannot run, as a closed set of causes, each with the one fix that addresses it.
-//! The checks find the cause (from what they observed, or from the error a load or attach
+//! The checks (each source's doctor module) find the cause (from what they observed, or from the error a load or attach
 //! returned) and take the fix from here, so a fix can never be given for another cause: a
 //! driver function refused by kernel lockdown is told about the boot-time setting, not to load
 //! modules it already has.
@@ -133,45 +133,6 @@ pub fn refusal_or(error: &str, lockdown: Option<&str>, otherwise: Cause) -> Caus
     }
 }
 
-/// The cause of each alternative of a driver function spec that could not be traced, from
-/// the reasons `sources::driver::resolve_spec` gives (one per alternative, joined by `; `).
-pub fn driver_function(reasons: &str, lockdown: Option<&str>) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    for reason in reasons.split("; ") {
-        let cause = if reason.contains("is not in the kernel or any loaded module") {
-            Cause::FunctionAbsent
-        } else if reason.contains("cannot be traced") {
-            Cause::FunctionNotTraceable
-        } else {
-            refusal_or(reason, lockdown, Cause::Unknown)
-        };
-        if !causes.contains(&cause) {
-            causes.push(cause);
-        }
-    }
-    causes
-}
-
-/// The cause of a `sources::kmsg` open error.
-pub fn kmsg(error: &str) -> Cause {
-    if error.contains("No such file") || error.contains("os error 2") {
-        Cause::KmsgMissing
-    } else if error.contains("Permission denied") || error.contains("Operation not permitted") {
-        Cause::KmsgDenied
-    } else {
-        Cause::Unknown
-    }
-}
-
-/// The cause of `sources::cuda::probes::load`'s `Ok(Err(reason))`: nothing to probe.
-pub fn nothing_to_probe(reason: &str) -> Cause {
-    if reason.starts_with("no libcuda.so.1 found") {
-        Cause::NoCudaLibrary
-    } else {
-        Cause::NoExportedFunction
-    }
-}
-
 /// The fixes of `causes`, joined.
 pub fn fixes(causes: &[Cause]) -> String {
     causes
@@ -184,73 +145,6 @@ pub fn fixes(causes: &[Cause]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kmsg_and_cuda_errors_get_the_fix_of_their_cause() {
-        assert_eq!(
-            kmsg("opening /dev/kmsg: No such file or directory (os error 2)"),
-            Cause::KmsgMissing
-        );
-        assert_eq!(
-            kmsg("opening /dev/kmsg: Operation not permitted (os error 1)"),
-            Cause::KmsgDenied
-        );
-        assert_eq!(kmsg("something else"), Cause::Unknown);
-        assert_eq!(
-            nothing_to_probe("no libcuda.so.1 found (libraries = [\"auto\"]); install"),
-            Cause::NoCudaLibrary
-        );
-        assert_eq!(
-            nothing_to_probe("no requested function is exported by [...]"),
-            Cause::NoExportedFunction
-        );
-    }
-
-    #[test]
-    fn lockdown_gets_the_boot_time_fix_never_the_module_one() {
-        // What the H100 showed: every alternative refused with EPERM under lockdown.
-        let reasons = "the kernel refused to load a tracing program for nv_isr (EPERM): kernel \
-                       lockdown (integrity) forbids fentry/fexit; the kernel refused to load a \
-                       tracing program for nvidia_isr (EPERM): kernel lockdown (integrity) \
-                       forbids fentry/fexit";
-        let causes = driver_function(reasons, Some("integrity"));
-        assert_eq!(causes, [Cause::Lockdown("integrity".into())]);
-        let fix = fixes(&causes);
-        assert!(fix.contains("boot-time setting"), "{fix}");
-        assert!(fix.contains("lockdown="), "{fix}");
-        assert!(fix.contains("Secure Boot"), "{fix}");
-        assert!(fix.contains("ioctl tracepoints"), "{fix}");
-        assert!(!fix.contains("load the"), "{fix}");
-        let strict = Cause::Lockdown("confidentiality".into()).fix();
-        assert!(strict.contains("boot-time setting") && strict.contains("lockdown=integrity"));
-        assert!(!fix.contains("function"), "{fix}");
-    }
-
-    #[test]
-    fn each_driver_function_cause_maps_to_its_own_fix() {
-        let absent = "nv_foo is not in the kernel or any loaded module (module not loaded, \
-                      renamed in this driver version, or inlined)";
-        let untraceable = "nv_bar is in /proc/kallsyms but cannot be traced: not \
-                           ftrace-instrumented (...) (libbpf error)";
-        let policy = "the kernel refused to load a tracing program for nv_baz (EPERM): a \
-                      security policy forbids fentry/fexit here";
-        assert_eq!(driver_function(absent, None), [Cause::FunctionAbsent]);
-        assert_eq!(
-            driver_function(untraceable, None),
-            [Cause::FunctionNotTraceable]
-        );
-        assert_eq!(
-            driver_function(policy, Some("none")),
-            [Cause::SecurityPolicy]
-        );
-        assert_eq!(driver_function("something new", None), [Cause::Unknown]);
-        // Alternatives with different causes: each fix once, in order.
-        let both = format!("{absent}; {untraceable}; {absent}");
-        let causes = driver_function(&both, None);
-        assert_eq!(causes, [Cause::FunctionAbsent, Cause::FunctionNotTraceable]);
-        assert!(fixes(&causes).contains("kallsyms"));
-        assert!(fixes(&causes).contains("available_filter_functions"));
-    }
 
     #[test]
     fn refusals_are_lockdown_only_when_locked_down() {

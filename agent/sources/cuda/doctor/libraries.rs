@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::Check;
+use crate::diagnosis::Check;
 use crate::escape::escape_controls;
 use crate::sources::cuda::discovery::maps::{self, FileKey, MappedLibrary};
 use crate::sources::cuda::library::exported_functions;
