@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{ArrayBuilder, Int64Builder, TimestampMicrosecondBuilder};
+use arrow_array::builder::{
+    ArrayBuilder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
 use arrow_array::{ArrayRef, StringArray};
 use arrow_schema::{DataType, Field, TimeUnit};
 
@@ -67,14 +69,23 @@ impl CommonColumns {
         [
             Arc::new(self.time.finish()),
             Arc::new(self.time_ns.finish()),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                &*self.identity.host,
-                rows,
-            ))),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                &*self.identity.boot_id,
-                rows,
-            ))),
+            Arc::new(repeated(&self.identity.host, rows)),
+            Arc::new(repeated(&self.identity.boot_id, rows)),
         ]
     }
+
+    /// The host identity the rows carry.
+    pub(crate) fn identity(&self) -> &HostIdentity {
+        &self.identity
+    }
+}
+
+/// `value` `rows` times, its buffers allocated once at their final size (collecting an
+/// iterator grows the values buffer by doubling, a copy each time).
+fn repeated(value: &str, rows: usize) -> StringArray {
+    let mut builder = StringBuilder::with_capacity(rows, value.len().saturating_mul(rows));
+    for _ in 0..rows {
+        builder.append_value(value);
+    }
+    builder.finish()
 }

@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod cuda_memory;
 pub mod cuda_stats;
 pub mod driver;
+mod nullable;
 mod row_batch;
 pub mod workload;
 pub mod xid;

@@ -326,3 +326,27 @@ fn held_memory_is_on_its_row_only_and_null_elsewhere() {
         1
     );
 }
+
+/// A builder used again after `finish` starts with every column allocated at its capacity
+/// (Arrow's builders give their buffers away) and builds the next batch from its own rows.
+#[test]
+fn the_next_batch_starts_at_the_capacity_with_only_its_rows() {
+    let mut builder = CudaBatchBuilder::new(identity(), 1_024);
+    builder.append(&row("cuLaunchKernel"));
+    builder.append(&row("cuMemAlloc_v2"));
+    assert_eq!(builder.finish().unwrap().num_rows(), 2);
+    assert!(
+        builder.pid.capacity() >= 1_024,
+        "{}",
+        builder.pid.capacity()
+    );
+    assert!(builder.common.len() == 0 && builder.estimated_bytes() == 0);
+    builder.append(&row("cuMemFree_v2"));
+    let batch = builder.finish().unwrap();
+    assert_eq!(batch.num_rows(), 1);
+    let functions = batch.column_by_name("function").unwrap().as_string::<i32>();
+    assert_eq!(functions.value(0), "cuMemFree_v2");
+    let hosts = batch.column_by_name("host").unwrap().as_string::<i32>();
+    assert_eq!(hosts.value(0), &*identity().host);
+    assert_eq!(batch.schema(), schema());
+}
