@@ -37,6 +37,7 @@ pub mod enrich;
 pub use gpuship_top::escape;
 pub mod fanout;
 pub mod health;
+pub mod heap;
 pub mod lake_views;
 pub mod live;
 pub mod logging;

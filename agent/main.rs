@@ -186,6 +186,12 @@ fn raise_open_file_limit() {
 
 fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     raise_open_file_limit();
+    let bounded = gpuship::heap::bound_retained_memory();
+    tracing::debug!(
+        bounded,
+        threshold_bytes = gpuship::heap::MMAP_THRESHOLD_BYTES,
+        "heap: large blocks in their own mappings"
+    );
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),

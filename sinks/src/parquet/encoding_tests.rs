@@ -116,7 +116,15 @@ fn columns_are_encoded_as_chosen_and_read_back_exactly() {
         assert!(dictionary(name), "{name} has no dictionary");
     }
     // Statistics: none where they prune nothing, kept where readers prune on them.
-    for name in ["comm", "function", "result_name"] {
+    for name in [
+        "comm",
+        "function",
+        "result_name",
+        "kernel_name",
+        "kernel_name_demangled",
+        "gpu_uuid",
+        "pci_bus_id",
+    ] {
         assert!(column(name).statistics().is_none(), "{name} has statistics");
     }
     for name in ["host", "boot_id", "time", "result", "pid"] {

@@ -32,10 +32,20 @@ const PLAIN_INTEGERS: [&str; 10] = [
 ];
 
 /// Strings whose min/max prune nothing (a row group holds every function, thread name and
-/// result name in about the same range): no statistics, which saves two comparisons per
-/// value. `host`, `boot_id`, `time` and `result` keep theirs: readers skip files of other
-/// hosts and row groups without failures (`result <> 0`) on them.
-const NO_STATISTICS: [&str; 3] = ["comm", "function", "result_name"];
+/// result name in about the same range, and an agent's file the few GPUs and kernels of its
+/// node): no statistics, which saves two comparisons per value (`benches/column_cost.rs`
+/// measures each column). `host`, `boot_id`, `time` and `result` keep theirs: readers skip
+/// files of other hosts and row groups without failures (`result <> 0`) on them. Compaction
+/// writes its own files, sorted, with statistics on every column.
+const NO_STATISTICS: [&str; 7] = [
+    "comm",
+    "function",
+    "result_name",
+    "kernel_name",
+    "kernel_name_demangled",
+    "gpu_uuid",
+    "pci_bus_id",
+];
 
 /// Applies the choices above; a column a table does not have is ignored.
 pub(super) fn column_encodings(mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {

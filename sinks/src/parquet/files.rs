@@ -318,7 +318,9 @@ impl PartitionedFiles {
     }
 }
 
-fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterProperties {
+/// The writer settings of `kind`'s files under `config`: compression, per-column encodings,
+/// row groups and the file's metadata (public for the column-cost benchmark).
+pub fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterProperties {
     let compression = match config.compression {
         super::ParquetCompression::Zstd => {
             Compression::ZSTD(ZstdLevel::try_new(config.zstd_level).unwrap_or_default())

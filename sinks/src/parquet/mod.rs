@@ -18,7 +18,7 @@ use serde::Deserialize;
 use tokio::runtime::Handle;
 
 pub use destination::{Destination, FileError, LocalDirectory, Unavailable};
-pub use files::{FileOutcome, PartitionedFiles};
+pub use files::{writer_properties, FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
 pub use remote::{ObjectStoreDestination, ObjectStoreOptions, RemoteError, S3Url};
 
