@@ -4,6 +4,8 @@
 //! here from the rows; [`super::incident_html`] renders it.
 
 use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::BTreeSet;
 
 use super::data::Incident;
 use crate::views::rows::{CudaCall, MemoryHeld, Suspect, Xid};
@@ -105,6 +107,7 @@ pub fn attach_calls(incidents: &mut [Incident], calls: &[CudaCall]) {
         .enumerate()
         .map(|(i, incident)| (incident.id.clone(), i))
         .collect();
+    let before = StartsByProcess::new(incidents);
     for call in calls {
         let owner = call.incident_id.as_deref().and_then(|id| by_id.get(id));
         if call.flight_recorder {
@@ -119,8 +122,8 @@ pub fn attach_calls(incidents: &mut [Incident], calls: &[CudaCall]) {
         match owner {
             Some(&i) => incidents[i].detail.failed.push(call.clone()),
             None => {
-                for incident in incidents.iter_mut().filter(|i| shortly_before(i, call)) {
-                    incident.detail.failed.push(call.clone());
+                for i in before.incidents_of(call) {
+                    incidents[i].detail.failed.push(call.clone());
                 }
             }
         }
@@ -139,16 +142,129 @@ pub fn attach_calls(incidents: &mut [Incident], calls: &[CudaCall]) {
     }
 }
 
-/// A failed call without an incident id of one of `incident`'s processes, on its host, in the
-/// [`FAILURES_BEFORE_NS`] up to its first XID.
-fn shortly_before(incident: &Incident, call: &CudaCall) -> bool {
-    let start = incident
-        .detail
-        .xids
-        .first()
-        .map_or(incident.root.time_ns, |x| x.time_ns);
-    call.host == incident.gpu.0
-        && incident.detail.processes.iter().any(|p| p.pid == call.pid)
-        && call.time_ns <= start
-        && call.time_ns >= start.saturating_sub(FAILURES_BEFORE_NS)
+/// Each incident's start (its first XID) by the host and pid of each of its processes, to find
+/// the incidents a failed call without an incident id belongs to: one of their processes, on
+/// their host, in the [`FAILURES_BEFORE_NS`] up to the start. Looked up per call, not compared
+/// with every incident (a fleet's day has tens of thousands of each).
+struct StartsByProcess {
+    /// host -> pid -> (start, incident index), by start.
+    starts: BTreeMap<String, BTreeMap<i32, Vec<(i64, usize)>>>,
+}
+
+impl StartsByProcess {
+    fn new(incidents: &[Incident]) -> Self {
+        let mut starts: BTreeMap<String, BTreeMap<i32, Vec<(i64, usize)>>> = BTreeMap::new();
+        for (index, incident) in incidents.iter().enumerate() {
+            let start = incident
+                .detail
+                .xids
+                .first()
+                .map_or(incident.root.time_ns, |x| x.time_ns);
+            let host = starts.entry(incident.gpu.0.clone()).or_default();
+            for process in &incident.detail.processes {
+                let entries = host.entry(process.pid).or_default();
+                if !entries.contains(&(start, index)) {
+                    entries.push((start, index));
+                }
+            }
+        }
+        for entries in starts.values_mut().flat_map(BTreeMap::values_mut) {
+            entries.sort_unstable();
+        }
+        Self { starts }
+    }
+
+    /// The incidents `call` is shortly before, in incident order.
+    fn incidents_of(&self, call: &CudaCall) -> Vec<usize> {
+        let entries = self
+            .starts
+            .get(call.host.as_str())
+            .and_then(|pids| pids.get(&call.pid));
+        let Some(entries) = entries else {
+            return Vec::new();
+        };
+        let latest = call.time_ns.saturating_add(FAILURES_BEFORE_NS);
+        let first = entries.partition_point(|(start, _)| *start < call.time_ns);
+        let mut found: Vec<usize> = entries[first..]
+            .iter()
+            .take_while(|(start, _)| *start <= latest)
+            .map(|(_, index)| *index)
+            .collect();
+        found.sort_unstable();
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::{cuda_batch, cuda_row, xid_batch, xid_record};
+    use crate::views::report::data;
+    use crate::views::rows;
+    use crate::{AccountingTotals, TimeRange};
+
+    const S: i64 = 1_000_000_000;
+
+    /// A failed call without an incident id lands on every incident of its host and process
+    /// whose first XID is at or after it and at most `FAILURES_BEFORE_NS` after it; on none
+    /// other (the boundaries, another host, another process, after the XID).
+    #[test]
+    fn unlinked_failures_land_on_exactly_the_incidents_shortly_after_them() {
+        // A and B on node-a (B 30 s after A), C on node-b; pid 100 in each.
+        let mut xids = rows::xids(&[xid_batch(&[
+            xid_record(100 * S, 31, "0000:3b:00.0", "error", "a"),
+            xid_record(130 * S, 31, "0000:86:00.0", "error", "b"),
+            xid_record(100 * S, 79, "0000:3b:00.0", "fatal", "c"),
+        ])]);
+        let c = xids.iter_mut().find(|x| x.code == 79).expect("C's XID");
+        c.host = "node-b".into();
+        c.incident_id = Some("node-b/c".into());
+        let calls_at = [
+            ("node-a", 100, 40 * S),      // A's first moment
+            ("node-a", 100, 40 * S - 1),  // a nanosecond too early for A
+            ("node-a", 100, 100 * S),     // at A's XID: A and B
+            ("node-a", 100, 130 * S + 1), // after B
+            ("node-b", 100, 70 * S),      // C
+            ("node-a", 101, 100 * S),     // another process
+        ];
+        let calls: Vec<CudaCall> = calls_at
+            .iter()
+            .map(|(host, pid, t)| {
+                let row = cuda_row(*t, "cuCtxSynchronize", 700, 1_000);
+                let mut call = rows::cuda_calls(&[cuda_batch(&[row])]).remove(0);
+                call.host = (*host).into();
+                call.pid = *pid;
+                call.incident_id = None;
+                call
+            })
+            .collect();
+        let since = chrono::DateTime::from_timestamp_nanos(0);
+        let range = TimeRange::new(since, since + chrono::Duration::seconds(200)).unwrap();
+        let data = data::without_functions(
+            "/data".into(),
+            range,
+            &calls,
+            &xids,
+            data::Totals::default(),
+            BTreeSet::new(),
+            AccountingTotals::default(),
+        );
+        let failed = |root_ns: i64, host: &str| -> Vec<(String, i64)> {
+            let incident = data
+                .incidents
+                .iter()
+                .find(|i| i.root.time_ns == root_ns && i.gpu.0 == host)
+                .expect("incident");
+            incident
+                .detail
+                .failed
+                .iter()
+                .map(|c| (c.host.clone(), c.time_ns))
+                .collect()
+        };
+        let a = |t: i64| ("node-a".to_string(), t);
+        assert_eq!(failed(100 * S, "node-a"), [a(40 * S), a(100 * S)]);
+        assert_eq!(failed(130 * S, "node-a"), [a(100 * S)]);
+        assert_eq!(failed(100 * S, "node-b"), [("node-b".to_string(), 70 * S)]);
+    }
 }
