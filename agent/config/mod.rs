@@ -128,7 +128,11 @@ pub const RENAMED_KEYS: &[(&str, &str)] =
 
 /// The renamed keys `text` still uses, each as (line, old path, new path).
 pub fn renamed_keys_used(text: &str) -> Vec<(usize, &'static str, &'static str)> {
-    let lines = parse::Lines::of(text);
+    renamed_keys_in(&parse::Lines::of(text))
+}
+
+/// The renamed keys a parsed document still uses.
+fn renamed_keys_in(lines: &parse::Lines) -> Vec<(usize, &'static str, &'static str)> {
     RENAMED_KEYS
         .iter()
         .filter_map(|(old, new)| lines.line_of_key(old).map(|line| (line, *old, *new)))
@@ -172,7 +176,7 @@ impl Config {
         if host {
             problems.extend(host::problems(&config, &document.lines));
         }
-        for (line, old, new) in renamed_keys_used(text) {
+        for (line, old, new) in renamed_keys_in(&document.lines) {
             tracing::warn!(
                 origin = %origin.display(),
                 line,

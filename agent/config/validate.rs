@@ -83,13 +83,19 @@ impl<'a> Report<'a> {
         }
     }
 
-    /// A problem with `key` (a dotted path such as `sources.cuda.ring_size_mib`).
+    /// A problem with `key` (a dotted path such as `sources.cuda.ring_size_mib`), named as the
+    /// file writes it: a renamed key the file still gives under its old name
+    /// ([`super::RENAMED_KEYS`]) is reported under that name.
     pub fn add(&mut self, table: &str, key: &str, message: impl Into<String>) {
         let path = if table.is_empty() {
             key.to_string()
         } else {
             format!("{table}.{key}")
         };
+        let path = super::RENAMED_KEYS
+            .iter()
+            .find(|(old, new)| *new == path && self.lines.line_of_key(old).is_some())
+            .map_or(path, |(old, _)| (*old).to_string());
         self.problems.push(Problem {
             line: self.lines.find(&path),
             key: path,
@@ -194,19 +200,9 @@ impl Config {
             report.add("agent", "state_dir", "must not be empty");
         }
         let agent = &self.agent;
-        // Reported under the name the file uses (the old one is still read).
-        let interval_key = if report
-            .lines
-            .line_of_key("agent.stats_interval_secs")
-            .is_some()
-        {
-            "stats_interval_secs"
-        } else {
-            "progress_interval_secs"
-        };
         report.range(
             "agent",
-            interval_key,
+            "progress_interval_secs",
             agent.progress_interval_secs,
             0..=86_400,
         );
