@@ -3,11 +3,13 @@
 //! through gpuship's readers and through DuckDB), closed hours rewritten into one sorted file
 //! each, open hours, other files and the accounting documents untouched, readers exact while a
 //! run is under way. The kill-at-every-phase tests are in `lake_compact/phases.rs`, the S3 one
-//! in `lake_compact/s3.rs`, the Iceberg tables' in `lake_compact/iceberg.rs`.
+//! in `lake_compact/s3.rs`, the Iceberg tables' in `lake_compact/iceberg.rs`, the hourly roll-up of
+//! `cuda_stats` in `lake_compact/rollup.rs`.
 
 mod fixture;
 mod iceberg;
 mod phases;
+mod rollup;
 mod s3;
 
 use std::path::Path;

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use object_store::ObjectMeta;
 
+use crate::compact::marker::Marker;
+use crate::compact::rollup::{rollup_folder, ROLLED_UP_TABLE};
 use crate::compact::rule::{self, HourFolder};
 use crate::partition;
 use crate::range::TimeRange;
@@ -29,6 +31,9 @@ pub struct Inventory {
     pub ignored: usize,
     /// Files and folders that could not be listed or opened, with why.
     pub unreadable: Vec<Unreadable>,
+    /// Compacted `cuda_stats` files left out because their hour's roll-up was read instead
+    /// ([`take_rolled_up`]).
+    pub rolled_up: usize,
 }
 
 /// The largest footer (Parquet metadata) read: gpuship's files have footers of a few KiB.
@@ -76,6 +81,28 @@ pub fn take(
     table: &str,
     range: &TimeRange,
 ) -> Result<Inventory, anyhow::Error> {
+    take_hours(storage, table, range, false)
+}
+
+/// The files of `cuda_stats` for `range`, its hourly roll-up ([`crate::compact::rollup`]) in
+/// place of the compacted files it sums wherever the range covers the hour whole: the same
+/// counts and histograms per process, function and result, in a 360th of the rows, but one row
+/// per hour, so only for the readers that add rows up (the report's per-function statistics).
+/// A roll-up file that is missing or of another size than its marker says is logged and the
+/// compacted files are read instead.
+pub fn take_rolled_up(
+    storage: &dyn LakeStorage,
+    range: &TimeRange,
+) -> Result<Inventory, anyhow::Error> {
+    take_hours(storage, ROLLED_UP_TABLE, range, true)
+}
+
+fn take_hours(
+    storage: &dyn LakeStorage,
+    table: &str,
+    range: &TimeRange,
+    rollups: bool,
+) -> Result<Inventory, anyhow::Error> {
     use anyhow::Context;
     let mut inventory = Inventory::default();
     let mut in_range = Vec::new();
@@ -108,7 +135,10 @@ pub fn take(
     }
     let mut markers = fetch_markers(storage, &in_range);
     for hour in &in_range {
-        take_hour(storage, hour, &mut markers, &mut inventory);
+        let whole = rollups
+            && partition::span_of(&format!("{}/", hour.folder))
+                .is_some_and(|(start, end)| range.since() <= start && end <= range.until());
+        take_hour(storage, hour, &mut markers, &mut inventory, whole);
     }
     Ok(inventory)
 }
@@ -185,12 +215,14 @@ fn fetch_markers(
 
 /// The files a reader reads of one hour folder, by the compaction rule ([`rule`]): committed
 /// compacted files instead of the agents' files they replaced, never a compacted file that no
-/// committed marker names.
+/// committed marker names; with `rollups`, each marker's roll-up instead of its compacted files
+/// where it has a whole one.
 fn take_hour(
     storage: &dyn LakeStorage,
     hour: &HourFolder,
     fetched: &mut HashMap<String, Result<Bytes, String>>,
     inventory: &mut Inventory,
+    rollups: bool,
 ) {
     let (markers, damaged) = rule::load_markers(hour, |key| {
         fetched
@@ -204,8 +236,19 @@ fn take_hour(
             error: format!("compaction marker not used: {}", marker.reason),
         });
     }
-    let visible = hour.visible(&markers);
+    let mut visible = hour.visible(&markers);
     inventory.ignored += visible.replaced + visible.uncommitted;
+    if rollups {
+        for marker in &markers {
+            if let Some(files) = whole_rollup(storage, hour, marker) {
+                let outputs: Vec<String> =
+                    marker.outputs.iter().map(|o| hour.key(&o.name)).collect();
+                visible.read.retain(|key| !outputs.contains(key));
+                inventory.rolled_up += outputs.len();
+                inventory.files.extend(files);
+            }
+        }
+    }
     for key in visible.read {
         match storage
             .stat(&key)
@@ -219,6 +262,42 @@ fn take_hour(
                 tracing::warn!(file = %key, %error, "skipping a file that cannot be read");
                 inventory.unreadable.push(Unreadable { key, error });
             }
+        }
+    }
+}
+
+/// The roll-up files of `marker`, each there with the size it names and a sound footer; `None`
+/// (logged when it had some) to read its compacted files instead.
+fn whole_rollup(
+    storage: &dyn LakeStorage,
+    hour: &HourFolder,
+    marker: &Marker,
+) -> Option<Vec<ObjectMeta>> {
+    let folder = rollup_folder(&hour.folder)?;
+    if marker.rollups.is_empty() {
+        return None;
+    }
+    let checked: Result<Vec<ObjectMeta>, String> = marker
+        .rollups
+        .iter()
+        .map(|rollup| {
+            let key = format!("{folder}/{}", rollup.name);
+            let meta = storage.stat(&key).map_err(|e| format!("{key}: {e}"))?;
+            if meta.size != rollup.size {
+                return Err(format!(
+                    "{key} holds {} bytes, its marker says {}",
+                    meta.size, rollup.size
+                ));
+            }
+            check_footer(storage, &key, meta.size).map_err(|e| format!("{key}: {e}"))?;
+            Ok(meta)
+        })
+        .collect();
+    match checked {
+        Ok(files) => Some(files),
+        Err(error) => {
+            tracing::warn!(hour = %hour.folder, %error, "an hourly roll-up cannot be used; its compacted files are read instead");
+            None
         }
     }
 }

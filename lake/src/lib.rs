@@ -166,7 +166,25 @@ impl Lake {
             kinds,
             *range,
             self.limits,
-            self.from_iceberg,
+            (self.from_iceberg, false),
+        )
+    }
+
+    /// [`tables`](Self::tables), `cuda_stats` read from its hourly roll-up in the compacted
+    /// hours the range covers whole (one row per process, function and result per hour:
+    /// [`compact::rollup`]). For readers that only add its rows up; the Iceberg tables have no
+    /// roll-up, so with [`from_iceberg`](Self::from_iceberg) this is `tables`.
+    pub fn tables_rolled_up(
+        &self,
+        kinds: &[EventKind],
+        range: &TimeRange,
+    ) -> anyhow::Result<LakeRead<'_>> {
+        LakeRead::new(
+            self.storage.as_ref(),
+            kinds,
+            *range,
+            self.limits,
+            (self.from_iceberg, true),
         )
     }
 

@@ -58,18 +58,22 @@ impl std::fmt::Debug for LakeRead<'_> {
 }
 
 impl<'a> LakeRead<'a> {
-    /// Lists `kinds` for `range` in `storage` and registers them as tables.
+    /// Lists `kinds` for `range` in `storage` and registers them as tables: from the Iceberg
+    /// tables' current snapshots, or from the folders, `cuda_stats` from its hourly roll-up
+    /// where it has one with `rollups` ([`inventory::take_rolled_up`]).
     pub(crate) fn new(
         storage: &'a dyn LakeStorage,
         kinds: &[EventKind],
         range: TimeRange,
         limits: Limits,
-        from_iceberg: bool,
+        (from_iceberg, rollups): (bool, bool),
     ) -> anyhow::Result<Self> {
         let mut tables = Vec::with_capacity(kinds.len());
         for &kind in kinds {
             let inventory = if from_iceberg {
                 inventory::take_iceberg(storage, kind, &range)?
+            } else if rollups && kind == EventKind::CudaStats {
+                inventory::take_rolled_up(storage, &range)?
             } else {
                 inventory::take(storage, kind.as_str(), &range)?
             };
@@ -118,13 +122,41 @@ impl<'a> LakeRead<'a> {
         start: impl Fn() -> A,
         step: impl FnMut(&mut A, RecordBatch),
     ) -> Result<A, QueryError> {
-        self.fold_in_plans(FILES_PER_PLAN, table, sql, start, step)
+        self.fold_with(FILES_PER_PLAN, false, table, sql, start, step)
+    }
+
+    /// [`fold`](Self::fold) for a filter that keeps few rows: the engine evaluates it while
+    /// decoding ([`Engine::filter_while_decoding`]), so the other columns are decoded only for
+    /// the rows it keeps.
+    pub fn fold_selective<A>(
+        &mut self,
+        table: EventKind,
+        sql: &str,
+        start: impl Fn() -> A,
+        step: impl FnMut(&mut A, RecordBatch),
+    ) -> Result<A, QueryError> {
+        self.fold_with(FILES_PER_PLAN, true, table, sql, start, step)
     }
 
     /// [`fold`](Self::fold) with `files_per_plan` files per plan.
+    #[cfg(test)]
     pub(crate) fn fold_in_plans<A>(
         &mut self,
         files_per_plan: usize,
+        table: EventKind,
+        sql: &str,
+        start: impl Fn() -> A,
+        step: impl FnMut(&mut A, RecordBatch),
+    ) -> Result<A, QueryError> {
+        self.fold_with(files_per_plan, false, table, sql, start, step)
+    }
+
+    /// The fold, over `files_per_plan` files per plan, filtering while decoding when
+    /// `selective`.
+    fn fold_with<A>(
+        &mut self,
+        files_per_plan: usize,
+        selective: bool,
         table: EventKind,
         sql: &str,
         start: impl Fn() -> A,
@@ -142,13 +174,19 @@ impl<'a> LakeRead<'a> {
                     .map_err(|err| QueryError::Execution(err.to_string()))
             };
             let mut folded = start();
-            for plan in files.chunks(files_per_plan.max(1)) {
-                register(engine, plan)?;
-                engine.for_each_batch(sql, |batch| step(&mut folded, batch))?;
-            }
-            // The table again with all its files, for the queries after this one.
+            engine.filter_while_decoding(selective);
+            let mut scan = || -> Result<(), QueryError> {
+                for plan in files.chunks(files_per_plan.max(1)) {
+                    register(engine, plan)?;
+                    engine.for_each_batch(sql, |batch| step(&mut folded, batch))?;
+                }
+                Ok(())
+            };
+            let scanned = scan();
+            // The table again with all its files, as other queries read it.
+            engine.filter_while_decoding(false);
             register(engine, files)?;
-            Ok(folded)
+            scanned.map(|()| folded)
         })
     }
 

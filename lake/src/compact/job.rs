@@ -14,8 +14,9 @@ use tokio::runtime::Runtime;
 use super::marker::{marker_name, Marker, FORMAT};
 use super::phase::{Pauser, Phase};
 use super::plan::{plan_hour, HourPlan, Rules};
+use super::rollup::{rollup_folder, ROLLUP_PREFIX};
 use super::rule::{load_markers, name_of, HourFolder};
-use super::write::Writer;
+use super::write::{RollupFiles, Writer};
 use super::Summary;
 use crate::storage::LakeStorage;
 
@@ -70,8 +71,12 @@ impl Job<'_> {
             return Ok(markers);
         }
         self.pauser.reached(Phase::Listed);
+        // Roll-ups first: a killed run completes its roll-up files after its compacted files,
+        // so while a roll-up leftover is there, so is a compacted one, and the hour has work.
+        let rollup_debris = self.rollup_debris(hour, &markers)?;
+        self.delete(&rollup_debris)?;
         self.delete(&plan.debris)?;
-        summary.debris += plan.debris.len();
+        summary.debris += rollup_debris.len() + plan.debris.len();
         let mut retire = plan.retire.clone();
         let mut markers = markers;
         if !plan.outputs.is_empty() {
@@ -98,6 +103,36 @@ impl Job<'_> {
         Ok(markers)
     }
 
+    /// The roll-up files of a `cuda_stats` hour that no committed marker names (complete or
+    /// not): what a killed run left.
+    fn rollup_debris(&self, hour: &HourFolder, markers: &[Marker]) -> anyhow::Result<Vec<String>> {
+        let Some(folder) = rollup_folder(&hour.folder) else {
+            return Ok(Vec::new());
+        };
+        let listing = self
+            .storage
+            .list(&format!("{folder}/"))
+            .with_context(|| format!("listing {folder}"))?;
+        if let Some(unreadable) = listing.unreadable.first() {
+            anyhow::bail!("listing {}: {}", unreadable.key, unreadable.error);
+        }
+        let named: std::collections::HashSet<&str> = markers
+            .iter()
+            .flat_map(|m| m.rollups.iter().map(|r| r.name.as_str()))
+            .collect();
+        Ok(listing
+            .keys
+            .into_iter()
+            .filter(|key| {
+                let name = name_of(key);
+                key.rsplit_once('/')
+                    .is_some_and(|(parent, _)| parent == folder)
+                    && name.starts_with(ROLLUP_PREFIX)
+                    && !named.contains(name)
+            })
+            .collect())
+    }
+
     /// Writes the plan's compacted files, then the marker that commits them.
     fn compact(&mut self, hour: &HourFolder, plan: &HourPlan) -> anyhow::Result<Marker> {
         let mut writer = Writer {
@@ -108,6 +143,7 @@ impl Job<'_> {
             part_size: self.part_size,
             run: self.run.clone(),
             pauser: self.pauser,
+            rollup: rollup_folder(&hour.folder).map(RollupFiles::new),
         };
         let mut outputs = Vec::new();
         let mut rows_read = 0;
@@ -117,6 +153,7 @@ impl Job<'_> {
             outputs.extend(written);
             rows_read += rows;
         }
+        let rollups = writer.finish_rollups()?;
         let rows: u64 = outputs.iter().map(|o| o.rows).sum();
         anyhow::ensure!(
             rows == rows_read,
@@ -134,6 +171,7 @@ impl Job<'_> {
                 .sources()
                 .map(|(k, _)| name_of(k).to_string())
                 .collect(),
+            rollups,
         };
         let key = hour.key(&marker_name(&self.run));
         self.runtime

@@ -46,6 +46,11 @@ pub struct Marker {
     pub outputs: Vec<Output>,
     /// The agents' files whose rows the outputs hold, in the same folder.
     pub sources: Vec<String>,
+    /// For a `cuda_stats` hour: the hourly roll-up of the outputs' rows, in the hour's
+    /// `cuda_stats_hourly` folder ([`super::rollup`]). Empty for other tables and for markers
+    /// written before the roll-up existed (they have no such field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollups: Vec<Output>,
 }
 
 /// A marker that cannot be used.
@@ -82,6 +87,11 @@ impl Marker {
                     "{:?} is not a compacted file",
                     output.name
                 )));
+            }
+        }
+        for rollup in &marker.rollups {
+            if !super::rollup::is_rollup(&rollup.name) {
+                return Err(damaged(format!("{:?} is not a roll-up file", rollup.name)));
             }
         }
         for source in &marker.sources {
@@ -179,6 +189,7 @@ mod tests {
                 rows: 5,
             }],
             sources: vec!["part-node-a-0123456789abcdef0123456789abcdef.parquet".into()],
+            rollups: Vec::new(),
         }
     }
 

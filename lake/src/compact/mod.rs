@@ -39,6 +39,7 @@ pub mod lock;
 pub mod marker;
 pub mod phase;
 pub mod plan;
+pub mod rollup;
 pub mod rule;
 mod upload;
 pub mod write;

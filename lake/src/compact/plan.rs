@@ -280,6 +280,7 @@ mod tests {
                 rows: 1,
             }],
             sources: vec![name_of(&part("a", 1)).to_string()],
+            rollups: Vec::new(),
         };
         let hour = HourFolder::classify(
             FOLDER,

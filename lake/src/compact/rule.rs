@@ -162,6 +162,7 @@ mod tests {
                 })
                 .collect(),
             sources: sources.iter().map(|s| s.to_string()).collect(),
+            rollups: Vec::new(),
         }
     }
 

@@ -4,6 +4,10 @@
 //! and engines skip the rest. Rows of different schemas (agents of different versions) go to
 //! different files, each with its schema and its `gpuship.*` metadata unchanged.
 //!
+//! For a `cuda_stats` hour the rows also go to its hourly roll-up ([`super::rollup`]), written
+//! host by host into `rollup-<run>-<n>.parquet` in the hour's roll-up folder, one file per
+//! schema, completed after the compacted files.
+//!
 //! Memory: a host's rows are held (decoded) until sorted, up to `--sort-memory`; a host with
 //! more is sorted and written in pieces of that size (each piece sorted; the file then holds the
 //! host's rows in several sorted runs). Beside that, the Parquet writer holds one row group
@@ -31,6 +35,7 @@ use tokio::runtime::Runtime;
 use super::marker::{output_name, Output};
 use super::phase::Pauser;
 use super::plan::HostGroup;
+use super::rollup::{rollup_name, HostRollup};
 use super::rule::HourFolder;
 use super::upload::Upload;
 use crate::storage::{get_many, LakeStorage};
@@ -55,6 +60,27 @@ pub struct Writer<'a> {
     pub run: String,
     /// The test hook.
     pub pauser: Pauser,
+    /// The hour's roll-up, for a `cuda_stats` hour.
+    pub rollup: Option<RollupFiles<'a>>,
+}
+
+/// The roll-up of one hour being written: per schema, the current host's groups and the file.
+pub struct RollupFiles<'a> {
+    /// `cuda_stats_hourly/dt=.../hour=HH`.
+    folder: String,
+    per_schema: Vec<(SchemaRef, HostRollup, Option<OpenFile<'a>>)>,
+    next_index: usize,
+}
+
+impl RollupFiles<'_> {
+    /// A roll-up written into `folder`.
+    pub fn new(folder: String) -> Self {
+        Self {
+            folder,
+            per_schema: Vec::new(),
+            next_index: 0,
+        }
+    }
 }
 
 /// A compacted file being written.
@@ -91,6 +117,7 @@ impl<'a> Writer<'a> {
                 // A host's rows are sorted together: the previous host's go out first.
                 if current.is_some_and(|c| c != *group) {
                     self.flush(&mut pending, &mut files, hour, next_index)?;
+                    self.end_host()?;
                 }
                 current = Some(*group);
                 let data = data.map_err(anyhow::Error::msg)?;
@@ -109,21 +136,11 @@ impl<'a> Writer<'a> {
             }
         }
         self.flush(&mut pending, &mut files, hour, next_index)?;
-        let mut outputs = Vec::new();
-        for (_, file) in files {
-            let upload = file
-                .writer
-                .into_inner()
-                .with_context(|| format!("finishing {}", hour.key(&file.name)))?;
-            let size = upload
-                .finish()
-                .with_context(|| format!("completing {}", hour.key(&file.name)))?;
-            outputs.push(Output {
-                name: file.name,
-                size,
-                rows: file.rows,
-            });
-        }
+        self.end_host()?;
+        let outputs = files
+            .into_iter()
+            .map(|(_, file)| finish(file, &hour.folder))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok((outputs, rows_read))
     }
 
@@ -143,24 +160,8 @@ impl<'a> Writer<'a> {
                 None => {
                     let name = output_name(&self.run, *next_index);
                     *next_index += 1;
-                    let path = object_store::path::Path::from(hour.key(&name));
-                    let upload = Upload::new(
-                        self.store.clone(),
-                        self.runtime,
-                        path,
-                        self.part_size,
-                        self.pauser,
-                    );
-                    let writer =
-                        ArrowWriter::try_new(upload, schema.clone(), Some(properties(&schema)))?;
-                    files.push((
-                        schema.clone(),
-                        OpenFile {
-                            name,
-                            writer,
-                            rows: 0,
-                        },
-                    ));
+                    let file = self.open(&hour.folder, name, &schema)?;
+                    files.push((schema.clone(), file));
                     files.len() - 1
                 }
             };
@@ -169,10 +170,105 @@ impl<'a> Writer<'a> {
                 .write(&sorted)
                 .with_context(|| format!("writing {}", hour.key(&file.name)))?;
             file.rows += sorted.num_rows() as u64;
+            if let Some(rollup) = self.rollup.as_mut() {
+                rollup.add(&schema, &sorted)?;
+            }
         }
         pending.bytes = 0;
         Ok(())
     }
+
+    /// Starts the file `name` in `folder`.
+    fn open(&self, folder: &str, name: String, schema: &SchemaRef) -> anyhow::Result<OpenFile<'a>> {
+        let path = object_store::path::Path::from(format!("{folder}/{name}"));
+        let upload = Upload::new(
+            self.store.clone(),
+            self.runtime,
+            path,
+            self.part_size,
+            self.pauser,
+        );
+        let writer = ArrowWriter::try_new(upload, schema.clone(), Some(properties(schema)))?;
+        Ok(OpenFile {
+            name,
+            writer,
+            rows: 0,
+        })
+    }
+
+    /// Writes the roll-up rows of the host just done.
+    fn end_host(&mut self) -> anyhow::Result<()> {
+        let Some(mut rollup) = self.rollup.take() else {
+            return Ok(());
+        };
+        let result = (|| -> anyhow::Result<()> {
+            for (schema, host, file) in &mut rollup.per_schema {
+                let Some(rows) = host.drain()? else { continue };
+                if file.is_none() {
+                    let name = rollup_name(&self.run, rollup.next_index);
+                    rollup.next_index += 1;
+                    *file = Some(self.open(&rollup.folder, name, schema)?);
+                }
+                let file = file.as_mut().expect("opened just above");
+                file.writer
+                    .write(&rows)
+                    .with_context(|| format!("writing {}/{}", rollup.folder, file.name))?;
+                file.rows += rows.num_rows() as u64;
+            }
+            Ok(())
+        })();
+        self.rollup = Some(rollup);
+        result
+    }
+
+    /// Completes the roll-up files (after every output of the hour is written) and returns
+    /// them; none for an hour without a roll-up.
+    pub fn finish_rollups(&mut self) -> anyhow::Result<Vec<Output>> {
+        self.end_host()?;
+        let Some(rollup) = self.rollup.take() else {
+            return Ok(Vec::new());
+        };
+        let mut outputs = Vec::new();
+        for (_, _, file) in rollup.per_schema {
+            if let Some(file) = file {
+                outputs.push(finish(file, &rollup.folder)?);
+            }
+        }
+        Ok(outputs)
+    }
+}
+
+impl RollupFiles<'_> {
+    /// Adds sorted rows of `schema` to the current host's roll-up.
+    fn add(&mut self, schema: &SchemaRef, rows: &RecordBatch) -> anyhow::Result<()> {
+        let position = match self.per_schema.iter().position(|(s, _, _)| s == schema) {
+            Some(position) => position,
+            None => {
+                let rollup = HostRollup::new(schema.clone());
+                self.per_schema.push((schema.clone(), rollup, None));
+                self.per_schema.len() - 1
+            }
+        };
+        self.per_schema[position].1.add(rows)?;
+        Ok(())
+    }
+}
+
+/// Completes `file` (in `folder`) and says what it holds.
+fn finish(file: OpenFile<'_>, folder: &str) -> anyhow::Result<Output> {
+    let key = format!("{folder}/{}", file.name);
+    let upload = file
+        .writer
+        .into_inner()
+        .with_context(|| format!("finishing {key}"))?;
+    let size = upload
+        .finish()
+        .with_context(|| format!("completing {key}"))?;
+    Ok(Output {
+        name: file.name,
+        size,
+        rows: file.rows,
+    })
 }
 
 /// Agents' files fetched at once (on S3 each is a request of tens of milliseconds) ...
@@ -269,63 +365,4 @@ fn properties(schema: &SchemaRef) -> WriterProperties {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow_array::{Int64Array, StringArray};
-    use arrow_schema::{DataType, Field, Schema};
-
-    #[test]
-    fn files_are_fetched_in_bounded_chunks_in_order() {
-        let group = |host: &str, sizes: &[u64]| HostGroup {
-            host: host.into(),
-            files: sizes
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (format!("{host}{i}"), *s))
-                .collect(),
-        };
-        let groups = vec![group("a", &[10; 40]), group("b", &[FETCH_BYTES, 1])];
-        let chunks = fetch_chunks(&groups);
-        let lens: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        assert_eq!(
-            lens,
-            [32, 8, 1, 1],
-            "32 files, then the rest of a; b0 alone by size"
-        );
-        assert_eq!(chunks[1][7], (0, "a39"));
-        assert_eq!(chunks[2], [(1, "b0")]);
-        assert_eq!(chunks[3], [(1, "b1")]);
-    }
-
-    #[test]
-    fn rows_sort_by_host_then_time() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("host", DataType::Utf8, false),
-            Field::new("time_ns", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(StringArray::from(vec!["b", "a", "b", "a"])),
-                Arc::new(Int64Array::from(vec![2, 9, 1, 3])),
-            ],
-        )
-        .unwrap();
-        let sorted = sort_rows(&batch).unwrap();
-        let hosts = sorted
-            .column(0)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap();
-        let times = sorted
-            .column(1)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        assert_eq!(
-            hosts.iter().flatten().collect::<Vec<_>>(),
-            ["a", "a", "b", "b"]
-        );
-        assert_eq!(times.values(), &[3, 9, 1, 2]);
-    }
-}
+mod tests;

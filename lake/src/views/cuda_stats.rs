@@ -128,6 +128,14 @@ impl StatsRow<'_> {
         self.result != 0 && !self.entry_only()
     }
 
+    /// Calls `each` with every bucket of the row's histogram (none when it has none).
+    pub fn for_each_bucket(&self, each: impl FnMut(Bucket)) {
+        match self.buckets {
+            RowBuckets::Listed(buckets) => buckets.iter().copied().for_each(each),
+            RowBuckets::InColumn(column, i) => column.iter(i).for_each(each),
+        }
+    }
+
     /// Adds the row's durations (histogram, extremes, sum) to `durations`.
     pub fn add_durations_to(&self, durations: &mut Durations) {
         let extremes = (self.duration_min_ns, self.duration_max_ns);

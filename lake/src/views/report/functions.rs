@@ -85,6 +85,11 @@ fn entry<'m, V: Default>(map: &'m mut foldhash::HashMap<String, V>, key: &str) -
 }
 
 impl Tally {
+    /// Functions counted so far.
+    pub fn functions_seen(&self) -> usize {
+        self.functions.len()
+    }
+
     fn counts(&mut self, function: &str) -> &mut Counts {
         entry(&mut self.functions, function)
     }

@@ -45,7 +45,8 @@ pub fn build(lake: &Lake, range: TimeRange) -> anyhow::Result<(ReportData, Strin
             "report"
         );
     };
-    let mut read = lake.tables(
+    // Every `cuda_stats` row the report reads is added up (sql::cuda_summary).
+    let mut read = lake.tables_rolled_up(
         &[
             EventKind::Xid,
             EventKind::Cuda,

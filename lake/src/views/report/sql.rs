@@ -86,7 +86,8 @@ fn calls_where(read: &mut LakeRead<'_>, condition: &str) -> Result<Vec<CudaCall>
         "SELECT {} FROM cuda WHERE {CALL} AND {condition}",
         select_list(CUDA_CALL_COLUMNS),
     );
-    let mut calls = read.fold(EventKind::Cuda, &sql, Vec::new, |calls, batch| {
+    // Failures are rare: the filter is evaluated while decoding.
+    let mut calls = read.fold_selective(EventKind::Cuda, &sql, Vec::new, |calls, batch| {
         calls.extend(rows::cuda_calls(&[batch]));
     })?;
     calls.sort_by_key(|c| (c.time_ns, c.pid, c.tid));
@@ -228,6 +229,10 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
             }
         },
     )?;
+    tracing::debug!(
+        functions = aggregated.functions_seen(),
+        "report: cuda_stats folded"
+    );
     let mut failure = None;
     let tally = read.fold(
         EventKind::Cuda,
