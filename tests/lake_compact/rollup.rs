@@ -15,7 +15,9 @@ use gpuship_sinks::EventKind;
 
 use super::fixture::{compact, hour_folder, hour_start, lake_binary, names, stderr};
 use super::phases::paused_at;
-use crate::support::lake::duckdb;
+use super::s3::{env as s3_env, upload, BUCKET};
+use crate::support::lake::{duckdb, duckdb_s3};
+use crate::support::peers::Moto;
 
 const SECOND: i64 = 1_000_000_000;
 const FUNCTIONS: [&str; 3] = [
@@ -107,6 +109,15 @@ fn write_stats_lake(root: &Path) {
 /// The report's numbers over `data` for `since..until` (hours ago, whole hours): the count
 /// cards and the per-function table, as the page writes them.
 fn report_numbers(data: &str, since_ago: i64, until_ago: i64, offset_ns: i64) -> String {
+    report_numbers_with(data, (since_ago, until_ago, offset_ns), &[])
+}
+
+/// [`report_numbers`] with `env` (an S3 endpoint and keys).
+fn report_numbers_with(
+    data: &str,
+    (since_ago, until_ago, offset_ns): (i64, i64, i64),
+    env: &[(&str, String)],
+) -> String {
     let since = chrono::DateTime::from_timestamp_nanos(hour_start(since_ago) + offset_ns);
     let until = chrono::DateTime::from_timestamp_nanos(hour_start(until_ago));
     let dir = tempfile::tempdir().expect("tempdir");
@@ -115,6 +126,7 @@ fn report_numbers(data: &str, since_ago: i64, until_ago: i64, offset_ns: i64) ->
         .args(["report", "--data", data, "--since", &since.to_rfc3339()])
         .args(["--until", &until.to_rfc3339(), "-o"])
         .arg(&page)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env_remove("RUST_LOG")
         .output()
         .expect("gpuship-lake report");
@@ -276,4 +288,50 @@ fn killed_before_the_commit_the_complete_rollup_is_deleted_and_written_again() {
 #[test]
 fn killed_after_the_commit_the_rollup_is_kept() {
     killed_at("committed", 1);
+}
+
+#[test]
+fn on_s3_a_killed_runs_rollup_is_replaced_and_the_report_reads_the_committed_one() {
+    let moto = Moto::start(0);
+    moto.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_stats_lake(dir.path());
+    upload(&moto, dir.path());
+    let env = s3_env(&moto);
+    let data = format!("s3://{BUCKET}/fleet");
+    let whole = (4, 2, 0);
+    let before = report_numbers_with(&data, whole, &env);
+
+    // Killed with its roll-up complete and not committed: readers do not count it.
+    let mut child = paused_at(&data, "written", &[], &env);
+    assert_eq!(
+        report_numbers_with(&data, whole, &env),
+        before,
+        "while paused"
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let rerun = compact(&data, &["--retire-after", "0s"], &env);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    assert_eq!(
+        report_numbers_with(&data, whole, &env),
+        before,
+        "after the rerun"
+    );
+
+    let endpoint = format!("127.0.0.1:{}", moto.port);
+    let sql = |table: &str| {
+        format!(
+            "SELECT count(*), sum(calls), sum(duration_sum_ns) \
+             FROM read_parquet('s3://{BUCKET}/fleet/{table}/**/*.parquet')"
+        )
+    };
+    let table = duckdb_s3(&endpoint, &sql("cuda_stats")).remove(0);
+    let rolled = duckdb_s3(&endpoint, &sql("cuda_stats_hourly")).remove(0);
+    assert_eq!(table[0], "2880");
+    assert_eq!(
+        rolled[0], "48",
+        "one roll-up per hour: the killed run's is gone"
+    );
+    assert_eq!(table[1..], rolled[1..]);
 }

@@ -14,9 +14,9 @@ use super::phases::paused_at;
 use crate::support::lake::duckdb_s3;
 use crate::support::peers::Moto;
 
-const BUCKET: &str = "gpu-lake";
+pub(super) const BUCKET: &str = "gpu-lake";
 
-fn env(moto: &Moto) -> Vec<(&'static str, String)> {
+pub(super) fn env(moto: &Moto) -> Vec<(&'static str, String)> {
     vec![
         ("AWS_ACCESS_KEY_ID", "test".into()),
         ("AWS_SECRET_ACCESS_KEY", "test".into()),
@@ -27,7 +27,7 @@ fn env(moto: &Moto) -> Vec<(&'static str, String)> {
 }
 
 /// Uploads every file under `root` to `s3://gpu-lake/fleet/`.
-fn upload(moto: &Moto, root: &std::path::Path) {
+pub(super) fn upload(moto: &Moto, root: &std::path::Path) {
     let store: Arc<dyn ObjectStore> = Arc::new(
         object_store::aws::AmazonS3Builder::new()
             .with_bucket_name(BUCKET)

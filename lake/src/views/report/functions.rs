@@ -61,10 +61,21 @@ struct Counts {
     durations: Durations,
 }
 
+/// How the successful calls of one (host, pid, function) count, and where its function's
+/// counts are once it has some.
+#[derive(Debug, Clone, Copy)]
+pub struct CallKey {
+    aggregated: bool,
+    slot: Option<usize>,
+}
+
 /// Per-function counts of `cuda_stats` and `cuda` rows, each call once (module doc).
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
-    functions: foldhash::HashMap<String, Counts>,
+    /// function -> its place in `counts`.
+    slots: foldhash::HashMap<String, usize>,
+    /// Per function, in the order first seen.
+    counts: Vec<(String, Counts)>,
     /// function -> host -> pids with `cuda_stats` rows: their successful `cuda` rows are
     /// already counted by the aggregates.
     aggregated: foldhash::HashMap<String, foldhash::HashMap<String, foldhash::HashSet<i32>>>,
@@ -87,11 +98,31 @@ fn entry<'m, V: Default>(map: &'m mut foldhash::HashMap<String, V>, key: &str) -
 impl Tally {
     /// Functions counted so far.
     pub fn functions_seen(&self) -> usize {
-        self.functions.len()
+        self.counts.len()
+    }
+
+    fn slot(&mut self, function: &str) -> usize {
+        if let Some(&slot) = self.slots.get(function) {
+            return slot;
+        }
+        self.counts.push((function.to_string(), Counts::default()));
+        self.slots
+            .insert(function.to_string(), self.counts.len() - 1);
+        self.counts.len() - 1
     }
 
     fn counts(&mut self, function: &str) -> &mut Counts {
-        entry(&mut self.functions, function)
+        let slot = self.slot(function);
+        &mut self.counts[slot].1
+    }
+
+    /// How the calls of `pid` on `host` to `function` count ([`Tally::add_call_as`]): looked up
+    /// once per process and function of a batch instead of once per row.
+    pub fn call_key(&self, host: &str, pid: i32, function: &str) -> CallKey {
+        CallKey {
+            aggregated: !self.aggregated.is_empty() && self.is_aggregated(host, pid, function),
+            slot: self.slots.get(function).copied(),
+        }
     }
 
     /// Adds one `cuda_stats` row. Failed aggregates count nothing: each failed call is a
@@ -133,11 +164,26 @@ impl Tally {
         result: u32,
         entry_only: bool,
     ) {
+        let mut key = self.call_key(host, pid, function);
+        self.add_call_as(&mut key, function, duration_ns, result, entry_only);
+    }
+
+    /// [`Tally::add_call`] with the call's [`CallKey`] (from [`Tally::call_key`] for the same
+    /// host, pid and function), which learns the function's place when it first counts.
+    pub fn add_call_as(
+        &mut self,
+        key: &mut CallKey,
+        function: &str,
+        duration_ns: u64,
+        result: u32,
+        entry_only: bool,
+    ) {
         let failed = result != 0 && !entry_only;
-        if !failed && !self.aggregated.is_empty() && self.is_aggregated(host, pid, function) {
+        if !failed && key.aggregated {
             return;
         }
-        let counts = self.counts(function);
+        let slot = *key.slot.get_or_insert_with(|| self.slot(function));
+        let counts = &mut self.counts[slot].1;
         counts.calls = counts.calls.saturating_add(1);
         if entry_only {
             counts.entry_only += 1;
@@ -154,7 +200,7 @@ impl Tally {
     /// The statistics per function over a range of `seconds`, most called first.
     pub fn finish(self, seconds: f64) -> Vec<FunctionStats> {
         let mut stats: Vec<FunctionStats> = self
-            .functions
+            .counts
             .into_iter()
             .map(|(function, counts)| FunctionStats {
                 calls: counts.calls,

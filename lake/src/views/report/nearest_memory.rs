@@ -13,19 +13,28 @@ use crate::views::rows::{MemoryBatch, MemoryHeld};
 /// Which memory figures of a process (one per GPU) an incident keeps.
 type GpuKey = (i32, Option<i32>, Option<String>);
 
+/// pid -> (incident index, root XID time) of the incidents that name the process on one host.
+type WantedPids = HashMap<i32, Vec<(usize, i64)>>;
+
 /// The nearest rows found so far for a set of incidents.
 #[derive(Debug, Clone, Default)]
 pub struct NearestMemory {
     /// host -> pid -> (incident index, root XID time) of the incidents that name the process.
-    wanted: HashMap<String, HashMap<i32, Vec<(usize, i64)>>>,
+    wanted: HashMap<String, WantedPids>,
     /// Per incident, per (pid, GPU index, GPU UUID): the nearest row seen.
     nearest: Vec<BTreeMap<GpuKey, MemoryHeld>>,
+}
+
+/// Whether a row at `time_ns` is nearer `at` than one at `kept_ns`; of two as near, the earlier.
+fn nearer(time_ns: i64, kept_ns: i64, at: i64) -> bool {
+    let (distance, kept_distance) = (time_ns.abs_diff(at), kept_ns.abs_diff(at));
+    distance < kept_distance || (distance == kept_distance && time_ns < kept_ns)
 }
 
 impl NearestMemory {
     /// What `incidents` need: each one's processes on its host, around its root XID.
     pub fn for_incidents(incidents: &[Incident]) -> Self {
-        let mut wanted: HashMap<String, HashMap<i32, Vec<(usize, i64)>>> = HashMap::new();
+        let mut wanted: HashMap<String, WantedPids> = HashMap::new();
         for (index, incident) in incidents.iter().enumerate() {
             let pids = wanted.entry(incident.gpu.0.clone()).or_default();
             for process in &incident.detail.processes {
@@ -53,14 +62,47 @@ impl NearestMemory {
         pids
     }
 
-    /// Offers every row of `batch`.
+    /// Offers every row of `batch`: the nearest of its rows per incident and GPU is found by
+    /// index first (a batch is one file's rows, sorted by host and time, so each row would
+    /// otherwise beat the one before it and be built), then built and offered once.
     pub fn add_batch(&mut self, batch: &MemoryBatch<'_>) {
+        type Candidate<'b> = (usize, i32, Option<i32>, Option<&'b str>);
+        let mut best: foldhash::HashMap<Candidate<'_>, (i64, i64, usize)> = Default::default();
+        let mut host_run: Option<(&str, Option<&WantedPids>)> = None;
         for i in 0..batch.len() {
             let Some((time_ns, host, pid)) = batch.key(i) else {
                 continue;
             };
+            let pids = match host_run {
+                Some((run, pids)) if run == host => pids,
+                _ => {
+                    let pids = self.wanted.get(host);
+                    host_run = Some((host, pids));
+                    pids
+                }
+            };
+            let Some(incidents) = pids.and_then(|pids| pids.get(&pid)) else {
+                continue;
+            };
             let (gpu_index, gpu_uuid) = batch.gpu(i);
-            self.offer(time_ns, host, pid, (gpu_index, gpu_uuid), || batch.row(i));
+            for &(index, at) in incidents {
+                best.entry((index, pid, gpu_index, gpu_uuid))
+                    .and_modify(|(kept, _, row)| {
+                        if nearer(time_ns, *kept, at) {
+                            (*kept, *row) = (time_ns, i);
+                        }
+                    })
+                    .or_insert((time_ns, at, i));
+            }
+        }
+        for ((index, pid, gpu_index, gpu_uuid), (time_ns, at, i)) in best {
+            let key: GpuKey = (pid, gpu_index, gpu_uuid.map(str::to_string));
+            let kept = self.nearest[index].get(&key);
+            if kept.is_none_or(|kept| nearer(time_ns, kept.time_ns, at)) {
+                if let Some(row) = batch.row(i) {
+                    self.nearest[index].insert(key, row);
+                }
+            }
         }
     }
 
@@ -88,11 +130,8 @@ impl NearestMemory {
         };
         for &(index, at) in incidents {
             let key: GpuKey = (pid, gpu_index, gpu_uuid.map(str::to_string));
-            let nearer = self.nearest[index].get(&key).is_none_or(|kept| {
-                let (distance, kept_distance) = (time_ns.abs_diff(at), kept.time_ns.abs_diff(at));
-                distance < kept_distance || (distance == kept_distance && time_ns < kept.time_ns)
-            });
-            if nearer {
+            let kept = self.nearest[index].get(&key);
+            if kept.is_none_or(|kept| nearer(time_ns, kept.time_ns, at)) {
                 if let Some(row) = row() {
                     self.nearest[index].insert(key, row);
                 }
@@ -214,5 +253,47 @@ mod tests {
             incidents[0].detail.memory,
             [rows[1].clone(), rows[2].clone()]
         );
+    }
+
+    #[test]
+    fn batches_keep_the_nearest_row_and_the_earlier_of_two_as_near_in_any_order() {
+        const S: i64 = 1_000_000_000;
+        let rows = [
+            // Within one batch, and across batches, ties go to the earlier row.
+            vec![
+                held("a", 7, 0, 105 * S, 4),
+                held("a", 7, 0, 95 * S, 2),
+                held("a", 7, 0, 130 * S, 3),
+            ],
+            vec![
+                held("a", 7, 0, 105 * S, 9),
+                held("a", 7, 1, 200 * S, 5),
+                held("a", 7, 0, 80 * S, 1),
+            ],
+        ];
+        let mut incidents = vec![incident("a", 100 * S, &[7]), incident("a", 130 * S, &[7])];
+        let mut from_batches = NearestMemory::for_incidents(&incidents);
+        for part in &rows {
+            let batch = crate::views::fixtures::memory_batch(part);
+            from_batches.add_batch(&MemoryBatch::new(&batch));
+        }
+        let mut from_rows = NearestMemory::for_incidents(&incidents);
+        from_rows.add_rows(&rows.concat());
+        let mut twin = incidents.clone();
+        from_batches.attach(&mut incidents);
+        from_rows.attach(&mut twin);
+        let kept = |incidents: &[Incident], i: usize| -> Vec<(Option<i32>, u64)> {
+            incidents[i]
+                .detail
+                .memory
+                .iter()
+                .map(|m| (m.gpu_index, m.device_bytes))
+                .collect()
+        };
+        assert_eq!(kept(&incidents, 0), [(Some(0), 2), (Some(1), 5)]);
+        assert_eq!(kept(&incidents, 1), [(Some(0), 3), (Some(1), 5)]);
+        for i in 0..2 {
+            assert_eq!(incidents[i].detail.memory, twin[i].detail.memory);
+        }
     }
 }

@@ -26,7 +26,7 @@ use arrow_schema::DataType;
 
 use gpuship_model::EventKind;
 
-use super::functions::{FunctionStats, Tally};
+use super::functions::{CallKey, FunctionStats, Tally};
 use super::nearest_memory::NearestMemory;
 use crate::engine::QueryError;
 use crate::read::LakeRead;
@@ -179,6 +179,10 @@ fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
     let pids = batch.column(5).as_primitive_opt::<Int32Type>();
     let recorded = batch.column(6).as_boolean_opt();
     add_hosts(&mut tally.hosts, hosts);
+    // A batch comes from one file, sorted by host: how a process's calls to a function count
+    // is looked up once per host run, not per row.
+    let mut keys: foldhash::HashMap<(&str, i32), CallKey> = Default::default();
+    let mut keys_host: Option<&str> = None;
     for row in 0..batch.num_rows() {
         if recorded.is_some_and(|r| r.is_valid(row) && r.value(row)) {
             tally.flight_recorded = tally.flight_recorded.saturating_add(1);
@@ -203,7 +207,14 @@ fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
         let duration = durations
             .filter(|d| d.is_valid(row))
             .map_or(0, |d| d.value(row));
-        tally.add_call((host, pid), function, duration, result, entry_only);
+        if keys_host != Some(host) {
+            keys.clear();
+            keys_host = Some(host);
+        }
+        let key = keys
+            .entry((function, pid))
+            .or_insert_with(|| tally.call_key(host, pid, function));
+        tally.add_call_as(key, function, duration, result, entry_only);
     }
     Ok(())
 }
