@@ -358,8 +358,9 @@ mod tests {
         let mut read = lake.tables(&[EventKind::Cuda], &range(10, 10)).unwrap();
 
         let times = read
-            .fold_in_plans(
+            .fold_with(
                 2,
+                false,
                 EventKind::Cuda,
                 "SELECT time_ns FROM cuda",
                 Vec::new,

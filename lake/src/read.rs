@@ -138,22 +138,9 @@ impl<'a> LakeRead<'a> {
         self.fold_with(FILES_PER_PLAN, true, table, sql, start, step)
     }
 
-    /// [`fold`](Self::fold) with `files_per_plan` files per plan.
-    #[cfg(test)]
-    pub(crate) fn fold_in_plans<A>(
-        &mut self,
-        files_per_plan: usize,
-        table: EventKind,
-        sql: &str,
-        start: impl Fn() -> A,
-        step: impl FnMut(&mut A, RecordBatch),
-    ) -> Result<A, QueryError> {
-        self.fold_with(files_per_plan, false, table, sql, start, step)
-    }
-
     /// The fold, over `files_per_plan` files per plan, filtering while decoding when
     /// `selective`.
-    fn fold_with<A>(
+    pub(crate) fn fold_with<A>(
         &mut self,
         files_per_plan: usize,
         selective: bool,
