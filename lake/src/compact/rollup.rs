@@ -83,8 +83,6 @@ struct Key {
 /// One group's sums so far.
 #[derive(Debug, Default)]
 struct Group {
-    /// Its row in the first rows' batches, in creation order.
-    index: usize,
     /// Largest `time` and `time_ns` values (raw).
     last_time: Option<i64>,
     last_time_ns: Option<i64>,
@@ -147,7 +145,10 @@ fn at<T: arrow_array::ArrowPrimitiveType>(
 #[derive(Debug)]
 pub struct HostRollup {
     schema: SchemaRef,
-    groups: foldhash::HashMap<Key, Group>,
+    /// Each group's place in `groups`.
+    index: foldhash::HashMap<Key, usize>,
+    /// The groups, in creation order.
+    groups: Vec<Group>,
     /// The first row of every group, copied out of its batch, in creation order.
     first_rows: Vec<RecordBatch>,
     /// Rows added (counted ones only).
@@ -159,7 +160,8 @@ impl HostRollup {
     pub fn new(schema: SchemaRef) -> Self {
         Self {
             schema,
-            groups: Default::default(),
+            index: Default::default(),
+            groups: Vec::new(),
             first_rows: Vec::new(),
             rows_in: 0,
         }
@@ -182,26 +184,36 @@ impl HostRollup {
         let calls_estimated = u64_column(batch, "calls_estimated");
         let bytes_estimated = u64_column(batch, "bytes_estimated");
         let mut new_rows: Vec<u32> = Vec::new();
+        let mut in_batch: foldhash::HashMap<(&str, Option<&str>, i32, &str, u32), usize> =
+            Default::default();
         for i in 0..rows.len() {
             let Some(row) = rows.row(i) else { continue };
             self.rows_in += 1;
-            let key = Key {
-                host: row.host.to_string(),
-                boot_id: boot_ids
-                    .filter(|b| b.is_valid(i))
-                    .map(|b| b.value(i).to_string()),
-                pid: row.pid,
-                function: row.function.to_string(),
-                result: row.result,
-            };
-            let next_index = self.groups.len();
-            let group = self.groups.entry(key).or_insert_with(|| {
-                new_rows.push(i as u32);
-                Group {
-                    index: next_index,
-                    ..Group::default()
+            let boot_id = boot_ids.filter(|b| b.is_valid(i)).map(|b| b.value(i));
+            // Looked up by the batch's own strings first: a key is built once per group and
+            // batch, not once per row (a fleet's hour has millions of rows).
+            let seen = (row.host, boot_id, row.pid, row.function, row.result);
+            let slot = match in_batch.get(&seen) {
+                Some(&slot) => slot,
+                None => {
+                    let key = Key {
+                        host: row.host.to_string(),
+                        boot_id: boot_id.map(str::to_string),
+                        pid: row.pid,
+                        function: row.function.to_string(),
+                        result: row.result,
+                    };
+                    let next = self.groups.len();
+                    let slot = *self.index.entry(key).or_insert(next);
+                    if slot == next {
+                        new_rows.push(i as u32);
+                        self.groups.push(Group::default());
+                    }
+                    in_batch.insert(seen, slot);
+                    slot
                 }
-            });
+            };
+            let group = &mut self.groups[slot];
             later(
                 &mut group.last_time,
                 times.as_ref().and_then(|t| at(Some(t), i)),
@@ -249,8 +261,8 @@ impl HostRollup {
             return Ok(None);
         }
         let firsts = concat_batches(&self.schema, &std::mem::take(&mut self.first_rows))?;
-        let mut groups: Vec<Group> = std::mem::take(&mut self.groups).into_values().collect();
-        groups.sort_unstable_by_key(|g| g.index);
+        self.index.clear();
+        let groups = std::mem::take(&mut self.groups);
         let mut columns: Vec<ArrayRef> = firsts.columns().to_vec();
         for (position, field) in self.schema.fields().iter().enumerate() {
             let built = summed_column(field.name(), field.data_type(), &groups)?;
