@@ -34,7 +34,22 @@ pub struct Durations {
 impl Durations {
     /// One call of `duration_ns`, counted in the point bucket `bucket_ns`.
     pub fn add_call(&mut self, bucket_ns: u64, duration_ns: u64) {
-        *self.points.entry(bucket_ns).or_default() += 1;
+        self.add_points(bucket_ns, 1);
+        self.add_exact(duration_ns);
+    }
+
+    /// `calls` calls in the point bucket `bucket_ns`, whose durations the caller adds to the
+    /// extremes and the mean with [`Durations::add_exact`] (a caller that counts calls per
+    /// bucket itself adds the counts once).
+    pub fn add_points(&mut self, bucket_ns: u64, calls: u128) {
+        if calls > 0 {
+            *self.points.entry(bucket_ns).or_default() += calls;
+        }
+    }
+
+    /// One call's exact duration, for the extremes and the mean only (its bucket is counted by
+    /// [`Durations::add_points`]).
+    pub fn add_exact(&mut self, duration_ns: u64) {
         self.extremes(Some(duration_ns), Some(duration_ns));
         self.sum_ns += u128::from(duration_ns);
         self.summed += 1;

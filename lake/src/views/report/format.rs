@@ -64,9 +64,8 @@ const TABLED_NS: u64 = 1_000_000_000_000;
 /// bucket of durations the page cannot tell apart. Labels grow with the duration, so each is
 /// one interval of durations, and this is a number to group by instead of a string per row.
 pub fn duration_bucket(ns: u64) -> u64 {
-    if ns < TABLED_NS {
-        let starts = label_starts();
-        return starts[starts.partition_point(|&start| start <= ns) - 1];
+    if let Some(index) = label_index(ns) {
+        return label_start(index);
     }
     let label = duration(ns);
     // The last tabled label may go on past the table.
@@ -82,6 +81,58 @@ pub fn duration_bucket(ns: u64) -> u64 {
         }
     }
     high
+}
+
+/// Labels below [`TABLED_NS`]: how many there are ([`label_index`] is below it).
+pub fn tabled_labels() -> usize {
+    label_starts().len()
+}
+
+/// The place of `ns`'s label among the labels below [`TABLED_NS`], in ascending order (a dense
+/// index to count calls by: [`label_start`] gives its bucket); `None` from [`TABLED_NS`] on.
+/// Constant time: a table indexed by the duration's top ten bits gives a label at most a few
+/// places before the right one (a slot is at most 1/512 of its value wide, a label at least
+/// 1/1000), and the walk from there is short. Called once per CUDA call by the report.
+pub fn label_index(ns: u64) -> Option<usize> {
+    if ns >= TABLED_NS {
+        return None;
+    }
+    let (starts, near) = (label_starts(), label_near());
+    let mut index = near[coarse_slot(ns)] as usize;
+    while index + 1 < starts.len() && starts[index + 1] <= ns {
+        index += 1;
+    }
+    Some(index)
+}
+
+/// The first duration of the label at `index` ([`label_index`]).
+pub fn label_start(index: usize) -> u64 {
+    label_starts()[index]
+}
+
+/// `ns` reduced to its top ten bits and their position: below 1,024 the value itself, above it
+/// `shift * 1024 + (ns >> shift)`, where the second part is in `[512, 1024)`.
+fn coarse_slot(ns: u64) -> usize {
+    let shift = (u64::BITS - ns.leading_zeros()).saturating_sub(10);
+    ((shift as usize) << 10) | (ns >> shift) as usize
+}
+
+/// Per [`coarse_slot`] of a duration below [`TABLED_NS`]: the index of the label of the slot's
+/// smallest duration.
+fn label_near() -> &'static [u32] {
+    static NEAR: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    NEAR.get_or_init(|| {
+        let starts = label_starts();
+        let slots = coarse_slot(TABLED_NS - 1) + 1;
+        (0..slots)
+            .map(|slot| {
+                let (shift, top) = (slot >> 10, (slot & 1023) as u64);
+                let lowest = top << shift;
+                let index = starts.partition_point(|&start| start <= lowest).max(1) - 1;
+                u32::try_from(index).unwrap_or(u32::MAX)
+            })
+            .collect()
+    })
 }
 
 /// The first duration of every label below [`TABLED_NS`], ascending.
@@ -213,5 +264,30 @@ mod tests {
         }
         assert_eq!(duration_bucket(850), 850);
         assert_eq!(duration(duration_bucket(12_345)), "12.3 µs");
+    }
+
+    /// The constant-time index agrees with a search of the whole table at every label's
+    /// edges and around every power of two (where the coarse slots change width).
+    #[test]
+    fn the_label_index_is_the_tabled_search() {
+        let starts = label_starts();
+        let searched = |ns: u64| starts.partition_point(|&start| start <= ns) - 1;
+        let mut samples: Vec<u64> = Vec::new();
+        for &start in starts {
+            samples.extend([start.saturating_sub(1), start, start + 1]);
+        }
+        for bit in 0..40 {
+            let power = 1u64 << bit;
+            samples.extend([power - 1, power, power + 1]);
+        }
+        samples.push(TABLED_NS - 1);
+        for ns in samples {
+            assert_eq!(label_index(ns), Some(searched(ns)), "{ns}");
+            assert_eq!(label_start(searched(ns)), duration_bucket(ns), "{ns}");
+        }
+        assert_eq!(label_index(TABLED_NS), None);
+        assert_eq!(label_index(u64::MAX), None);
+        assert_eq!(tabled_labels(), starts.len());
+        assert_eq!(label_index(0), Some(0));
     }
 }

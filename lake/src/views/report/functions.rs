@@ -59,6 +59,35 @@ struct Counts {
     entry_only: u64,
     aggregated: u64,
     durations: Durations,
+    /// Single calls per label ([`format::label_index`]), added to `durations` at the end: a
+    /// fleet's day has a hundred million calls, and an array slot is cheaper than a map entry.
+    /// Empty until the first call; calls of a duration past the table go to `durations`.
+    labels: Vec<u64>,
+}
+
+impl Counts {
+    /// One call of `duration_ns` in its label's bucket.
+    fn add_duration(&mut self, duration_ns: u64) {
+        let Some(index) = format::label_index(duration_ns) else {
+            let bucket = format::duration_bucket(duration_ns);
+            self.durations.add_call(bucket, duration_ns);
+            return;
+        };
+        if self.labels.is_empty() {
+            self.labels = vec![0; format::tabled_labels()];
+        }
+        self.labels[index] += 1;
+        self.durations.add_exact(duration_ns);
+    }
+
+    /// The durations with the calls counted per label added.
+    fn durations(mut self) -> Durations {
+        for (index, &calls) in self.labels.iter().enumerate() {
+            self.durations
+                .add_points(format::label_start(index), u128::from(calls));
+        }
+        self.durations
+    }
 }
 
 /// How the successful calls of one (host, pid, function) count, and where its function's
@@ -192,9 +221,7 @@ impl Tally {
         if failed {
             counts.errors += 1;
         }
-        counts
-            .durations
-            .add_call(format::duration_bucket(duration_ns), duration_ns);
+        counts.add_duration(duration_ns);
     }
 
     /// The statistics per function over a range of `seconds`, most called first.
@@ -202,20 +229,25 @@ impl Tally {
         let mut stats: Vec<FunctionStats> = self
             .counts
             .into_iter()
-            .map(|(function, counts)| FunctionStats {
-                calls: counts.calls,
-                per_second: if seconds > 0.0 {
-                    counts.calls as f64 / seconds
-                } else {
-                    0.0
-                },
-                errors: counts.errors,
-                mean_ns: counts.durations.mean(),
-                p50_ns: counts.durations.quantile(0.50),
-                p99_ns: counts.durations.quantile(0.99),
-                entry_only: counts.entry_only,
-                aggregated: counts.aggregated,
-                function,
+            .map(|(function, counts)| {
+                let (calls, errors) = (counts.calls, counts.errors);
+                let (entry_only, aggregated) = (counts.entry_only, counts.aggregated);
+                let durations = counts.durations();
+                FunctionStats {
+                    calls,
+                    per_second: if seconds > 0.0 {
+                        calls as f64 / seconds
+                    } else {
+                        0.0
+                    },
+                    errors,
+                    mean_ns: durations.mean(),
+                    p50_ns: durations.quantile(0.50),
+                    p99_ns: durations.quantile(0.99),
+                    entry_only,
+                    aggregated,
+                    function,
+                }
             })
             .collect();
         stats.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.function.cmp(&b.function)));
