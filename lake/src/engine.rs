@@ -13,7 +13,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::config::TableParquetOptions;
 use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::{
@@ -71,8 +71,38 @@ pub struct Engine {
     limits: Limits,
     /// When `limits.timeout` has passed since the engine was made.
     deadline: tokio::time::Instant,
-    /// Tables registered from now on filter rows while decoding ([`Engine::filter_while_decoding`]).
-    filter_while_decoding: bool,
+    /// How tables registered from now on are decoded ([`Engine::decode`]).
+    decoding: Decoding,
+}
+
+/// How the Parquet decoder of a table's scans works, for scans that pay for it; the default
+/// suits every query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Decoding {
+    /// Evaluate a query's filter inside the decoder (DataFusion's `pushdown_filters`): the
+    /// filter's columns first, the others only for the rows it keeps. It pays for a filter
+    /// that keeps few rows of large row groups (the failed calls of a compacted hour: 25 to 40%
+    /// less time for that scan); for the other scans it was slower and held twice the memory
+    /// (docs/performance.md, "Fleet lake").
+    pub filter_while_decoding: bool,
+    /// Text columns as string views (`Utf8View`) instead of `Utf8`: a value is a 16-byte view
+    /// into the page's dictionary (or holds text up to 12 bytes itself) instead of a copy, so a
+    /// fold that reads a few text columns of a hundred million rows decodes them without
+    /// copying a byte of text. The steps of such a fold read `StringViewArray`s.
+    pub text_as_views: bool,
+}
+
+/// `schema` with its top-level `Utf8` columns as `Utf8View`.
+fn with_text_views(schema: SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 => f.as_ref().clone().with_data_type(DataType::Utf8View),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 impl std::fmt::Debug for Engine {
@@ -162,17 +192,13 @@ impl Engine {
             local: None,
             limits,
             deadline,
-            filter_while_decoding: false,
+            decoding: Decoding::default(),
         })
     }
 
-    /// Whether tables registered from now on evaluate a query's filter inside the Parquet
-    /// decoder (DataFusion's `pushdown_filters`): the filter's columns first, the others only
-    /// for the rows it keeps. It pays for a filter that keeps few rows of large row groups (the
-    /// failed calls of a compacted hour: 25 to 40% less time for that scan); for the other
-    /// scans it was slower and held twice the memory (docs/performance.md, "Fleet lake").
-    pub fn filter_while_decoding(&mut self, on: bool) {
-        self.filter_while_decoding = on;
+    /// How tables registered from now on are decoded.
+    pub fn decode(&mut self, decoding: Decoding) {
+        self.decoding = decoding;
     }
 
     /// Starts a new session over `store`, with no tables yet; `local` is the same lake as a
@@ -205,13 +231,18 @@ impl Engine {
     ) -> Result<(), DataFusionError> {
         let mut options = TableParquetOptions::default();
         options.global = self.ctx.copied_config().options().execution.parquet.clone();
-        if self.filter_while_decoding {
+        if self.decoding.filter_while_decoding {
             options.global.pushdown_filters = true;
             options.global.reorder_filters = true;
         }
+        let schema = if self.decoding.text_as_views {
+            with_text_views(table_schema(kind))
+        } else {
+            table_schema(kind)
+        };
         let table = LakeTable::new(
             ObjectStoreUrl::parse(LAKE_URL)?,
-            table_schema(kind),
+            schema,
             options,
             self.local.clone(),
             files,
@@ -326,7 +357,7 @@ fn new_context(partitions: usize, limits: &Limits) -> Result<SessionContext, Dat
     config.options_mut().execution.collect_statistics = false;
     // Filters prune row groups and pages by their statistics. Filtering rows inside the
     // decoder as well (`pushdown_filters`) is only for selective scans
-    // (`Engine::filter_while_decoding`).
+    // (`Decoding::filter_while_decoding`).
     // A lake is many small files (one host-hour of one kind each, tens of KiB): per-file cost
     // dominates, not rows. Page indexes only pay for large row groups, and reading them costs
     // a request and a decode per file.

@@ -360,7 +360,7 @@ mod tests {
         let times = read
             .fold_with(
                 2,
-                false,
+                crate::engine::Decoding::default(),
                 EventKind::Cuda,
                 "SELECT time_ns FROM cuda",
                 Vec::new,

@@ -10,7 +10,7 @@ use arrow_array::RecordBatch;
 use gpuship_model::EventKind;
 use object_store::ObjectMeta;
 
-use crate::engine::{Engine, QueryError};
+use crate::engine::{Decoding, Engine, QueryError};
 use crate::inventory::{self, Inventory};
 use crate::limits::Limits;
 use crate::listed_store::ListedStore;
@@ -122,12 +122,13 @@ impl<'a> LakeRead<'a> {
         start: impl Fn() -> A,
         step: impl FnMut(&mut A, RecordBatch),
     ) -> Result<A, QueryError> {
-        self.fold_with(FILES_PER_PLAN, false, table, sql, start, step)
+        self.fold_with(FILES_PER_PLAN, Decoding::default(), table, sql, start, step)
     }
 
     /// [`fold`](Self::fold) for a filter that keeps few rows: the engine evaluates it while
-    /// decoding ([`Engine::filter_while_decoding`]), so the other columns are decoded only for
-    /// the rows it keeps.
+    /// decoding ([`Decoding::filter_while_decoding`]), so the other columns are decoded only for
+    /// the rows it keeps, and text columns come as string views (as in
+    /// [`fold_text_views`](Self::fold_text_views)).
     pub fn fold_selective<A>(
         &mut self,
         table: EventKind,
@@ -135,15 +136,34 @@ impl<'a> LakeRead<'a> {
         start: impl Fn() -> A,
         step: impl FnMut(&mut A, RecordBatch),
     ) -> Result<A, QueryError> {
-        self.fold_with(FILES_PER_PLAN, true, table, sql, start, step)
+        let decoding = Decoding {
+            filter_while_decoding: true,
+            text_as_views: true,
+        };
+        self.fold_with(FILES_PER_PLAN, decoding, table, sql, start, step)
     }
 
-    /// The fold, over `files_per_plan` files per plan, filtering while decoding when
-    /// `selective`.
+    /// [`fold`](Self::fold) with the table's text columns as string views
+    /// ([`Decoding::text_as_views`]): `step` gets `StringViewArray`s, not `StringArray`s.
+    pub fn fold_text_views<A>(
+        &mut self,
+        table: EventKind,
+        sql: &str,
+        start: impl Fn() -> A,
+        step: impl FnMut(&mut A, RecordBatch),
+    ) -> Result<A, QueryError> {
+        let decoding = Decoding {
+            text_as_views: true,
+            ..Decoding::default()
+        };
+        self.fold_with(FILES_PER_PLAN, decoding, table, sql, start, step)
+    }
+
+    /// The fold, over `files_per_plan` files per plan, decoded as `decoding` says.
     pub(crate) fn fold_with<A>(
         &mut self,
         files_per_plan: usize,
-        selective: bool,
+        decoding: Decoding,
         table: EventKind,
         sql: &str,
         start: impl Fn() -> A,
@@ -161,7 +181,7 @@ impl<'a> LakeRead<'a> {
                     .map_err(|err| QueryError::Execution(err.to_string()))
             };
             let mut folded = start();
-            engine.filter_while_decoding(selective);
+            engine.decode(decoding);
             let mut scan = || -> Result<(), QueryError> {
                 for plan in files.chunks(files_per_plan.max(1)) {
                     register(engine, plan)?;
@@ -171,7 +191,7 @@ impl<'a> LakeRead<'a> {
             };
             let scanned = scan();
             // The table again with all its files, as other queries read it.
-            engine.filter_while_decoding(false);
+            engine.decode(Decoding::default());
             register(engine, files)?;
             scanned.map(|()| folded)
         })

@@ -6,12 +6,11 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{
-    Array, Int32Array, RecordBatch, StringArray, StructArray, UInt32Array, UInt64Array,
-};
+use arrow_array::{Array, Int32Array, RecordBatch, StructArray, UInt32Array, UInt64Array};
 
 use super::histogram::Durations;
 use super::rows::{text, value, Columns, NOT_CAPTURED};
+use super::text::Text;
 
 /// The columns [`cuda_stats`] reads: a query selects these, not `*`.
 pub const CUDA_STATS_COLUMNS: &[&str] = &[
@@ -209,13 +208,13 @@ impl<'a> BucketColumn<'a> {
 /// One batch of `cuda_stats` rows with its columns resolved once.
 pub struct StatsBatch<'a> {
     times: Vec<Option<i64>>,
-    host: Option<&'a StringArray>,
+    host: Option<Text<'a>>,
     interval: Option<&'a UInt64Array>,
     pid: Option<&'a Int32Array>,
-    comm: Option<&'a StringArray>,
-    function: Option<&'a StringArray>,
+    comm: Option<Text<'a>>,
+    function: Option<Text<'a>>,
     result: Option<&'a UInt32Array>,
-    result_name: Option<&'a StringArray>,
+    result_name: Option<Text<'a>>,
     calls: Option<&'a UInt64Array>,
     bytes_sum: Option<&'a UInt64Array>,
     durations: [Option<&'a UInt64Array>; 3],
@@ -252,8 +251,7 @@ impl<'a> StatsBatch<'a> {
 
     /// Row `i` borrowed; None without a time, pid, function or call count.
     pub fn row(&self, i: usize) -> Option<StatsRow<'_>> {
-        let text =
-            |column: Option<&'a StringArray>| column.filter(|c| c.is_valid(i)).map(|c| c.value(i));
+        let text = |column: Option<Text<'a>>| column.filter(|c| c.is_valid(i)).map(|c| c.value(i));
         self.times[i]?;
         let [sum, min, max] = self.durations.map(|column| value(column, i));
         Some(StatsRow {

@@ -14,6 +14,7 @@ pub mod histogram;
 pub mod query;
 pub mod report;
 pub mod rows;
+pub mod text;
 pub mod trace;
 
 use std::io::Write;

@@ -5,9 +5,9 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType, UInt32Type, UInt64Type};
-use arrow_array::{
-    Array, ArrowPrimitiveType, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
-};
+use arrow_array::{Array, ArrowPrimitiveType, BooleanArray, PrimitiveArray, RecordBatch};
+
+use super::text::Text;
 
 mod driver;
 mod memory;
@@ -138,8 +138,8 @@ impl<'a> Columns<'a> {
         self.0.column_by_name(name)?.as_primitive_opt::<T>()
     }
 
-    pub(super) fn strings(&self, name: &str) -> Option<&'a StringArray> {
-        self.0.column_by_name(name)?.as_string_opt::<i32>()
+    pub(super) fn strings(&self, name: &str) -> Option<Text<'a>> {
+        Text::of(self.0.column_by_name(name)?.as_ref())
     }
 
     pub(super) fn booleans(&self, name: &str) -> Option<&'a BooleanArray> {
@@ -175,7 +175,7 @@ pub(super) fn value<T: ArrowPrimitiveType>(
     array.filter(|a| a.is_valid(i)).map(|a| a.value(i))
 }
 
-pub(super) fn text(array: Option<&StringArray>, i: usize) -> Option<String> {
+pub(super) fn text(array: Option<Text<'_>>, i: usize) -> Option<String> {
     array
         .filter(|a| a.is_valid(i))
         .map(|a| a.value(i).to_string())

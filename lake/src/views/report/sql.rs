@@ -119,8 +119,9 @@ pub fn memory_held(
         select_list(MEMORY_COLUMNS),
         pids.join(", ")
     );
-    // The fold starts from a copy of the incidents' set, as a failed read is retried.
-    read.fold(
+    // The fold starts from a copy of the incidents' set, as a failed read is retried. Text as
+    // views: of tens of millions of rows, only the nearest few are built.
+    read.fold_text_views(
         EventKind::CudaMemory,
         &sql,
         || nearest.clone(),
@@ -142,9 +143,9 @@ pub struct CudaSummary {
 
 /// Adds the non-empty host names of `column` to `hosts`. A batch comes from one file, and a
 /// file from one host: each run of one name is looked up once.
-fn add_hosts(hosts: &mut BTreeSet<String>, column: &arrow_array::StringArray) {
+fn add_hosts<'a>(hosts: &mut BTreeSet<String>, column: impl IntoIterator<Item = Option<&'a str>>) {
     let mut last: Option<&str> = None;
-    for host in column.iter().flatten() {
+    for host in column.into_iter().flatten() {
         if last != Some(host) && !host.is_empty() && !hosts.contains(host) {
             hosts.insert(host.to_string());
         }
@@ -154,50 +155,64 @@ fn add_hosts(hosts: &mut BTreeSet<String>, column: &arrow_array::StringArray) {
 
 /// A text column as `StringArray` (the engine may hand out string views).
 fn utf8(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
-    match column.data_type() {
-        DataType::Utf8 => Ok(Arc::clone(column)),
-        _ => datafusion::arrow::compute::cast(column, &DataType::Utf8)
-            .map_err(|err| QueryError::Execution(err.to_string())),
+    cast_text(column, DataType::Utf8)
+}
+
+/// A text column of a [`LakeRead::fold_text_views`] batch as `StringViewArray` (what the engine
+/// hands out there; anything else is cast).
+fn text_views(column: &ArrayRef) -> Result<ArrayRef, QueryError> {
+    cast_text(column, DataType::Utf8View)
+}
+
+fn cast_text(column: &ArrayRef, to: DataType) -> Result<ArrayRef, QueryError> {
+    if *column.data_type() == to {
+        return Ok(Arc::clone(column));
     }
+    datafusion::arrow::compute::cast(column, &to)
+        .map_err(|err| QueryError::Execution(err.to_string()))
 }
 
 /// Adds a batch of `host, function, duration_ns, result, result_name, pid, flight_recorder`
-/// rows to `tally`; the flight recorder's are only counted as such.
+/// rows, text as string views, to `tally`; the flight recorder's are only counted as such.
 fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
     let (hosts, functions, names) = (
-        utf8(batch.column(0))?,
-        utf8(batch.column(1))?,
-        utf8(batch.column(4))?,
+        text_views(batch.column(0))?,
+        text_views(batch.column(1))?,
+        text_views(batch.column(4))?,
     );
     let (hosts, functions, names) = (
-        hosts.as_string::<i32>(),
-        functions.as_string::<i32>(),
-        names.as_string::<i32>(),
+        hosts.as_string_view(),
+        functions.as_string_view(),
+        names.as_string_view(),
     );
     let durations = batch.column(2).as_primitive_opt::<UInt64Type>();
     let results = batch.column(3).as_primitive_opt::<UInt32Type>();
     let pids = batch.column(5).as_primitive_opt::<Int32Type>();
     let recorded = batch.column(6).as_boolean_opt();
-    add_hosts(&mut tally.hosts, hosts);
+    add_hosts(&mut tally.hosts, hosts.iter());
     // A batch comes from one file, sorted by host: how a process's calls to a function count
-    // is looked up once per host run, not per row.
-    let mut keys: foldhash::HashMap<(&str, i32), CallKey> = Default::default();
-    let mut keys_host: Option<&str> = None;
+    // is looked up once per host run, not per row. Rows are matched by their raw 16-byte views:
+    // two equal views are the same text (the same inline bytes, or the same place in the same
+    // buffer), and the views of one dictionary's value are equal, so a row costs a hash of
+    // two integers instead of a hash and a comparison of text. Equal texts with different
+    // views (plain-encoded pages) only cost another lookup.
+    let mut keys: foldhash::HashMap<(u128, i32), CallKey> = Default::default();
+    let mut keys_host: Option<u128> = None;
     for row in 0..batch.num_rows() {
         if recorded.is_some_and(|r| r.is_valid(row) && r.value(row)) {
             tally.flight_recorded = tally.flight_recorded.saturating_add(1);
             continue;
         }
-        let (Some(function), Some(pid)) = (
-            functions.is_valid(row).then(|| functions.value(row)),
+        let (true, Some(pid)) = (
+            functions.is_valid(row),
             pids.filter(|p| p.is_valid(row)).map(|p| p.value(row)),
         ) else {
             continue;
         };
-        let host = if hosts.is_valid(row) {
-            hosts.value(row)
+        let host_view = if hosts.is_valid(row) {
+            hosts.views()[row]
         } else {
-            ""
+            0
         };
         let entry_only = names.is_valid(row) && names.value(row) == NOT_CAPTURED;
         let result = results
@@ -207,13 +222,22 @@ fn add_calls(tally: &mut Tally, batch: &RecordBatch) -> Result<(), QueryError> {
         let duration = durations
             .filter(|d| d.is_valid(row))
             .map_or(0, |d| d.value(row));
-        if keys_host != Some(host) {
+        if keys_host != Some(host_view) {
             keys.clear();
-            keys_host = Some(host);
+            keys_host = Some(host_view);
         }
+        let function = functions.value(row);
         let key = keys
-            .entry((function, pid))
-            .or_insert_with(|| tally.call_key(host, pid, function));
+            .entry((functions.views()[row], pid))
+            .or_insert_with(|| {
+                // A null host reads as "" (view 0 is the empty text).
+                let host = if hosts.is_valid(row) {
+                    hosts.value(row)
+                } else {
+                    ""
+                };
+                tally.call_key(host, pid, function)
+            });
         tally.add_call_as(key, function, duration, result, entry_only);
     }
     Ok(())
@@ -245,7 +269,7 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
         "report: cuda_stats folded"
     );
     let mut failure = None;
-    let tally = read.fold(
+    let tally = read.fold_text_views(
         EventKind::Cuda,
         &format!(
             "SELECT host, function, duration_ns, result, result_name, pid, flight_recorder \
@@ -289,7 +313,7 @@ pub fn count_by_host(
                     return;
                 }
             };
-            add_hosts(hosts, column.as_string::<i32>());
+            add_hosts(hosts, column.as_string::<i32>().iter());
         },
     )?;
     if let Some(err) = failure {

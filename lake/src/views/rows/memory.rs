@@ -2,9 +2,10 @@
 //! (every `stats_interval_secs`), for the report's incidents.
 
 use arrow_array::types::{Int32Type, UInt64Type};
-use arrow_array::{Array, BooleanArray, Int32Array, RecordBatch, StringArray, UInt64Array};
+use arrow_array::{Array, BooleanArray, Int32Array, RecordBatch, UInt64Array};
 
 use super::{text, value, Columns};
+use crate::views::text::Text;
 
 /// One `cuda_memory` row. Each field is the column of the same name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,11 +50,11 @@ pub const MEMORY_COLUMNS: &[&str] = &[
 /// many rows (the report's incidents) checks a row's key before it builds the row.
 pub struct MemoryBatch<'a> {
     times: Vec<Option<i64>>,
-    host: Option<&'a StringArray>,
+    host: Option<Text<'a>>,
     pid: Option<&'a Int32Array>,
-    comm: Option<&'a StringArray>,
-    gpu_uuid: Option<&'a StringArray>,
-    pci_bus_id: Option<&'a StringArray>,
+    comm: Option<Text<'a>>,
+    gpu_uuid: Option<Text<'a>>,
+    pci_bus_id: Option<Text<'a>>,
     gpu_index: Option<&'a Int32Array>,
     bytes: [Option<&'a UInt64Array>; 6],
     seen_from_start: Option<&'a BooleanArray>,
