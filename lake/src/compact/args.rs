@@ -40,6 +40,11 @@ pub struct CompactArgs {
     /// table.
     #[arg(long)]
     pub no_iceberg: bool,
+    /// Manifests an Iceberg table's current snapshot may list: a run that would make more
+    /// first merges the previous ones into one (readers open every manifest to plan a scan,
+    /// and each run adds one). Iceberg's own default.
+    #[arg(long, default_value_t = crate::iceberg::merge::MERGE_MANIFESTS_AT)]
+    pub merge_manifests_at: usize,
     /// Print what would be compacted, cleaned and deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,

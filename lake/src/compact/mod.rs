@@ -161,6 +161,7 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             store: storage.object_store(),
             runtime: &job.runtime,
             kind,
+            merge_manifests_at: args.merge_manifests_at,
         };
         match crate::iceberg::commit_markers(&table, &committed, job.pauser) {
             Ok(appended) => {

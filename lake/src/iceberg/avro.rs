@@ -12,50 +12,8 @@ pub const PARTITION_FIELD: &str = "time_hour";
 /// The partition field's id (Iceberg numbers partition fields from 1000).
 pub const PARTITION_FIELD_ID: i32 = 1000;
 
-const MANIFEST_SCHEMA: &str = r#"{"type": "record", "name": "manifest_entry", "fields": [
- {"name": "status", "field-id": 0, "type": "int"},
- {"name": "snapshot_id", "field-id": 1, "type": ["null", "long"], "default": null},
- {"name": "sequence_number", "field-id": 3, "type": ["null", "long"], "default": null},
- {"name": "file_sequence_number", "field-id": 4, "type": ["null", "long"], "default": null},
- {"name": "data_file", "field-id": 2, "type": {"type": "record", "name": "r2", "fields": [
-  {"name": "content", "field-id": 134, "type": "int"},
-  {"name": "file_path", "field-id": 100, "type": "string"},
-  {"name": "file_format", "field-id": 101, "type": "string"},
-  {"name": "partition", "field-id": 102, "type": {"type": "record", "name": "r102", "fields": [
-   {"name": "time_hour", "field-id": 1000, "type": ["null", "int"], "default": null}]}},
-  {"name": "record_count", "field-id": 103, "type": "long"},
-  {"name": "file_size_in_bytes", "field-id": 104, "type": "long"},
-  {"name": "column_sizes", "field-id": 108, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k117_v118", "fields": [{"name": "key", "type": "int", "field-id": 117}, {"name": "value", "type": "long", "field-id": 118}]}}], "default": null},
-  {"name": "value_counts", "field-id": 109, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k119_v120", "fields": [{"name": "key", "type": "int", "field-id": 119}, {"name": "value", "type": "long", "field-id": 120}]}}], "default": null},
-  {"name": "null_value_counts", "field-id": 110, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k121_v122", "fields": [{"name": "key", "type": "int", "field-id": 121}, {"name": "value", "type": "long", "field-id": 122}]}}], "default": null},
-  {"name": "nan_value_counts", "field-id": 137, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k138_v139", "fields": [{"name": "key", "type": "int", "field-id": 138}, {"name": "value", "type": "long", "field-id": 139}]}}], "default": null},
-  {"name": "lower_bounds", "field-id": 125, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k126_v127", "fields": [{"name": "key", "type": "int", "field-id": 126}, {"name": "value", "type": "bytes", "field-id": 127}]}}], "default": null},
-  {"name": "upper_bounds", "field-id": 128, "type": ["null", {"type": "array", "logicalType": "map", "items": {"type": "record", "name": "k129_v130", "fields": [{"name": "key", "type": "int", "field-id": 129}, {"name": "value", "type": "bytes", "field-id": 130}]}}], "default": null},
-  {"name": "key_metadata", "field-id": 131, "type": ["null", "bytes"], "default": null},
-  {"name": "split_offsets", "field-id": 132, "type": ["null", {"type": "array", "element-id": 133, "items": "long"}], "default": null},
-  {"name": "equality_ids", "field-id": 135, "type": ["null", {"type": "array", "element-id": 136, "items": "int"}], "default": null},
-  {"name": "sort_order_id", "field-id": 140, "type": ["null", "int"], "default": null}]}}]}"#;
-
-const MANIFEST_LIST_SCHEMA: &str = r#"{"type": "record", "name": "manifest_file", "fields": [
- {"name": "manifest_path", "field-id": 500, "type": "string"},
- {"name": "manifest_length", "field-id": 501, "type": "long"},
- {"name": "partition_spec_id", "field-id": 502, "type": "int"},
- {"name": "content", "field-id": 517, "type": "int"},
- {"name": "sequence_number", "field-id": 515, "type": "long"},
- {"name": "min_sequence_number", "field-id": 516, "type": "long"},
- {"name": "added_snapshot_id", "field-id": 503, "type": "long"},
- {"name": "added_files_count", "field-id": 504, "type": "int"},
- {"name": "existing_files_count", "field-id": 505, "type": "int"},
- {"name": "deleted_files_count", "field-id": 506, "type": "int"},
- {"name": "added_rows_count", "field-id": 512, "type": "long"},
- {"name": "existing_rows_count", "field-id": 513, "type": "long"},
- {"name": "deleted_rows_count", "field-id": 514, "type": "long"},
- {"name": "partitions", "field-id": 507, "type": ["null", {"type": "array", "element-id": 508, "items": {"type": "record", "name": "r508", "fields": [
-  {"name": "contains_null", "field-id": 509, "type": "boolean"},
-  {"name": "contains_nan", "field-id": 518, "type": ["null", "boolean"], "default": null},
-  {"name": "lower_bound", "field-id": 510, "type": ["null", "bytes"], "default": null},
-  {"name": "upper_bound", "field-id": 511, "type": ["null", "bytes"], "default": null}]}}], "default": null},
- {"name": "key_metadata", "field-id": 519, "type": ["null", "bytes"], "default": null}]}"#;
+mod schemas;
+use schemas::{MANIFEST_LIST_SCHEMA, MANIFEST_SCHEMA};
 
 /// A data file a manifest adds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,8 +46,34 @@ pub struct ManifestFile {
     pub added_files: i32,
     /// Rows of those files.
     pub added_rows: i64,
+    /// Data files it keeps from earlier snapshots (a merged manifest), and their rows.
+    pub existing_files: i32,
+    pub existing_rows: i64,
+    /// The least sequence number of its files (its own for a manifest of added files).
+    pub min_sequence_number: i64,
     /// The least and greatest hour of its files.
     pub hours: (i32, i32),
+}
+
+/// A data file as a manifest entry holds it: the file, and the snapshot that added it and its
+/// sequence numbers where the entry states them (an added file's are inherited from the
+/// manifest list when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub file: DataFile,
+    pub snapshot_id: Option<i64>,
+    pub sequence_number: Option<i64>,
+    pub file_sequence_number: Option<i64>,
+}
+
+/// A data file an earlier snapshot added, kept by a merged manifest (status EXISTING, which
+/// states the snapshot and sequence numbers instead of inheriting them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptFile {
+    pub file: DataFile,
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub file_sequence_number: i64,
 }
 
 fn schema(text: &str) -> Schema {
@@ -146,6 +130,38 @@ pub fn write_manifest(
     schema_id: i32,
     partition_spec: &str,
 ) -> apache_avro::AvroResult<Vec<u8>> {
+    let entries = files.iter().map(|file| {
+        let status = (1, some(Value::Long(snapshot_id)), none(), none());
+        (status, file)
+    });
+    write_entries(entries, (table_schema, schema_id, partition_spec))
+}
+
+/// A manifest keeping `files` of earlier snapshots (a merge of their manifests), each with
+/// the snapshot and sequence numbers it was added with.
+pub fn write_kept_manifest(
+    files: &[KeptFile],
+    table_schema: &str,
+    schema_id: i32,
+    partition_spec: &str,
+) -> apache_avro::AvroResult<Vec<u8>> {
+    let entries = files.iter().map(|kept| {
+        let status = (
+            0,
+            some(Value::Long(kept.snapshot_id)),
+            some(Value::Long(kept.sequence_number)),
+            some(Value::Long(kept.file_sequence_number)),
+        );
+        (status, &kept.file)
+    });
+    write_entries(entries, (table_schema, schema_id, partition_spec))
+}
+
+/// A manifest of entries `((status, snapshot_id, sequence_number, file_sequence_number), file)`.
+fn write_entries<'f>(
+    entries: impl Iterator<Item = ((i32, Value, Value, Value), &'f DataFile)>,
+    (table_schema, schema_id, partition_spec): (&str, i32, &str),
+) -> apache_avro::AvroResult<Vec<u8>> {
     let schema = schema(MANIFEST_SCHEMA);
     let mut writer = Writer::new(&schema, Vec::new());
     writer.add_user_metadata("schema".into(), table_schema)?;
@@ -154,7 +170,7 @@ pub fn write_manifest(
     writer.add_user_metadata("partition-spec-id".into(), "0")?;
     writer.add_user_metadata("format-version".into(), "2")?;
     writer.add_user_metadata("content".into(), "data")?;
-    for file in files {
+    for ((status, snapshot_id, sequence_number, file_sequence_number), file) in entries {
         let data_file = record(vec![
             ("content", Value::Int(0)),
             ("file_path", Value::String(file.path.clone())),
@@ -177,10 +193,10 @@ pub fn write_manifest(
             ("sort_order_id", none()),
         ]);
         writer.append(record(vec![
-            ("status", Value::Int(1)),
-            ("snapshot_id", some(Value::Long(snapshot_id))),
-            ("sequence_number", none()),
-            ("file_sequence_number", none()),
+            ("status", Value::Int(status)),
+            ("snapshot_id", snapshot_id),
+            ("sequence_number", sequence_number),
+            ("file_sequence_number", file_sequence_number),
             ("data_file", data_file),
         ]))?;
     }
@@ -222,13 +238,16 @@ pub fn write_manifest_list(
             ("partition_spec_id", Value::Int(0)),
             ("content", Value::Int(0)),
             ("sequence_number", Value::Long(manifest.sequence_number)),
-            ("min_sequence_number", Value::Long(manifest.sequence_number)),
+            (
+                "min_sequence_number",
+                Value::Long(manifest.min_sequence_number),
+            ),
             ("added_snapshot_id", Value::Long(manifest.added_snapshot_id)),
             ("added_files_count", Value::Int(manifest.added_files)),
-            ("existing_files_count", Value::Int(0)),
+            ("existing_files_count", Value::Int(manifest.existing_files)),
             ("deleted_files_count", Value::Int(0)),
             ("added_rows_count", Value::Long(manifest.added_rows)),
-            ("existing_rows_count", Value::Long(0)),
+            ("existing_rows_count", Value::Long(manifest.existing_rows)),
             ("deleted_rows_count", Value::Long(0)),
             ("partitions", some(Value::Array(vec![summary]))),
             ("key_metadata", none()),
@@ -297,22 +316,32 @@ pub fn read_manifest_list(bytes: &[u8]) -> Result<Vec<ManifestFile>, String> {
                 },
                 _ => (i32::MIN, i32::MAX),
             };
+            let sequence_number = long(fields, "sequence_number")?;
             Ok(ManifestFile {
                 path: string(fields, "manifest_path")?,
                 length: long(fields, "manifest_length")?,
-                sequence_number: long(fields, "sequence_number")?,
+                sequence_number,
                 added_snapshot_id: long(fields, "added_snapshot_id")?,
                 added_files: int(fields, "added_files_count")?,
                 added_rows: long(fields, "added_rows_count")?,
+                existing_files: int(fields, "existing_files_count")?,
+                existing_rows: long(fields, "existing_rows_count")?,
+                min_sequence_number: long(fields, "min_sequence_number").unwrap_or(sequence_number),
                 hours,
             })
         })
         .collect()
 }
 
-/// The live data files of a manifest (entries not deleted), with their rows, size and hour.
+/// The live data files of a manifest (entries not deleted), with their rows, size, hour and
+/// bounds.
 pub fn read_manifest(bytes: &[u8]) -> Result<Vec<DataFile>, String> {
-    let mut files = Vec::new();
+    Ok(read_entries(bytes)?.into_iter().map(|e| e.file).collect())
+}
+
+/// The live entries of a manifest (not deleted).
+pub fn read_entries(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
     for fields in records(bytes)? {
         // 2 = deleted.
         if int(&fields, "status")? == 2 {
@@ -328,87 +357,53 @@ pub fn read_manifest(bytes: &[u8]) -> Result<Vec<DataFile>, String> {
             Some(Value::Record(partition)) => int(partition, PARTITION_FIELD).unwrap_or(i32::MIN),
             _ => i32::MIN,
         };
-        files.push(DataFile {
-            path: string(data_file, "file_path")?,
-            hour,
-            records: long(data_file, "record_count")?,
-            size: long(data_file, "file_size_in_bytes")?,
-            bounds: Vec::new(),
+        let optional = |name: &str| match field(&fields, name) {
+            Some(Value::Null) | None => Ok(None),
+            Some(_) => long(&fields, name).map(Some),
+        };
+        entries.push(Entry {
+            file: DataFile {
+                path: string(data_file, "file_path")?,
+                hour,
+                records: long(data_file, "record_count")?,
+                size: long(data_file, "file_size_in_bytes")?,
+                bounds: bounds(data_file),
+            },
+            snapshot_id: optional("snapshot_id")?,
+            sequence_number: optional("sequence_number")?,
+            file_sequence_number: optional("file_sequence_number")?,
         });
     }
-    Ok(files)
+    Ok(entries)
+}
+
+/// The `lower_bounds` and `upper_bounds` of a data file, paired by field id (a field with one
+/// side only is left out).
+fn bounds(data_file: &[(String, Value)]) -> Vec<(i32, Vec<u8>, Vec<u8>)> {
+    let map = |name: &str| -> Vec<(i32, Vec<u8>)> {
+        let Some(Value::Array(items)) = field(data_file, name) else {
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|item| match item {
+                Value::Record(pair) => match (field(pair, "key"), field(pair, "value")) {
+                    (Some(Value::Int(id)), Some(Value::Bytes(bytes))) => Some((*id, bytes.clone())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    };
+    let upper = map("upper_bounds");
+    map("lower_bounds")
+        .into_iter()
+        .filter_map(|(id, low)| {
+            let (_, high) = upper.iter().find(|(u, _)| *u == id)?;
+            Some((id, low, high.clone()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn both_schemas_parse_and_keep_their_field_ids() {
-        for text in [MANIFEST_SCHEMA, MANIFEST_LIST_SCHEMA] {
-            let schema = schema(text);
-            let written: serde_json::Value =
-                serde_json::from_str(&schema.canonical_form()).unwrap();
-            assert!(written.is_object());
-        }
-        let bytes = write_manifest(&[], 1, "{}", 7, "[]").unwrap();
-        let reader = Reader::new(&bytes[..]).unwrap();
-        let header = String::from_utf8(reader.user_metadata()["schema-id"].clone()).unwrap();
-        assert_eq!(header, "7");
-        let avro_schema = serde_json::to_string(reader.writer_schema()).unwrap();
-        for id in [
-            "\"field-id\":1000",
-            "\"field-id\":134",
-            "\"element-id\":136",
-            "\"field-id\":140",
-        ] {
-            assert!(avro_schema.contains(id), "{id} missing from {avro_schema}");
-        }
-    }
-
-    #[test]
-    fn a_manifest_and_its_list_read_back_exactly() {
-        let files = vec![
-            DataFile {
-                path: "s3://lake/cuda/dt=2026-11-28/hour=03/compact-r-0.parquet".into(),
-                hour: 498_987,
-                records: i64::MAX,
-                size: 1,
-                bounds: vec![(1, vec![0; 8], vec![255; 8])],
-            },
-            DataFile {
-                path: "file:///lake/a \"quoted\"\nname.parquet".into(),
-                hour: -1,
-                records: 0,
-                size: 4,
-                bounds: Vec::new(),
-            },
-        ];
-        let bytes = write_manifest(&files, 42, "{}", 7, "[]").unwrap();
-        let mut expected = files.clone();
-        for file in &mut expected {
-            file.bounds.clear();
-        }
-        assert_eq!(read_manifest(&bytes).unwrap(), expected);
-        let manifests = vec![ManifestFile {
-            path: "file:///lake/iceberg/cuda/metadata/m.avro".into(),
-            length: bytes.len() as i64,
-            sequence_number: 3,
-            added_snapshot_id: 42,
-            added_files: 2,
-            added_rows: i64::MAX,
-            hours: (-1, 498_987),
-        }];
-        let list = write_manifest_list(&manifests, 42, Some(41), 3).unwrap();
-        assert_eq!(read_manifest_list(&list).unwrap(), manifests);
-        let first = write_manifest_list(&manifests, 42, None, 3).unwrap();
-        let reader = Reader::new(&first[..]).unwrap();
-        assert_eq!(reader.user_metadata()["parent-snapshot-id"], b"null");
-    }
-
-    #[test]
-    fn bytes_that_are_not_avro_are_an_error_not_a_panic() {
-        assert!(read_manifest(b"Obj\x01 not really").is_err());
-        assert!(read_manifest_list(b"").is_err());
-    }
-}
+mod tests;

@@ -14,10 +14,12 @@
 //!
 //! - [`schema`]: Iceberg schemas from the files' Arrow schemas, ids kept across versions.
 //! - [`avro`]: the manifest and manifest list.
+//! - [`merge`]: the previous manifests merged into one when a snapshot would list too many.
 //! - [`metadata`]: the metadata file and how a snapshot is added.
 //! - [`table`]: a table on the lake's storage: load, append, list.
 
 pub mod avro;
+pub mod merge;
 pub mod metadata;
 pub mod schema;
 pub mod table;

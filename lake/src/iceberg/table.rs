@@ -24,6 +24,7 @@ use parquet::file::statistics::Statistics;
 use tokio::runtime::Runtime;
 
 use super::avro::{self, DataFile, ManifestFile};
+use super::merge;
 use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
 use super::schema::IcebergSchema;
 use crate::compact::phase::{Pauser, Phase};
@@ -98,6 +99,9 @@ pub struct Table<'a> {
     pub runtime: &'a Runtime,
     /// Which table.
     pub kind: EventKind,
+    /// Manifests its current snapshot may list before a commit merges them
+    /// ([`super::merge`]).
+    pub merge_manifests_at: usize,
 }
 
 impl Table<'_> {
@@ -256,7 +260,29 @@ impl Table<'_> {
             files.iter().map(|f| f.hour).min().unwrap_or(0),
             files.iter().map(|f| f.hour).max().unwrap_or(0),
         );
-        let mut manifests = previous_manifests;
+        let replaced = previous_manifests.len();
+        let merged = merge::should_merge(&previous_manifests, self.merge_manifests_at);
+        let mut manifests = if merged {
+            let kept = merge::kept_files(self.storage, &previous_manifests)?;
+            let bytes = avro::write_kept_manifest(
+                &kept,
+                &schema.to_json().to_string(),
+                schema.schema_id,
+                &metadata.partition_spec_fields().to_string(),
+            )?;
+            let key = metadata_key(self.kind, &format!("{unique}-m1.avro"));
+            let entry = merge::merged_entry(
+                &kept,
+                (self.storage.uri_of(&key), bytes.len() as i64),
+                (snapshot_id, sequence_number),
+            )?;
+            self.put(&key, bytes, PutMode::Overwrite)
+                .with_context(|| format!("writing {key}"))?;
+            tracing::info!(table = %table_key(self.kind), manifests = replaced, files = kept.len(), "iceberg manifests merged into one");
+            vec![entry]
+        } else {
+            previous_manifests
+        };
         manifests.push(ManifestFile {
             path: self.storage.uri_of(&manifest_key),
             length: manifest.len() as i64,
@@ -264,6 +290,9 @@ impl Table<'_> {
             added_snapshot_id: snapshot_id,
             added_files: i32::try_from(files.len()).context("too many files in one commit")?,
             added_rows: added_rows as i64,
+            existing_files: 0,
+            existing_rows: 0,
+            min_sequence_number: sequence_number,
             hours,
         });
         self.put(&manifest_key, manifest, PutMode::Overwrite)
@@ -307,6 +336,18 @@ impl Table<'_> {
             ("total-delete-files".into(), "0".into()),
             ("total-position-deletes".into(), "0".into()),
             ("total-equality-deletes".into(), "0".into()),
+            (
+                "manifests-created".into(),
+                (1 + usize::from(merged)).to_string(),
+            ),
+            (
+                "manifests-kept".into(),
+                if merged { 0 } else { replaced }.to_string(),
+            ),
+            (
+                "manifests-replaced".into(),
+                if merged { replaced } else { 0 }.to_string(),
+            ),
             (MARKERS_KEY.into(), marker_names.join("\n")),
         ]
         .into_iter()
@@ -424,7 +465,7 @@ fn manifests(
         .with_context(|| format!("manifest list {}", snapshot.manifest_list))
 }
 
-fn get_uri(storage: &dyn LakeStorage, uri: &str) -> anyhow::Result<Bytes> {
+pub(super) fn get_uri(storage: &dyn LakeStorage, uri: &str) -> anyhow::Result<Bytes> {
     let key = storage
         .key_of(uri)
         .with_context(|| format!("{uri} is outside the lake"))?;

@@ -62,6 +62,7 @@ fn table<'a>(
         store: storage.object_store(),
         runtime,
         kind,
+        merge_manifests_at: crate::iceberg::merge::MERGE_MANIFESTS_AT,
     }
 }
 
@@ -196,4 +197,64 @@ fn only_plain_version_names_count() {
     ] {
         assert_eq!(version_of(name), None, "{name}");
     }
+}
+
+/// Five runs under a limit of 3 manifests: the fourth commit merges the first three into one,
+/// the fifth lists that one, the fourth's and its own. Every snapshot still lists its files.
+#[test]
+fn a_commit_past_the_limit_merges_the_previous_manifests_and_loses_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (storage, runtime) = open(root);
+    let mut table = table(&storage, &runtime, EventKind::Xid);
+    table.merge_manifests_at = 3;
+    let mut listed_per_version = Vec::new();
+    for hour in 1..=5i32 {
+        let key = format!("xid/dt=2026-11-28/hour=0{hour}/compact-{hour}-0.parquet");
+        write_file(root, &key, 7, i64::from(hour));
+        let marker = format!("xid/dt=2026-11-28/hour=0{hour}/_compaction-{hour}.json");
+        let file = read_new_file(&storage, &key, hour).unwrap();
+        let done = table
+            .append(&[(marker, vec![file])], Pauser::default(), 1_000)
+            .unwrap();
+        assert_eq!(done.version, hour as u64);
+        let (_, metadata) = table.load().unwrap().unwrap();
+        let listed = manifests(&storage, &metadata).unwrap();
+        listed_per_version.push(listed.len());
+        let files = current_files(&storage, EventKind::Xid).unwrap();
+        assert_eq!(files.len(), hour as usize, "v{hour}");
+        assert_eq!(
+            files.iter().map(|f| f.records).sum::<i64>(),
+            i64::from(hour * (hour + 1) / 2),
+            "v{hour}"
+        );
+        assert!(files.iter().all(|f| !f.bounds.is_empty()), "bounds kept");
+    }
+    assert_eq!(listed_per_version, [1, 2, 3, 2, 3]);
+    let (_, metadata) = table.load().unwrap().unwrap();
+    let fourth = &metadata.snapshots[3];
+    assert_eq!(fourth.summary["manifests-replaced"], "3");
+    assert_eq!(fourth.summary["manifests-created"], "2");
+    let list = get_uri(&storage, &fourth.manifest_list).unwrap();
+    let entries = avro::read_manifest_list(&list).unwrap();
+    let merged = &entries[0];
+    assert_eq!(
+        (
+            merged.existing_files,
+            merged.existing_rows,
+            merged.added_files
+        ),
+        (3, 6, 0)
+    );
+    assert_eq!((merged.min_sequence_number, merged.sequence_number), (1, 4));
+    // Each merged file keeps the snapshot and sequence number it was added with.
+    let kept = avro::read_entries(&get_uri(&storage, &merged.path).unwrap()).unwrap();
+    for (entry, snapshot) in kept.iter().zip(&metadata.snapshots) {
+        assert_eq!(entry.snapshot_id, Some(snapshot.snapshot_id));
+        assert_eq!(entry.sequence_number, Some(snapshot.sequence_number));
+    }
+    // The snapshots before the merge still list their own manifests.
+    let second = get_uri(&storage, &metadata.snapshots[1].manifest_list).unwrap();
+    assert_eq!(avro::read_manifest_list(&second).unwrap().len(), 2);
+    assert_eq!(metadata.committed_markers().len(), 5);
 }

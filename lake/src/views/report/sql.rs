@@ -15,6 +15,10 @@
 //! holds the rank-th call is exactly the one whose label the page would show, so the page is the
 //! same as with every duration in memory, and the histogram has a few thousand buckets at most.
 //! Aggregated calls add their rows' histograms (functions.rs says which calls count where).
+//!
+//! The folds over many rows (`cuda`, `cuda_stats`, `cuda_memory`, the failed calls) ask for
+//! text as string views ([`crate::engine::Decoding::text_as_views`]): the decoder then points
+//! into each page's dictionary instead of copying every row's text.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -253,7 +257,7 @@ pub fn cuda_summary(read: &mut LakeRead<'_>, seconds: f64) -> Result<CudaSummary
         "SELECT {} FROM cuda_stats WHERE {CALL} AND calls IS NOT NULL",
         select_list(STATS_COLUMNS)
     );
-    let aggregated = read.fold(
+    let aggregated = read.fold_text_views(
         EventKind::CudaStats,
         &sql,
         Tally::default,
