@@ -225,47 +225,85 @@ fn killed_after_a_tables_metadata_file_the_rerun_finds_its_commit() {
     killed_in_commit("iceberg-committed", &["v1.metadata.json"]);
 }
 
-/// A table appended to by many runs: with `--merge-manifests-at 2`, the third run merges the
-/// first two runs' manifests into one. DuckDB and pyiceberg read the merged table exactly, and
-/// the snapshot before the merge still reads as it was.
+/// A table appended to by four runs with `--merge-manifests-at 2 --keep-snapshots 2`: the
+/// third and fourth runs merge the previous manifests into one; the fourth keeps snapshots 3
+/// and 4 and the metadata files v2 to v4, and deletes v1 and what only snapshots 1 and 2 read.
+/// DuckDB and pyiceberg read the table exactly, snapshot 3 still reads as it was, and a rerun
+/// adds nothing (the first runs' markers, no longer named by a snapshot, are found from the
+/// table's files).
 #[test]
-fn merged_manifests_read_back_exactly_and_older_snapshots_still_read() {
+fn merged_manifests_and_expired_snapshots_read_back_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     let data = root.display().to_string();
-    let merge_at = ["--retire-after", "0s", "--merge-manifests-at", "2"];
+    let merge_at = [
+        "--retire-after",
+        "0s",
+        "--merge-manifests-at",
+        "2",
+        "--keep-snapshots",
+        "2",
+    ];
     let mut sums_after = Vec::new();
-    for ago in [6, 5, 4] {
+    for ago in [6, 5, 4, 3] {
         write_lake(root, 2, &[ago], 2, 30);
         let run = compact(&data, &merge_at, &[]);
         assert!(run.status.success(), "{}", stderr(&run));
         sums_after.push(lake_sums(&data, &[]));
     }
     for table in ["cuda", "xid"] {
-        let listed = |version: u64| {
-            let meta = metadata(root, table, version);
-            let summary = &meta["snapshots"][version as usize - 1]["summary"];
-            (
-                summary["manifests-created"].as_str().map(str::to_string),
-                summary["manifests-replaced"].as_str().map(str::to_string),
-            )
-        };
-        assert_eq!(listed(2), (Some("1".into()), Some("0".into())), "{table}");
-        assert_eq!(listed(3), (Some("2".into()), Some("2".into())), "{table}");
-        assert_eq!(hint(root, table), "3");
+        let meta = metadata(root, table, 4);
+        let snapshots = meta["snapshots"].as_array().expect("snapshots");
+        assert_eq!(snapshots.len(), 2, "{table}");
+        let summary = |i: usize, key: &str| snapshots[i]["summary"][key].as_str().map(String::from);
+        for i in 0..2 {
+            assert_eq!(
+                summary(i, "manifests-created").as_deref(),
+                Some("2"),
+                "{table}"
+            );
+            assert_eq!(
+                summary(i, "manifests-replaced").as_deref(),
+                Some("2"),
+                "{table}"
+            );
+        }
+        assert_eq!(meta["metadata-log"].as_array().expect("log").len(), 2);
+        assert_eq!(hint(root, table), "4");
+        let folder = root.join(format!("iceberg/{table}/metadata"));
+        assert!(!folder.join("v1.metadata.json").exists(), "{table}");
+        assert!(folder.join("v2.metadata.json").exists(), "{table}");
+        let avro = std::fs::read_dir(&folder)
+            .expect("metadata folder")
+            .filter(|e| {
+                let name = e.as_ref().expect("entry").file_name();
+                name.to_string_lossy().ends_with(".avro")
+            })
+            .count();
+        assert_eq!(
+            avro, 6,
+            "{table}: two lists, each with a merged and a new manifest"
+        );
     }
     let by_hint = |table: &str| format!("{data}/iceberg/{table}");
-    assert_eq!(duckdb_table_sums(by_hint), sums_after[2], "DuckDB, merged");
-    assert_eq!(pyiceberg_sums(root), sums_after[2], "pyiceberg, merged");
+    assert_eq!(duckdb_table_sums(by_hint), sums_after[3], "DuckDB");
+    assert_eq!(pyiceberg_sums(root), sums_after[3], "pyiceberg");
     assert_eq!(
         lake_sums_with(&data, &[], &["--iceberg"]),
-        sums_after[2],
-        "gpuship, merged"
+        sums_after[3],
+        "gpuship"
     );
-    let at_v2 = |table: &str| format!("{data}/iceberg/{table}/metadata/v2.metadata.json");
+    let at_v3 = |table: &str| format!("{data}/iceberg/{table}/metadata/v3.metadata.json");
     assert_eq!(
-        duckdb_table_sums(at_v2),
-        sums_after[1],
-        "DuckDB, the snapshot before the merge"
+        duckdb_table_sums(at_v3),
+        sums_after[2],
+        "DuckDB, the kept snapshot before the last"
+    );
+    let again = compact(&data, &merge_at, &[]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("iceberg: 0 files (0 rows) added"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
     );
 }

@@ -45,6 +45,11 @@ pub struct CompactArgs {
     /// and each run adds one). Iceberg's own default.
     #[arg(long, default_value_t = crate::iceberg::merge::MERGE_MANIFESTS_AT)]
     pub merge_manifests_at: usize,
+    /// Snapshots an Iceberg table keeps (and earlier metadata files, for time travel): a run
+    /// drops older ones and deletes the metadata files only they read. Data files are never
+    /// deleted (every run only appends).
+    #[arg(long, default_value_t = crate::iceberg::expire::KEEP_SNAPSHOTS)]
+    pub keep_snapshots: usize,
     /// Print what would be compacted, cleaned and deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,

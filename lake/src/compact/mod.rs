@@ -162,6 +162,7 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             runtime: &job.runtime,
             kind,
             merge_manifests_at: args.merge_manifests_at,
+            keep_snapshots: args.keep_snapshots,
         };
         match crate::iceberg::commit_markers(&table, &committed, job.pauser) {
             Ok(appended) => {

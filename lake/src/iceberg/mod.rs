@@ -14,11 +14,13 @@
 //!
 //! - [`schema`]: Iceberg schemas from the files' Arrow schemas, ids kept across versions.
 //! - [`avro`]: the manifest and manifest list.
+//! - [`expire`]: old snapshots and metadata files dropped after a commit.
 //! - [`merge`]: the previous manifests merged into one when a snapshot would list too many.
 //! - [`metadata`]: the metadata file and how a snapshot is added.
 //! - [`table`]: a table on the lake's storage: load, append, list.
 
 pub mod avro;
+pub mod expire;
 pub mod merge;
 pub mod metadata;
 pub mod schema;

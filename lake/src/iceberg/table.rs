@@ -18,15 +18,15 @@ use anyhow::Context;
 use arrow_schema::Schema;
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::statistics::Statistics;
 use tokio::runtime::Runtime;
 
 use super::avro::{self, DataFile, ManifestFile};
-use super::merge;
 use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
 use super::schema::IcebergSchema;
+use super::{expire, merge};
 use crate::compact::phase::{Pauser, Phase};
 use crate::storage::LakeStorage;
 use gpuship_model::EventKind;
@@ -49,7 +49,7 @@ fn metadata_key(kind: EventKind, name: &str) -> String {
 }
 
 /// The version of a `v<N>.metadata.json` name.
-fn version_of(name: &str) -> Option<u64> {
+pub(super) fn version_of(name: &str) -> Option<u64> {
     let digits = name.strip_prefix('v')?.strip_suffix(".metadata.json")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -102,6 +102,8 @@ pub struct Table<'a> {
     /// Manifests its current snapshot may list before a commit merges them
     /// ([`super::merge`]).
     pub merge_manifests_at: usize,
+    /// Snapshots (and earlier metadata files) a commit keeps ([`super::expire`]).
+    pub keep_snapshots: usize,
 }
 
 impl Table<'_> {
@@ -112,10 +114,51 @@ impl Table<'_> {
 
     /// The markers whose files the table holds.
     pub fn committed_markers(&self) -> anyhow::Result<BTreeSet<String>> {
-        Ok(self
-            .load()?
-            .map(|(_, metadata)| metadata.committed_markers())
-            .unwrap_or_default())
+        match self.load()? {
+            Some((_, metadata)) => committed_markers(self.storage, &metadata),
+            None => Ok(BTreeSet::new()),
+        }
+    }
+
+    /// After the commit of `version`: deletes the metadata files older than the ones its log
+    /// keeps, and every Avro file of the metadata folder no kept snapshot reads (expired
+    /// snapshots' manifest lists, manifests only they listed, a killed run's unnamed files).
+    /// A failure is logged: the commit stands, and the next run deletes what is left.
+    fn clean_metadata_folder(&self, version: u64, metadata: &TableMetadata) {
+        let cleaned = || -> anyhow::Result<usize> {
+            let mut referenced = BTreeSet::new();
+            for snapshot in &metadata.snapshots {
+                referenced.insert(file_name(&snapshot.manifest_list).to_string());
+                for manifest in manifests_of(self.storage, snapshot)? {
+                    referenced.insert(file_name(&manifest.path).to_string());
+                }
+            }
+            let prefix = metadata_key(self.kind, "");
+            let listing = self.storage.list(&prefix)?;
+            let mut deleted = 0;
+            for key in &listing.keys {
+                let name = file_name(key);
+                if expire::is_unreferenced(name, (version, self.keep_snapshots), &referenced) {
+                    match self
+                        .runtime
+                        .block_on(self.store.delete(&Path::from(key.as_str())))
+                    {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                        Err(err) => return Err(err).with_context(|| format!("deleting {key}")),
+                    }
+                }
+            }
+            Ok(deleted)
+        };
+        match cleaned() {
+            Ok(0) => {}
+            Ok(deleted) => {
+                tracing::info!(table = %table_key(self.kind), deleted, "iceberg metadata files no kept snapshot reads deleted")
+            }
+            Err(err) => {
+                tracing::warn!(table = %table_key(self.kind), error = %format!("{err:#}"), "iceberg metadata clean-up failed; the next run retries")
+            }
+        }
     }
 
     fn manifests(&self, metadata: &TableMetadata) -> anyhow::Result<Vec<ManifestFile>> {
@@ -163,10 +206,10 @@ impl Table<'_> {
         now_ms: i64,
     ) -> anyhow::Result<Appended> {
         let loaded = self.load()?;
-        let committed = loaded
-            .as_ref()
-            .map(|(_, m)| m.committed_markers())
-            .unwrap_or_default();
+        let committed = match &loaded {
+            Some((_, metadata)) => committed_markers(self.storage, metadata)?,
+            None => BTreeSet::new(),
+        };
         let new: Vec<&(String, Vec<NewFile>)> = markers
             .iter()
             .filter(|(marker, _)| !committed.contains(marker))
@@ -373,6 +416,7 @@ impl Table<'_> {
             },
             previous_file,
         );
+        let expired = expire::expire(&mut metadata, self.keep_snapshots);
         let next = version
             .checked_add(1)
             .context("the table's metadata version is at its limit")?;
@@ -399,6 +443,10 @@ impl Table<'_> {
         tracing::info!(table = %table_key(self.kind), version = next, files = files.len(), rows = added_rows, "iceberg snapshot committed");
         pauser.reached(Phase::IcebergCommitted);
         self.write_hint(next)?;
+        if !expired.is_empty() {
+            tracing::info!(table = %table_key(self.kind), expired = expired.len(), kept = metadata.snapshots.len(), "iceberg snapshots expired");
+        }
+        self.clean_metadata_folder(next, &metadata);
         Ok(Appended {
             version: next,
             files: files.len(),
@@ -434,14 +482,42 @@ pub fn load(
     Ok(Some((version, metadata)))
 }
 
+/// The markers whose files a table holds: those its snapshots name, and those its current
+/// data files name (the markers of expired snapshots, [`expire::marker_of_file`]).
+fn committed_markers(
+    storage: &dyn LakeStorage,
+    metadata: &TableMetadata,
+) -> anyhow::Result<BTreeSet<String>> {
+    let mut markers = metadata.committed_markers();
+    for file in files_of(storage, metadata)? {
+        if let Some(marker) = storage
+            .key_of(&file.path)
+            .and_then(|k| expire::marker_of_file(&k))
+        {
+            markers.insert(marker);
+        }
+    }
+    Ok(markers)
+}
+
+/// The last part of a key or location.
+fn file_name(location: &str) -> &str {
+    location.rsplit('/').next().unwrap_or(location)
+}
+
 /// The live data files of the current snapshot of `kind`'s table (none for a table without
 /// one, or no table).
 pub fn current_files(storage: &dyn LakeStorage, kind: EventKind) -> anyhow::Result<Vec<DataFile>> {
     let Some((_, metadata)) = load(storage, kind)? else {
         return Ok(Vec::new());
     };
+    files_of(storage, &metadata)
+}
+
+/// The live data files of `metadata`'s current snapshot.
+fn files_of(storage: &dyn LakeStorage, metadata: &TableMetadata) -> anyhow::Result<Vec<DataFile>> {
     let mut files = Vec::new();
-    for manifest in manifests(storage, &metadata)? {
+    for manifest in manifests(storage, metadata)? {
         let bytes = get_uri(storage, &manifest.path)?;
         files.extend(
             avro::read_manifest(&bytes)
@@ -456,9 +532,17 @@ fn manifests(
     storage: &dyn LakeStorage,
     metadata: &TableMetadata,
 ) -> anyhow::Result<Vec<ManifestFile>> {
-    let Some(snapshot) = metadata.current_snapshot() else {
-        return Ok(Vec::new());
-    };
+    match metadata.current_snapshot() {
+        Some(snapshot) => manifests_of(storage, snapshot),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The manifests `snapshot` lists.
+fn manifests_of(
+    storage: &dyn LakeStorage,
+    snapshot: &Snapshot,
+) -> anyhow::Result<Vec<ManifestFile>> {
     let bytes = get_uri(storage, &snapshot.manifest_list)?;
     avro::read_manifest_list(&bytes)
         .map_err(anyhow::Error::msg)

@@ -63,6 +63,7 @@ fn table<'a>(
         runtime,
         kind,
         merge_manifests_at: crate::iceberg::merge::MERGE_MANIFESTS_AT,
+        keep_snapshots: crate::iceberg::expire::KEEP_SNAPSHOTS,
     }
 }
 
@@ -257,4 +258,68 @@ fn a_commit_past_the_limit_merges_the_previous_manifests_and_loses_no_file() {
     let second = get_uri(&storage, &metadata.snapshots[1].manifest_list).unwrap();
     assert_eq!(avro::read_manifest_list(&second).unwrap().len(), 2);
     assert_eq!(metadata.committed_markers().len(), 5);
+}
+
+/// Five runs keeping 2 snapshots (merging at 2): the metadata keeps the newest two snapshots
+/// and two earlier metadata files; the folder keeps exactly the Avro files they read (a killed
+/// run's stray manifest goes too); every file and marker is still in the table.
+#[test]
+fn expired_snapshots_leave_the_files_and_markers_and_their_metadata_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (storage, runtime) = open(root);
+    let mut table = table(&storage, &runtime, EventKind::Xid);
+    (table.merge_manifests_at, table.keep_snapshots) = (2, 2);
+    let metadata_dir = root.join("iceberg/xid/metadata");
+    let mut appended = Vec::new();
+    for hour in 1..=5i32 {
+        let key = format!("xid/dt=2026-11-28/hour=0{hour}/compact-r{hour}-0000.parquet");
+        write_file(root, &key, 7, i64::from(hour));
+        let marker = format!("xid/dt=2026-11-28/hour=0{hour}/_compaction-r{hour}.json");
+        appended.push((marker, vec![read_new_file(&storage, &key, hour).unwrap()]));
+        if hour == 5 {
+            std::fs::write(metadata_dir.join("0000-stray-m0.avro"), b"killed").unwrap();
+        }
+        table
+            .append(&appended[hour as usize - 1..], Pauser::default(), 1_000)
+            .unwrap();
+    }
+    let (version, metadata) = table.load().unwrap().unwrap();
+    assert_eq!(version, 5);
+    assert_eq!(metadata.snapshots.len(), 2);
+    assert_eq!(metadata.snapshot_log.len(), 2);
+    assert_eq!(metadata.metadata_log.len(), 2);
+    let files = current_files(&storage, EventKind::Xid).unwrap();
+    assert_eq!(files.len(), 5);
+    assert_eq!(files.iter().map(|f| f.records).sum::<i64>(), 15);
+    // Markers of the expired snapshots come from the files: nothing is added again.
+    assert_eq!(table.committed_markers().unwrap().len(), 5);
+    assert_eq!(
+        table.append(&appended, Pauser::default(), 2_000).unwrap(),
+        Appended::default()
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&metadata_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut read: BTreeSet<String> = BTreeSet::new();
+    for snapshot in &metadata.snapshots {
+        read.insert(file_name(&snapshot.manifest_list).to_string());
+        for manifest in manifests_of(&storage, snapshot).unwrap() {
+            read.insert(file_name(&manifest.path).to_string());
+        }
+    }
+    let mut expected: Vec<String> = read.into_iter().collect();
+    expected.extend(
+        [
+            "v3.metadata.json",
+            "v4.metadata.json",
+            "v5.metadata.json",
+            VERSION_HINT,
+        ]
+        .map(String::from),
+    );
+    expected.sort();
+    assert_eq!(names, expected);
 }
