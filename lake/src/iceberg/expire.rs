@@ -5,7 +5,7 @@
 //! runs) and as many earlier metadata files in its `metadata-log`; after the commit, the
 //! metadata files older than those, the manifest lists of expired snapshots, and every
 //! manifest no kept snapshot lists are deleted, as are the unnamed Avro files of a run killed
-//! before its commit. Data files are never deleted: compaction only appends, so every file an
+//! before its commit once they are an hour old ([`ORPHAN_MIN_AGE`]). Data files are never deleted: compaction only appends, so every file an
 //! expired snapshot listed is still listed by the current one.
 //!
 //! Which markers a table holds must outlive the snapshots that added them (a rerun must not
@@ -17,6 +17,11 @@ use std::collections::BTreeSet;
 use crate::compact::marker::{marker_name, OUTPUT_PREFIX};
 
 use super::metadata::{Snapshot, TableMetadata};
+
+/// How old an Avro file of the metadata folder that nothing reads must be before a run
+/// deletes it: one written minutes ago may belong to another run that has not committed yet
+/// (the scheduler runs one at a time on S3, where no lock enforces it).
+pub const ORPHAN_MIN_AGE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 /// Snapshots a table keeps by default: five days of an hourly timer's runs (Iceberg's own
 /// default keeps five days).

@@ -120,32 +120,58 @@ impl Table<'_> {
         }
     }
 
-    /// After the commit of `version`: deletes the metadata files older than the ones its log
-    /// keeps, and every Avro file of the metadata folder no kept snapshot reads (expired
-    /// snapshots' manifest lists, manifests only they listed, a killed run's unnamed files).
-    /// A failure is logged: the commit stands, and the next run deletes what is left.
-    fn clean_metadata_folder(&self, version: u64, metadata: &TableMetadata) {
+    /// After the commit of `version`, which dropped the snapshots `expired`: deletes the
+    /// metadata files older than the ones its log keeps, the Avro files that only expired
+    /// snapshots read (their manifest lists and the manifests no kept snapshot lists), and Avro
+    /// files nothing reads that are older than [`expire::ORPHAN_MIN_AGE`] (a killed run's
+    /// unnamed files; a younger one may be another run's, not committed yet). A failure is
+    /// logged: the commit stands, and the next run deletes what is left.
+    fn clean_metadata_folder(&self, version: u64, metadata: &TableMetadata, expired: &[Snapshot]) {
         let cleaned = || -> anyhow::Result<usize> {
-            let mut referenced = BTreeSet::new();
-            for snapshot in &metadata.snapshots {
-                referenced.insert(file_name(&snapshot.manifest_list).to_string());
-                for manifest in manifests_of(self.storage, snapshot)? {
-                    referenced.insert(file_name(&manifest.path).to_string());
+            let read_by = |snapshots: &[Snapshot], lenient: bool| {
+                let mut names = BTreeSet::new();
+                for snapshot in snapshots {
+                    names.insert(file_name(&snapshot.manifest_list).to_string());
+                    match manifests_of(self.storage, snapshot) {
+                        Ok(manifests) => {
+                            names.extend(manifests.iter().map(|m| file_name(&m.path).to_string()))
+                        }
+                        // An expired snapshot's list may be gone already (a run killed
+                        // while cleaning up): its files are then orphans.
+                        Err(_) if lenient => {}
+                        Err(err) => return Err(err),
+                    }
                 }
-            }
+                Ok(names)
+            };
+            let referenced = read_by(&metadata.snapshots, false)?;
+            let expired_read = read_by(expired, true)?;
             let prefix = metadata_key(self.kind, "");
             let listing = self.storage.list(&prefix)?;
+            let now = chrono::Utc::now();
             let mut deleted = 0;
             for key in &listing.keys {
                 let name = file_name(key);
-                if expire::is_unreferenced(name, (version, self.keep_snapshots), &referenced) {
-                    match self
-                        .runtime
-                        .block_on(self.store.delete(&Path::from(key.as_str())))
-                    {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                        Err(err) => return Err(err).with_context(|| format!("deleting {key}")),
+                if !expire::is_unreferenced(name, (version, self.keep_snapshots), &referenced) {
+                    continue;
+                }
+                let orphan = name.ends_with(".avro") && !expired_read.contains(name);
+                if orphan {
+                    let age = self
+                        .storage
+                        .stat(key)
+                        .map(|meta| now.signed_duration_since(meta.last_modified))
+                        .with_context(|| format!("reading the age of {key}"))?;
+                    if age < expire::ORPHAN_MIN_AGE {
+                        continue;
                     }
+                }
+                match self
+                    .runtime
+                    .block_on(self.store.delete(&Path::from(key.as_str())))
+                {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                    Err(err) => return Err(err).with_context(|| format!("deleting {key}")),
                 }
             }
             Ok(deleted)
@@ -446,7 +472,7 @@ impl Table<'_> {
         if !expired.is_empty() {
             tracing::info!(table = %table_key(self.kind), expired = expired.len(), kept = metadata.snapshots.len(), "iceberg snapshots expired");
         }
-        self.clean_metadata_folder(next, &metadata);
+        self.clean_metadata_folder(next, &metadata, &expired);
         Ok(Appended {
             version: next,
             files: files.len(),

@@ -262,7 +262,8 @@ fn a_commit_past_the_limit_merges_the_previous_manifests_and_loses_no_file() {
 
 /// Five runs keeping 2 snapshots (merging at 2): the metadata keeps the newest two snapshots
 /// and two earlier metadata files; the folder keeps exactly the Avro files they read (a killed
-/// run's stray manifest goes too); every file and marker is still in the table.
+/// run's stray manifest an hour old goes too, a young one stays); every file and marker is
+/// still in the table.
 #[test]
 fn expired_snapshots_leave_the_files_and_markers_and_their_metadata_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -278,7 +279,18 @@ fn expired_snapshots_leave_the_files_and_markers_and_their_metadata_goes() {
         let marker = format!("xid/dt=2026-11-28/hour=0{hour}/_compaction-r{hour}.json");
         appended.push((marker, vec![read_new_file(&storage, &key, hour).unwrap()]));
         if hour == 5 {
-            std::fs::write(metadata_dir.join("0000-stray-m0.avro"), b"killed").unwrap();
+            // A killed run's manifest, two hours old, and one just written (perhaps another
+            // run's, about to commit): the first goes, the second stays.
+            let old = metadata_dir.join("0000-stray-m0.avro");
+            std::fs::write(&old, b"killed").unwrap();
+            let two_hours = std::time::Duration::from_secs(7_200);
+            std::fs::File::options()
+                .write(true)
+                .open(&old)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - two_hours)
+                .unwrap();
+            std::fs::write(metadata_dir.join("0001-young-m0.avro"), b"fresh").unwrap();
         }
         table
             .append(&appended[hour as usize - 1..], Pauser::default(), 1_000)
@@ -313,6 +325,7 @@ fn expired_snapshots_leave_the_files_and_markers_and_their_metadata_goes() {
     let mut expected: Vec<String> = read.into_iter().collect();
     expected.extend(
         [
+            "0001-young-m0.avro",
             "v3.metadata.json",
             "v4.metadata.json",
             "v5.metadata.json",
