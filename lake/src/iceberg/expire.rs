@@ -14,9 +14,13 @@
 
 use std::collections::BTreeSet;
 
+use anyhow::Context;
+
 use crate::compact::marker::{marker_name, OUTPUT_PREFIX};
 
 use super::metadata::{Snapshot, TableMetadata};
+use super::read::{file_name, manifests_of};
+use super::table::{metadata_key, table_key, Table};
 
 /// How old an Avro file of the metadata folder that nothing reads must be before a run
 /// deletes it: one written minutes ago may belong to another run that has not committed yet
@@ -68,6 +72,75 @@ pub fn is_unreferenced(
         return version.saturating_add(keep.max(1) as u64) < current;
     }
     name.ends_with(".avro") && !referenced.contains(name)
+}
+
+/// After the commit of `version`, which dropped the snapshots `expired`: deletes the
+/// metadata files older than the ones its log keeps, the Avro files that only expired
+/// snapshots read (their manifest lists and the manifests no kept snapshot lists), and Avro
+/// files nothing reads that are older than [`ORPHAN_MIN_AGE`] (a killed run's
+/// unnamed files; a younger one may be another run's, not committed yet). A failure is
+/// logged: the commit stands, and the next run deletes what is left.
+pub fn clean_metadata_folder(
+    table: &Table<'_>,
+    version: u64,
+    metadata: &TableMetadata,
+    expired: &[Snapshot],
+) {
+    let cleaned = || -> anyhow::Result<usize> {
+        let read_by = |snapshots: &[Snapshot], lenient: bool| {
+            let mut names = BTreeSet::new();
+            for snapshot in snapshots {
+                names.insert(file_name(&snapshot.manifest_list).to_string());
+                match manifests_of(table.storage, snapshot) {
+                    Ok(manifests) => {
+                        names.extend(manifests.iter().map(|m| file_name(&m.path).to_string()))
+                    }
+                    // An expired snapshot's list may be gone already (a run killed
+                    // while cleaning up): its files are then orphans.
+                    Err(_) if lenient => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            Ok(names)
+        };
+        let referenced = read_by(&metadata.snapshots, false)?;
+        let expired_read = read_by(expired, true)?;
+        let prefix = metadata_key(table.kind, "");
+        let listing = table.storage.list(&prefix)?;
+        let now = chrono::Utc::now();
+        let mut deleted = 0;
+        for key in &listing.keys {
+            let name = file_name(key);
+            if !is_unreferenced(name, (version, table.keep_snapshots), &referenced) {
+                continue;
+            }
+            let orphan = name.ends_with(".avro") && !expired_read.contains(name);
+            if orphan {
+                let age = table
+                    .storage
+                    .stat(key)
+                    .map(|meta| now.signed_duration_since(meta.last_modified))
+                    .with_context(|| format!("reading the age of {key}"))?;
+                if age < ORPHAN_MIN_AGE {
+                    continue;
+                }
+            }
+            table
+                .delete(key)
+                .with_context(|| format!("deleting {key}"))?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    };
+    match cleaned() {
+        Ok(0) => {}
+        Ok(deleted) => {
+            tracing::info!(table = %table_key(table.kind), deleted, "iceberg metadata files no kept snapshot reads deleted")
+        }
+        Err(err) => {
+            tracing::warn!(table = %table_key(table.kind), error = %format!("{err:#}"), "iceberg metadata clean-up failed; the next run retries")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,10 @@
 //! the run's own; a run killed before its metadata file leaves it unnamed and harmless.
 
 use anyhow::Context;
+use object_store::PutMode;
 
-use super::avro::{self, KeptFile, ManifestFile};
+use super::avro::{self, KeptFile, ManifestFile, ManifestHeader};
+use super::table::{table_key, Table};
 use crate::storage::LakeStorage;
 
 /// Manifests a snapshot may list before the next commit merges them.
@@ -33,7 +35,7 @@ pub fn kept_files(
 ) -> anyhow::Result<Vec<KeptFile>> {
     let mut kept = Vec::new();
     for manifest in manifests {
-        let bytes = super::table::get_uri(storage, &manifest.path)?;
+        let bytes = super::read::get_uri(storage, &manifest.path)?;
         let entries = avro::read_entries(&bytes)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("manifest {}", manifest.path))?;
@@ -49,6 +51,26 @@ pub fn kept_files(
         }
     }
     Ok(kept)
+}
+
+/// Writes one manifest keeping every file of `previous` to `key` for snapshot `snapshot_id` at
+/// `sequence_number`; returns its list entry, which replaces all of `previous`.
+pub fn write_merged(
+    table: &Table<'_>,
+    previous: &[ManifestFile],
+    key: &str,
+    (snapshot_id, sequence_number): (i64, i64),
+    header: ManifestHeader<'_>,
+) -> anyhow::Result<ManifestFile> {
+    let kept = kept_files(table.storage, previous)?;
+    let bytes = avro::write_kept_manifest(&kept, header)?;
+    let location = (table.storage.uri_of(key), bytes.len() as i64);
+    let entry = merged_entry(&kept, location, (snapshot_id, sequence_number))?;
+    table
+        .put(key, bytes, PutMode::Overwrite)
+        .with_context(|| format!("writing {key}"))?;
+    tracing::info!(table = %table_key(table.kind), manifests = previous.len(), files = kept.len(), "iceberg manifests merged into one");
+    Ok(entry)
 }
 
 /// The list entry of a merged manifest of `kept` at `path` (`length` bytes), written by

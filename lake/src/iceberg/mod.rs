@@ -15,14 +15,18 @@
 //! - [`schema`]: Iceberg schemas from the files' Arrow schemas, ids kept across versions.
 //! - [`avro`]: the manifest and manifest list.
 //! - [`expire`]: old snapshots and metadata files dropped after a commit.
+//! - [`footer`]: a compacted file's facts from its Parquet footer.
 //! - [`merge`]: the previous manifests merged into one when a snapshot would list too many.
 //! - [`metadata`]: the metadata file and how a snapshot is added.
+//! - [`read`]: what a table holds: its metadata, manifests, files and markers.
 //! - [`table`]: a table on the lake's storage: load, append, list.
 
 pub mod avro;
 pub mod expire;
+pub mod footer;
 pub mod merge;
 pub mod metadata;
+pub mod read;
 pub mod schema;
 pub mod table;
 

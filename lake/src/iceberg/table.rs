@@ -1,6 +1,6 @@
 //! One Iceberg table of the lake (`<lake>/iceberg/<kind>/metadata/`) on its storage: the
-//! current metadata file found, the compacted files of new markers appended as one snapshot,
-//! and the live data files of the current snapshot listed for readers.
+//! compacted files of new markers appended as one snapshot ([`super::read`] says what the
+//! table holds).
 //!
 //! A commit writes a manifest and a manifest list (new, uniquely named files no reader looks
 //! at), then `v<N+1>.metadata.json`, created only if absent (a rename that never replaces on a
@@ -9,30 +9,27 @@
 //! is the highest metadata file present, whatever the hint says, so a run killed between the
 //! two finds its commit; one killed before the metadata file leaves two unnamed Avro files and
 //! the markers uncommitted, and the next run commits them. Which markers a table holds is in
-//! its snapshots' summaries ([`MARKERS_KEY`]), so no marker's files are added twice.
+//! its snapshots' summaries ([`MARKERS_KEY`]) and its data files' names, so no marker's files
+//! are added twice.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::Context;
-use arrow_schema::Schema;
-use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
-use parquet::file::statistics::Statistics;
 use tokio::runtime::Runtime;
 
 use super::avro::{self, DataFile, ManifestFile};
+pub use super::footer::{read_new_file, NewFile};
 use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
+use super::read::{committed_markers, manifests};
+pub use super::read::{current_files, load};
 use super::schema::IcebergSchema;
 use super::{expire, merge};
 use crate::compact::phase::{Pauser, Phase};
 use crate::storage::LakeStorage;
 use gpuship_model::EventKind;
-
-/// The file-metadata key under which the agents' Parquet sink writes the schema version.
-const SCHEMA_VERSION_KEY: &str = "gpuship.schema_version";
 
 /// The lake's folder of Iceberg tables, one per kind.
 pub const ICEBERG_FOLDER: &str = "iceberg";
@@ -44,7 +41,7 @@ pub fn table_key(kind: EventKind) -> String {
     format!("{ICEBERG_FOLDER}/{kind}")
 }
 
-fn metadata_key(kind: EventKind, name: &str) -> String {
+pub(super) fn metadata_key(kind: EventKind, name: &str) -> String {
     format!("{}/metadata/{name}", table_key(kind))
 }
 
@@ -55,27 +52,6 @@ pub(super) fn version_of(name: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// A compacted file to add, read from its footer.
-#[derive(Debug, Clone)]
-pub struct NewFile {
-    /// Its key in the lake.
-    pub key: String,
-    /// Hours since the epoch of its hour folder.
-    pub hour: i32,
-    /// Rows (from its footer).
-    pub rows: u64,
-    /// Bytes.
-    pub size: u64,
-    /// Its columns.
-    pub schema: Schema,
-    /// `gpuship.schema_version` of its metadata.
-    pub schema_version: i32,
-    /// Least and greatest `time` (µs) and `host`, where every row group's statistics say.
-    pub time_range: Option<(i64, i64)>,
-    /// Least and greatest host.
-    pub host_range: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// What an append did.
@@ -120,73 +96,6 @@ impl Table<'_> {
         }
     }
 
-    /// After the commit of `version`, which dropped the snapshots `expired`: deletes the
-    /// metadata files older than the ones its log keeps, the Avro files that only expired
-    /// snapshots read (their manifest lists and the manifests no kept snapshot lists), and Avro
-    /// files nothing reads that are older than [`expire::ORPHAN_MIN_AGE`] (a killed run's
-    /// unnamed files; a younger one may be another run's, not committed yet). A failure is
-    /// logged: the commit stands, and the next run deletes what is left.
-    fn clean_metadata_folder(&self, version: u64, metadata: &TableMetadata, expired: &[Snapshot]) {
-        let cleaned = || -> anyhow::Result<usize> {
-            let read_by = |snapshots: &[Snapshot], lenient: bool| {
-                let mut names = BTreeSet::new();
-                for snapshot in snapshots {
-                    names.insert(file_name(&snapshot.manifest_list).to_string());
-                    match manifests_of(self.storage, snapshot) {
-                        Ok(manifests) => {
-                            names.extend(manifests.iter().map(|m| file_name(&m.path).to_string()))
-                        }
-                        // An expired snapshot's list may be gone already (a run killed
-                        // while cleaning up): its files are then orphans.
-                        Err(_) if lenient => {}
-                        Err(err) => return Err(err),
-                    }
-                }
-                Ok(names)
-            };
-            let referenced = read_by(&metadata.snapshots, false)?;
-            let expired_read = read_by(expired, true)?;
-            let prefix = metadata_key(self.kind, "");
-            let listing = self.storage.list(&prefix)?;
-            let now = chrono::Utc::now();
-            let mut deleted = 0;
-            for key in &listing.keys {
-                let name = file_name(key);
-                if !expire::is_unreferenced(name, (version, self.keep_snapshots), &referenced) {
-                    continue;
-                }
-                let orphan = name.ends_with(".avro") && !expired_read.contains(name);
-                if orphan {
-                    let age = self
-                        .storage
-                        .stat(key)
-                        .map(|meta| now.signed_duration_since(meta.last_modified))
-                        .with_context(|| format!("reading the age of {key}"))?;
-                    if age < expire::ORPHAN_MIN_AGE {
-                        continue;
-                    }
-                }
-                match self
-                    .runtime
-                    .block_on(self.store.delete(&Path::from(key.as_str())))
-                {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                    Err(err) => return Err(err).with_context(|| format!("deleting {key}")),
-                }
-            }
-            Ok(deleted)
-        };
-        match cleaned() {
-            Ok(0) => {}
-            Ok(deleted) => {
-                tracing::info!(table = %table_key(self.kind), deleted, "iceberg metadata files no kept snapshot reads deleted")
-            }
-            Err(err) => {
-                tracing::warn!(table = %table_key(self.kind), error = %format!("{err:#}"), "iceberg metadata clean-up failed; the next run retries")
-            }
-        }
-    }
-
     fn manifests(&self, metadata: &TableMetadata) -> anyhow::Result<Vec<ManifestFile>> {
         manifests(self.storage, metadata)
     }
@@ -210,7 +119,15 @@ impl Table<'_> {
         self.write_hint(version)
     }
 
-    fn put(&self, key: &str, bytes: Vec<u8>, mode: PutMode) -> object_store::Result<()> {
+    /// Deletes `key` (one already gone counts as deleted).
+    pub(super) fn delete(&self, key: &str) -> object_store::Result<()> {
+        match self.runtime.block_on(self.store.delete(&Path::from(key))) {
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    pub(super) fn put(&self, key: &str, bytes: Vec<u8>, mode: PutMode) -> object_store::Result<()> {
         let options = PutOptions {
             mode,
             ..Default::default()
@@ -314,13 +231,12 @@ impl Table<'_> {
                 }
             })
             .collect();
-        let manifest = avro::write_manifest(
-            &data_files,
-            snapshot_id,
-            &schema.to_json().to_string(),
-            schema.schema_id,
-            &metadata.partition_spec_fields().to_string(),
-        )?;
+        let (schema_json, spec) = (
+            schema.to_json().to_string(),
+            metadata.partition_spec_fields().to_string(),
+        );
+        let header = (schema_json.as_str(), schema.schema_id, spec.as_str());
+        let manifest = avro::write_manifest(&data_files, snapshot_id, header)?;
         let unique = uuid::Uuid::new_v4();
         let manifest_key = metadata_key(self.kind, &format!("{unique}-m0.avro"));
         let added_rows: u64 = files.iter().map(|f| f.rows).sum();
@@ -332,23 +248,15 @@ impl Table<'_> {
         let replaced = previous_manifests.len();
         let merged = merge::should_merge(&previous_manifests, self.merge_manifests_at);
         let mut manifests = if merged {
-            let kept = merge::kept_files(self.storage, &previous_manifests)?;
-            let bytes = avro::write_kept_manifest(
-                &kept,
-                &schema.to_json().to_string(),
-                schema.schema_id,
-                &metadata.partition_spec_fields().to_string(),
-            )?;
             let key = metadata_key(self.kind, &format!("{unique}-m1.avro"));
-            let entry = merge::merged_entry(
-                &kept,
-                (self.storage.uri_of(&key), bytes.len() as i64),
-                (snapshot_id, sequence_number),
-            )?;
-            self.put(&key, bytes, PutMode::Overwrite)
-                .with_context(|| format!("writing {key}"))?;
-            tracing::info!(table = %table_key(self.kind), manifests = replaced, files = kept.len(), "iceberg manifests merged into one");
-            vec![entry]
+            let ids = (snapshot_id, sequence_number);
+            vec![merge::write_merged(
+                self,
+                &previous_manifests,
+                &key,
+                ids,
+                header,
+            )?]
         } else {
             previous_manifests
         };
@@ -472,206 +380,13 @@ impl Table<'_> {
         if !expired.is_empty() {
             tracing::info!(table = %table_key(self.kind), expired = expired.len(), kept = metadata.snapshots.len(), "iceberg snapshots expired");
         }
-        self.clean_metadata_folder(next, &metadata, &expired);
+        expire::clean_metadata_folder(self, next, &metadata, &expired);
         Ok(Appended {
             version: next,
             files: files.len(),
             rows: added_rows,
         })
     }
-}
-
-/// The current metadata of `kind`'s table in `storage` and its version, `None` when the table
-/// does not exist.
-pub fn load(
-    storage: &dyn LakeStorage,
-    kind: EventKind,
-) -> anyhow::Result<Option<(u64, TableMetadata)>> {
-    let prefix = metadata_key(kind, "");
-    let listing = storage
-        .list(&prefix)
-        .with_context(|| format!("listing {prefix}"))?;
-    let latest = listing
-        .keys
-        .iter()
-        .filter_map(|key| version_of(key.rsplit('/').next()?))
-        .max();
-    let Some(version) = latest else {
-        return Ok(None);
-    };
-    let key = metadata_key(kind, &format!("v{version}.metadata.json"));
-    let bytes = storage
-        .get(&key)
-        .with_context(|| format!("reading {key}"))?;
-    let metadata: TableMetadata =
-        serde_json::from_slice(&bytes).with_context(|| format!("{key} is not Iceberg"))?;
-    Ok(Some((version, metadata)))
-}
-
-/// The markers whose files a table holds: those its snapshots name, and those its current
-/// data files name (the markers of expired snapshots, [`expire::marker_of_file`]).
-fn committed_markers(
-    storage: &dyn LakeStorage,
-    metadata: &TableMetadata,
-) -> anyhow::Result<BTreeSet<String>> {
-    let mut markers = metadata.committed_markers();
-    for file in files_of(storage, metadata)? {
-        if let Some(marker) = storage
-            .key_of(&file.path)
-            .and_then(|k| expire::marker_of_file(&k))
-        {
-            markers.insert(marker);
-        }
-    }
-    Ok(markers)
-}
-
-/// The last part of a key or location.
-fn file_name(location: &str) -> &str {
-    location.rsplit('/').next().unwrap_or(location)
-}
-
-/// The live data files of the current snapshot of `kind`'s table (none for a table without
-/// one, or no table).
-pub fn current_files(storage: &dyn LakeStorage, kind: EventKind) -> anyhow::Result<Vec<DataFile>> {
-    let Some((_, metadata)) = load(storage, kind)? else {
-        return Ok(Vec::new());
-    };
-    files_of(storage, &metadata)
-}
-
-/// The live data files of `metadata`'s current snapshot.
-fn files_of(storage: &dyn LakeStorage, metadata: &TableMetadata) -> anyhow::Result<Vec<DataFile>> {
-    let mut files = Vec::new();
-    for manifest in manifests(storage, metadata)? {
-        let bytes = get_uri(storage, &manifest.path)?;
-        files.extend(
-            avro::read_manifest(&bytes)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("manifest {}", manifest.path))?,
-        );
-    }
-    Ok(files)
-}
-
-fn manifests(
-    storage: &dyn LakeStorage,
-    metadata: &TableMetadata,
-) -> anyhow::Result<Vec<ManifestFile>> {
-    match metadata.current_snapshot() {
-        Some(snapshot) => manifests_of(storage, snapshot),
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The manifests `snapshot` lists.
-fn manifests_of(
-    storage: &dyn LakeStorage,
-    snapshot: &Snapshot,
-) -> anyhow::Result<Vec<ManifestFile>> {
-    let bytes = get_uri(storage, &snapshot.manifest_list)?;
-    avro::read_manifest_list(&bytes)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("manifest list {}", snapshot.manifest_list))
-}
-
-pub(super) fn get_uri(storage: &dyn LakeStorage, uri: &str) -> anyhow::Result<Bytes> {
-    let key = storage
-        .key_of(uri)
-        .with_context(|| format!("{uri} is outside the lake"))?;
-    storage.get(&key).with_context(|| format!("reading {uri}"))
-}
-
-/// A compacted file's facts from its footer (one or two requests on S3).
-pub fn read_new_file(storage: &dyn LakeStorage, key: &str, hour: i32) -> anyhow::Result<NewFile> {
-    let size = storage
-        .stat(key)
-        .with_context(|| format!("reading the size of {key}"))?
-        .size;
-    anyhow::ensure!(size >= 12, "{key}: {size} bytes is no Parquet file");
-    let tail = storage.tail(key, size, 8)?;
-    anyhow::ensure!(&tail[4..] == b"PAR1", "{key}: not a Parquet file");
-    let footer_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-    anyhow::ensure!(
-        footer_len + 8 <= size,
-        "{key}: a footer longer than the file"
-    );
-    let footer = storage.tail(key, size, footer_len + 8)?;
-    let metadata = ParquetMetaDataReader::decode_metadata(&footer[..footer_len as usize])
-        .with_context(|| format!("{key}: its footer"))?;
-    let file = metadata.file_metadata();
-    let schema =
-        parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
-            .with_context(|| format!("{key}: its schema"))?;
-    // The version is in the footer's key-value metadata (what the agents write) or in the
-    // embedded Arrow schema's metadata (what any Arrow writer keeps); 1 when neither says.
-    let schema_version = schema
-        .metadata()
-        .get(SCHEMA_VERSION_KEY)
-        .cloned()
-        .or_else(|| {
-            file.key_value_metadata()
-                .into_iter()
-                .flatten()
-                .find(|kv| kv.key == SCHEMA_VERSION_KEY)
-                .and_then(|kv| kv.value.clone())
-        })
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(1);
-    Ok(NewFile {
-        key: key.to_string(),
-        hour,
-        rows: u64::try_from(file.num_rows()).unwrap_or(0),
-        size,
-        schema,
-        schema_version,
-        time_range: time_range(&metadata),
-        host_range: host_range(&metadata),
-    })
-}
-
-/// The index of the top-level leaf column `name`.
-fn column(metadata: &ParquetMetaData, name: &str) -> Option<usize> {
-    metadata
-        .file_metadata()
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|c| c.path().string() == name)
-}
-
-fn time_range(metadata: &ParquetMetaData) -> Option<(i64, i64)> {
-    let index = column(metadata, "time")?;
-    let mut range: Option<(i64, i64)> = None;
-    for group in metadata.row_groups() {
-        let Some(Statistics::Int64(stats)) = group.column(index).statistics() else {
-            return None;
-        };
-        let (low, high) = (*stats.min_opt()?, *stats.max_opt()?);
-        range = Some(range.map_or((low, high), |(l, h)| (l.min(low), h.max(high))));
-    }
-    range
-}
-
-fn host_range(metadata: &ParquetMetaData) -> Option<(Vec<u8>, Vec<u8>)> {
-    let index = column(metadata, "host")?;
-    let mut range: Option<(Vec<u8>, Vec<u8>)> = None;
-    for group in metadata.row_groups() {
-        let Some(Statistics::ByteArray(stats)) = group.column(index).statistics() else {
-            return None;
-        };
-        // A truncated bound is not the column's value: no bound then.
-        if !stats.min_is_exact() || !stats.max_is_exact() {
-            return None;
-        }
-        let low = stats.min_opt()?.data().to_vec();
-        let high = stats.max_opt()?.data().to_vec();
-        range = Some(match range {
-            None => (low, high),
-            Some((l, h)) => (l.min(low), h.max(high)),
-        });
-    }
-    range
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use apache_avro::Reader;
 
 #[test]
 fn both_schemas_parse_and_keep_their_field_ids() {
@@ -7,7 +8,7 @@ fn both_schemas_parse_and_keep_their_field_ids() {
         let written: serde_json::Value = serde_json::from_str(&schema.canonical_form()).unwrap();
         assert!(written.is_object());
     }
-    let bytes = write_manifest(&[], 1, "{}", 7, "[]").unwrap();
+    let bytes = write_manifest(&[], 1, ("{}", 7, "[]")).unwrap();
     let reader = Reader::new(&bytes[..]).unwrap();
     let header = String::from_utf8(reader.user_metadata()["schema-id"].clone()).unwrap();
     assert_eq!(header, "7");
@@ -40,7 +41,7 @@ fn a_manifest_and_its_list_read_back_exactly() {
             bounds: Vec::new(),
         },
     ];
-    let bytes = write_manifest(&files, 42, "{}", 7, "[]").unwrap();
+    let bytes = write_manifest(&files, 42, ("{}", 7, "[]")).unwrap();
     assert_eq!(read_manifest(&bytes).unwrap(), files);
     let entries = read_entries(&bytes).unwrap();
     assert_eq!(
@@ -63,7 +64,7 @@ fn a_manifest_and_its_list_read_back_exactly() {
             },
         )
         .collect();
-    let merged = write_kept_manifest(&kept, "{}", 7, "[]").unwrap();
+    let merged = write_kept_manifest(&kept, ("{}", 7, "[]")).unwrap();
     let read: Vec<KeptFile> = read_entries(&merged)
         .unwrap()
         .into_iter()

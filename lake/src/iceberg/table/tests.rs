@@ -1,10 +1,11 @@
 use std::collections::HashMap;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow_schema::{DataType, Field, TimeUnit};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use parquet::arrow::ArrowWriter;
 
 use super::*;
+use crate::iceberg::read::{file_name, get_uri, manifests, manifests_of};
 use crate::local::LocalStorage;
 
 /// A compacted-like file at `key` under `root`: `rows` rows of schema version `version`
