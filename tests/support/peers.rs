@@ -104,6 +104,25 @@ impl Peer {
         assert_eq!(rc, 0, "kill({}, {signal})", child.id());
     }
 
+    /// SIGTERM by pid, then waits for the exit (SIGKILL after 30 s): a peer that shuts down
+    /// cleanly finishes what it acknowledged, so its output holds every record it accepted.
+    pub fn terminate(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL by pid, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
