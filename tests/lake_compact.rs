@@ -9,6 +9,7 @@
 mod fixture;
 mod iceberg;
 mod phases;
+mod rest_catalog;
 mod rollup;
 mod s3;
 

@@ -79,6 +79,14 @@ pub fn duckdb_iceberg(sql: &str) -> Vec<Vec<String>> {
     duckdb_with_setup(&["LOAD_ICEBERG", "SET TimeZone = 'UTC'"], sql)
 }
 
+/// Runs `sql` in DuckDB with its iceberg extension, after the statements `setup` (an ATTACH).
+pub fn duckdb_iceberg_after(setup: &str, sql: &str) -> Vec<Vec<String>> {
+    duckdb_with_setup(
+        &["LOAD_HTTPFS", "LOAD_ICEBERG", "SET TimeZone = 'UTC'", setup],
+        sql,
+    )
+}
+
 fn duckdb_with_setup(setup: &[&str], sql: &str) -> Vec<Vec<String>> {
     let script = r#"
 import duckdb, glob, json, os, sys

@@ -50,6 +50,19 @@ pub struct CompactArgs {
     /// deleted (every run only appends).
     #[arg(long, default_value_t = crate::iceberg::expire::KEEP_SNAPSHOTS)]
     pub keep_snapshots: usize,
+    /// An Apache Iceberg REST catalog to keep in step with the tables (Polaris, Lakekeeper,
+    /// Nessie, Glue's or S3 Tables' Iceberg endpoint): after each run every table is
+    /// registered there from its newest metadata file, or its entry gets what it lacks in one
+    /// commit. A bearer token is read from GPUSHIP_CATALOG_TOKEN only (an argument would show
+    /// in `ps`).
+    #[arg(long, env = "GPUSHIP_CATALOG_URI")]
+    pub catalog_uri: Option<String>,
+    /// The catalog's namespace of the tables (`<namespace>.<kind>`); dots separate levels.
+    #[arg(long, default_value = "gpuship")]
+    pub catalog_namespace: String,
+    /// The warehouse to ask the catalog for, where it serves several.
+    #[arg(long, env = "GPUSHIP_CATALOG_WAREHOUSE")]
+    pub catalog_warehouse: Option<String>,
     /// Print what would be compacted, cleaned and deleted; change nothing.
     #[arg(long)]
     pub dry_run: bool,

@@ -81,6 +81,36 @@ pub struct Summary {
     pub iceberg_rows: u64,
     /// Iceberg tables whose commit failed (logged); the next run adds their files.
     pub iceberg_failed: usize,
+    /// Tables registered in the REST catalog.
+    pub catalog_registered: usize,
+    /// Tables whose catalog entry got a commit.
+    pub catalog_committed: usize,
+    /// Tables whose catalog entry was in step already.
+    pub catalog_in_step: usize,
+    /// Tables whose catalog entry is still behind (logged); the next run brings it up.
+    pub catalog_failed: usize,
+}
+
+/// The REST catalog `args` name, if any (checked, not called yet).
+fn rest_catalog(args: &CompactArgs) -> anyhow::Result<Option<crate::iceberg::rest::RestCatalog>> {
+    let Some(uri) = args.catalog_uri.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        !args.no_iceberg,
+        "--catalog-uri keeps the Iceberg tables' entries in step, and --no-iceberg writes no tables"
+    );
+    let config = crate::iceberg::rest::CatalogConfig {
+        uri: uri.to_string(),
+        namespace: args.catalog_namespace.clone(),
+        warehouse: args.catalog_warehouse.clone(),
+        token: std::env::var("GPUSHIP_CATALOG_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+    };
+    crate::iceberg::rest::RestCatalog::new(&config)
+        .map(Some)
+        .context("--catalog-uri")
 }
 
 /// Runs `gpuship-lake compact`: exit status 0 when every hour was done, 1 when one failed
@@ -98,6 +128,7 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         .map(|since| crate::range::TimeRange::parse(since, None, now))
         .transpose()
         .context("--since")?;
+    let catalog = rest_catalog(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -163,11 +194,26 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             kind,
             merge_manifests_at: args.merge_manifests_at,
             keep_snapshots: args.keep_snapshots,
+            catalog: catalog.as_ref(),
         };
         match crate::iceberg::commit_markers(&table, &committed, job.pauser) {
             Ok(appended) => {
                 summary.iceberg_files += appended.files;
                 summary.iceberg_rows += appended.rows;
+                match appended.catalog {
+                    None => {}
+                    Some(Ok(crate::iceberg::sync::Synced::Registered)) => {
+                        summary.catalog_registered += 1
+                    }
+                    Some(Ok(crate::iceberg::sync::Synced::Committed(_))) => {
+                        summary.catalog_committed += 1
+                    }
+                    Some(Ok(crate::iceberg::sync::Synced::InStep)) => summary.catalog_in_step += 1,
+                    Some(Err(err)) => {
+                        eprintln!("gpuship-lake compact: {err}");
+                        summary.catalog_failed += 1;
+                    }
+                }
             }
             Err(err) => {
                 eprintln!(
@@ -197,12 +243,26 @@ pub fn compact(args: &CompactArgs) -> anyhow::Result<ExitCode> {
                 summary.iceberg_files, summary.iceberg_rows, summary.iceberg_failed
             ));
         }
+        if let Some(catalog) = &catalog {
+            job::say(format_args!(
+                "catalog {} ({}): {} tables registered, {} brought up to date, {} in step; {} \
+                 behind",
+                catalog.uri(),
+                catalog.namespace(),
+                summary.catalog_registered,
+                summary.catalog_committed,
+                summary.catalog_in_step,
+                summary.catalog_failed
+            ));
+        }
     }
-    Ok(if summary.failed == 0 && summary.iceberg_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if summary.failed == 0 && summary.iceberg_failed == 0 && summary.catalog_failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 /// `keys` (sorted) by hour folder; keys outside `<table>/dt=.../hour=.../` are not the job's.

@@ -7,8 +7,9 @@
 //!
 //! The catalog is the table's metadata files alone (`metadata/v<N>.metadata.json` and
 //! `version-hint.text`): DuckDB's `iceberg_scan`, pyiceberg's `StaticTable`, Spark's and
-//! Trino's Hadoop-style catalogs read them as they are, and a SQL or REST catalog registers the
-//! table from its newest metadata file (docs/operations.md). Written here rather than with
+//! Trino's Hadoop-style catalogs read them as they are; a REST catalog's entry of each table
+//! is kept in step after every commit ([`sync`], `--catalog-uri`), and a SQL catalog registers
+//! the table from its newest metadata file (docs/operations.md). Written here rather than with
 //! iceberg-rust, which links a third arrow version into the lake (issue: one per binary); two
 //! readers nobody here wrote check every table in the tests.
 //!
@@ -19,6 +20,8 @@
 //! - [`merge`]: the previous manifests merged into one when a snapshot would list too many.
 //! - [`metadata`]: the metadata file and how a snapshot is added.
 //! - [`read`]: what a table holds: its metadata, manifests, files and markers.
+//! - [`rest`]: a REST catalog's client.
+//! - [`sync`]: a REST catalog's entry of each table kept in step with its metadata files.
 //! - [`table`]: a table on the lake's storage: load, append, list.
 
 pub mod avro;
@@ -27,7 +30,9 @@ pub mod footer;
 pub mod merge;
 pub mod metadata;
 pub mod read;
+pub mod rest;
 pub mod schema;
+pub mod sync;
 pub mod table;
 
 use anyhow::Context;

@@ -25,7 +25,9 @@ pub use super::footer::{read_new_file, NewFile};
 use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
 use super::read::{committed_markers, manifests};
 pub use super::read::{current_files, load};
+use super::rest::RestCatalog;
 use super::schema::IcebergSchema;
+use super::sync::{sync_table, Synced};
 use super::{expire, merge};
 use crate::compact::phase::{Pauser, Phase};
 use crate::storage::LakeStorage;
@@ -63,6 +65,9 @@ pub struct Appended {
     pub files: usize,
     /// Rows added.
     pub rows: u64,
+    /// What the REST catalog was told (`None` without one): `Err` names why its entry is
+    /// still behind (the next run brings it up to date).
+    pub catalog: Option<Result<Synced, String>>,
 }
 
 /// A kind's table on the lake's storage.
@@ -80,6 +85,8 @@ pub struct Table<'a> {
     pub merge_manifests_at: usize,
     /// Snapshots (and earlier metadata files) a commit keeps ([`super::expire`]).
     pub keep_snapshots: usize,
+    /// A REST catalog kept in step with the table ([`super::sync`]), if one is configured.
+    pub catalog: Option<&'a RestCatalog>,
 }
 
 impl Table<'_> {
@@ -117,6 +124,34 @@ impl Table<'_> {
         }
         tracing::warn!(table = %table_key(self.kind), version, "the version hint was behind the table's metadata; rewritten");
         self.write_hint(version)
+    }
+
+    /// Brings the REST catalog's entry, if there is a catalog, to `metadata` (version
+    /// `version`).
+    fn sync_catalog(
+        &self,
+        version: u64,
+        metadata: &TableMetadata,
+    ) -> Option<Result<Synced, String>> {
+        let catalog = self.catalog?;
+        let location = self.storage.uri_of(&metadata_key(
+            self.kind,
+            &format!("v{version}.metadata.json"),
+        ));
+        let name = self.kind.as_str();
+        let outcome = sync_table(catalog, self.runtime, name, metadata, &location);
+        Some(match outcome {
+            Ok(synced) => {
+                tracing::info!(table = %table_key(self.kind), catalog = catalog.uri(), namespace = %catalog.namespace(), ?synced, "REST catalog in step");
+                Ok(synced)
+            }
+            Err(err) => Err(format!(
+                "{}.{name} in the REST catalog {} is behind v{version} (the next run brings it \
+                 up to date): {err:#}",
+                catalog.namespace(),
+                catalog.uri()
+            )),
+        })
     }
 
     /// Deletes `key` (one already gone counts as deleted).
@@ -161,10 +196,14 @@ impl Table<'_> {
         if files.is_empty() {
             // A run killed after its commit left the hint behind: readers that go by it would
             // miss the commit (or find no table at all), so it is brought up to date.
-            if let Some((version, _)) = &loaded {
-                self.repair_hint(*version)?;
-            }
-            return Ok(Appended::default());
+            let Some((version, metadata)) = &loaded else {
+                return Ok(Appended::default());
+            };
+            self.repair_hint(*version)?;
+            return Ok(Appended {
+                catalog: self.sync_catalog(*version, metadata),
+                ..Appended::default()
+            });
         }
         // Older schema versions first: each file's columns evolve the schema in turn.
         files.sort_by_key(|f| f.schema_version);
@@ -380,11 +419,17 @@ impl Table<'_> {
         if !expired.is_empty() {
             tracing::info!(table = %table_key(self.kind), expired = expired.len(), kept = metadata.snapshots.len(), "iceberg snapshots expired");
         }
-        expire::clean_metadata_folder(self, next, &metadata, &expired);
+        // The catalog first: its entry may still read the snapshots expiry dropped, so their
+        // files are deleted only once it no longer lists them (the next run otherwise).
+        let catalog = self.sync_catalog(next, &metadata);
+        if !matches!(catalog, Some(Err(_))) {
+            expire::clean_metadata_folder(self, next, &metadata, &expired);
+        }
         Ok(Appended {
             version: next,
             files: files.len(),
             rows: added_rows,
+            catalog,
         })
     }
 }

@@ -65,6 +65,7 @@ fn table<'a>(
         kind,
         merge_manifests_at: crate::iceberg::merge::MERGE_MANIFESTS_AT,
         keep_snapshots: crate::iceberg::expire::KEEP_SNAPSHOTS,
+        catalog: None,
     }
 }
 
