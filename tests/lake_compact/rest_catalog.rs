@@ -10,6 +10,7 @@
 use std::process::Command;
 
 use super::fixture::{compact, lake_sums, lake_sums_with, stderr, write_lake, SUMS};
+use super::phases::paused_at;
 use crate::support::lake::{duckdb_iceberg_after, python};
 use crate::support::peers::IcebergRestCatalog;
 
@@ -274,6 +275,49 @@ fn a_catalog_down_or_contended_falls_behind_and_catches_up_with_nothing_twice() 
     for (table, held) in ["cuda", "xid"].iter().zip(&snapshots) {
         assert_eq!(held, &lake_snapshots(root, table), "{table}");
         assert_eq!(held.0.len(), 3, "{table}: no snapshot twice");
+    }
+}
+
+#[test]
+fn a_run_killed_between_a_tables_commit_and_the_catalogs_is_caught_up_by_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let data = root.display().to_string();
+    let catalog = IcebergRestCatalog::start();
+    write_lake(root, 2, &[6], 2, 20);
+    let (ok, stdout, err) = run(&data, &catalog, &[]);
+    assert!(ok, "{stdout}\n{err}");
+
+    // The first table's v2 is committed; SIGKILL before its catalog entry hears of it.
+    write_lake(root, 2, &[5], 2, 20);
+    let uri = catalog.uri();
+    let mut child = paused_at(&data, "iceberg-committed", &["--catalog-uri", &uri], &[]);
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    // One table's v2 is there (the hint, written after the commit, still names v1) and its
+    // entry lists one snapshot; the other table was not reached.
+    let (_, entries) = rest_sums(&catalog);
+    let committed: Vec<bool> = ["cuda", "xid"]
+        .iter()
+        .map(|t| {
+            root.join(format!("iceberg/{t}/metadata/v2.metadata.json"))
+                .exists()
+        })
+        .collect();
+    assert_eq!(committed.iter().filter(|c| **c).count(), 1, "{committed:?}");
+    assert!(entries.iter().all(|e| e.0.len() == 1), "{entries:?}");
+
+    let (ok, stdout, err) = run(&data, &catalog, &[]);
+    assert!(ok, "{stdout}\n{err}");
+    assert!(
+        catalog_line(&stdout).contains("0 tables registered, 2 brought up to date, 0 in step"),
+        "{stdout}"
+    );
+    let (sums, snapshots) = rest_sums(&catalog);
+    assert_eq!(sums, lake_sums(&data, &[]), "every row once");
+    for (table, held) in ["cuda", "xid"].iter().zip(&snapshots) {
+        assert_eq!(held, &lake_snapshots(root, table), "{table}");
+        assert_eq!(held.0.len(), 2, "{table}");
     }
 }
 
