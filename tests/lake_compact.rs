@@ -3,8 +3,9 @@
 //! through gpuship's readers and through DuckDB), closed hours rewritten into one sorted file
 //! each, open hours, other files and the accounting documents untouched, readers exact while a
 //! run is under way. The kill-at-every-phase tests are in `lake_compact/phases.rs`, the S3 one
-//! in `lake_compact/s3.rs`, the Iceberg tables' in `lake_compact/iceberg.rs`, the hourly roll-up of
-//! `cuda_stats` in `lake_compact/rollup.rs`.
+//! in `lake_compact/s3.rs`, the Iceberg tables' in `lake_compact/iceberg.rs`, a REST catalog kept
+//! in step with them in `lake_compact/rest_catalog.rs`, the hourly roll-up of `cuda_stats` in
+//! `lake_compact/rollup.rs`.
 
 mod fixture;
 mod iceberg;
