@@ -12,7 +12,7 @@ use std::process::Command;
 use super::fixture::{compact, lake_sums, lake_sums_with, stderr, write_lake, SUMS};
 use super::phases::paused_at;
 use crate::support::lake::{duckdb_iceberg_after, python};
-use crate::support::peers::IcebergRestCatalog;
+use crate::support::rest_catalog::IcebergRestCatalog;
 
 /// A table's snapshot ids and the current one.
 type Snapshots = (Vec<i64>, i64);

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod operator_kit;
 pub mod otlp_metrics;
 pub mod peers;
+pub mod rest_catalog;
 pub mod serial;
 
 pub use serial::{exclusive, shared};

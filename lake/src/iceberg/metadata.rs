@@ -221,6 +221,70 @@ impl TableMetadata {
     }
 }
 
+/// What an append adds, for its snapshot's summary.
+pub struct AppendSummary<'a> {
+    /// Data files added.
+    pub files: usize,
+    /// Their rows.
+    pub rows: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Hours they fall in.
+    pub partitions: usize,
+    /// Manifests the previous snapshot listed.
+    pub manifests_replaced: usize,
+    /// Whether those were merged into one ([`super::merge`]).
+    pub merged: bool,
+    /// The compaction markers whose files these are.
+    pub markers: Vec<&'a str>,
+}
+
+impl AppendSummary<'_> {
+    /// The snapshot summary: Iceberg's counts, totals carried on from `previous`, and
+    /// [`MARKERS_KEY`].
+    pub fn summary(&self, previous: Option<&Snapshot>) -> BTreeMap<String, String> {
+        let total = |key: &str, added: u64| {
+            let before = previous
+                .and_then(|s| s.summary.get(key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            (key.to_string(), (before + added).to_string())
+        };
+        let (merged, replaced) = (self.merged, self.manifests_replaced);
+        [
+            ("operation".to_string(), "append".to_string()),
+            ("added-data-files".into(), self.files.to_string()),
+            ("added-records".into(), self.rows.to_string()),
+            ("added-files-size".into(), self.bytes.to_string()),
+            (
+                "changed-partition-count".into(),
+                self.partitions.to_string(),
+            ),
+            total("total-data-files", self.files as u64),
+            total("total-records", self.rows),
+            total("total-files-size", self.bytes),
+            ("total-delete-files".into(), "0".into()),
+            ("total-position-deletes".into(), "0".into()),
+            ("total-equality-deletes".into(), "0".into()),
+            (
+                "manifests-created".into(),
+                (1 + usize::from(merged)).to_string(),
+            ),
+            (
+                "manifests-kept".into(),
+                if merged { 0 } else { replaced }.to_string(),
+            ),
+            (
+                "manifests-replaced".into(),
+                if merged { replaced } else { 0 }.to_string(),
+            ),
+            (MARKERS_KEY.into(), self.markers.join("\n")),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
 fn partition_fields(time_id: i32) -> Value {
     json!([{"name": PARTITION_FIELD, "transform": "hour", "source-id": time_id,
         "field-id": PARTITION_FIELD_ID}])

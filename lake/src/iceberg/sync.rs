@@ -23,6 +23,7 @@ use tokio::runtime::Runtime;
 
 use super::metadata::{TableMetadata, MARKERS_KEY};
 use super::rest::{CatalogError, RestCatalog};
+use super::table::{metadata_key, table_key, Table};
 
 /// Attempts per table and run (a conflict or an unavailable catalog is tried again).
 const ATTEMPTS: u32 = 4;
@@ -191,6 +192,34 @@ pub fn sync_table(
         .map(anyhow::Error::from)
         .unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
     .with_context(|| format!("{ATTEMPTS} attempts"))
+}
+
+/// Brings `table`'s REST catalog entry, if it has a catalog, to `metadata` (version
+/// `version`): `Err` says why the entry is still behind.
+pub fn catch_up(
+    table: &Table<'_>,
+    version: u64,
+    metadata: &TableMetadata,
+) -> Option<Result<Synced, String>> {
+    let catalog = table.catalog?;
+    let location = table.storage.uri_of(&metadata_key(
+        table.kind,
+        &format!("v{version}.metadata.json"),
+    ));
+    let name = table.kind.as_str();
+    let outcome = sync_table(catalog, table.runtime, name, metadata, &location);
+    Some(match outcome {
+        Ok(synced) => {
+            tracing::info!(table = %table_key(table.kind), catalog = catalog.uri(), namespace = %catalog.namespace(), ?synced, "REST catalog in step");
+            Ok(synced)
+        }
+        Err(err) => Err(format!(
+            "{}.{name} in the REST catalog {} is behind v{version} (the next run brings it up \
+             to date): {err:#}",
+            catalog.namespace(),
+            catalog.uri()
+        )),
+    })
 }
 
 enum SyncError {

@@ -22,12 +22,12 @@ use tokio::runtime::Runtime;
 
 use super::avro::{self, DataFile, ManifestFile};
 pub use super::footer::{read_new_file, NewFile};
-use super::metadata::{Snapshot, TableMetadata, MARKERS_KEY};
+use super::metadata::{AppendSummary, Snapshot, TableMetadata};
 use super::read::{committed_markers, manifests};
 pub use super::read::{current_files, load};
 use super::rest::RestCatalog;
 use super::schema::IcebergSchema;
-use super::sync::{sync_table, Synced};
+use super::sync::Synced;
 use super::{expire, merge};
 use crate::compact::phase::{Pauser, Phase};
 use crate::storage::LakeStorage;
@@ -126,34 +126,6 @@ impl Table<'_> {
         self.write_hint(version)
     }
 
-    /// Brings the REST catalog's entry, if there is a catalog, to `metadata` (version
-    /// `version`).
-    fn sync_catalog(
-        &self,
-        version: u64,
-        metadata: &TableMetadata,
-    ) -> Option<Result<Synced, String>> {
-        let catalog = self.catalog?;
-        let location = self.storage.uri_of(&metadata_key(
-            self.kind,
-            &format!("v{version}.metadata.json"),
-        ));
-        let name = self.kind.as_str();
-        let outcome = sync_table(catalog, self.runtime, name, metadata, &location);
-        Some(match outcome {
-            Ok(synced) => {
-                tracing::info!(table = %table_key(self.kind), catalog = catalog.uri(), namespace = %catalog.namespace(), ?synced, "REST catalog in step");
-                Ok(synced)
-            }
-            Err(err) => Err(format!(
-                "{}.{name} in the REST catalog {} is behind v{version} (the next run brings it \
-                 up to date): {err:#}",
-                catalog.namespace(),
-                catalog.uri()
-            )),
-        })
-    }
-
     /// Deletes `key` (one already gone counts as deleted).
     pub(super) fn delete(&self, key: &str) -> object_store::Result<()> {
         match self.runtime.block_on(self.store.delete(&Path::from(key))) {
@@ -201,7 +173,7 @@ impl Table<'_> {
             };
             self.repair_hint(*version)?;
             return Ok(Appended {
-                catalog: self.sync_catalog(*version, metadata),
+                catalog: super::sync::catch_up(self, *version, metadata),
                 ..Appended::default()
             });
         }
@@ -327,47 +299,20 @@ impl Table<'_> {
             .with_context(|| format!("writing {list_key}"))?;
         pauser.reached(Phase::IcebergWritten);
 
-        let total = |key: &str, added: u64| {
-            let before = previous
-                .as_ref()
-                .and_then(|s| s.summary.get(key))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-            (key.to_string(), (before + added).to_string())
-        };
-        let changed_partitions: BTreeSet<i32> = files.iter().map(|f| f.hour).collect();
-        let marker_names: Vec<&str> = new.iter().map(|(m, _)| m.as_str()).collect();
-        let summary = [
-            ("operation".to_string(), "append".to_string()),
-            ("added-data-files".into(), files.len().to_string()),
-            ("added-records".into(), added_rows.to_string()),
-            ("added-files-size".into(), added_bytes.to_string()),
-            (
-                "changed-partition-count".into(),
-                changed_partitions.len().to_string(),
-            ),
-            total("total-data-files", files.len() as u64),
-            total("total-records", added_rows),
-            total("total-files-size", added_bytes),
-            ("total-delete-files".into(), "0".into()),
-            ("total-position-deletes".into(), "0".into()),
-            ("total-equality-deletes".into(), "0".into()),
-            (
-                "manifests-created".into(),
-                (1 + usize::from(merged)).to_string(),
-            ),
-            (
-                "manifests-kept".into(),
-                if merged { 0 } else { replaced }.to_string(),
-            ),
-            (
-                "manifests-replaced".into(),
-                if merged { replaced } else { 0 }.to_string(),
-            ),
-            (MARKERS_KEY.into(), marker_names.join("\n")),
-        ]
-        .into_iter()
-        .collect();
+        let summary = AppendSummary {
+            files: files.len(),
+            rows: added_rows,
+            bytes: added_bytes,
+            partitions: files
+                .iter()
+                .map(|f| f.hour)
+                .collect::<BTreeSet<i32>>()
+                .len(),
+            manifests_replaced: replaced,
+            merged,
+            markers: new.iter().map(|(m, _)| m.as_str()).collect(),
+        }
+        .summary(previous.as_ref());
         let previous_file = (version > 0).then(|| {
             (
                 self.storage.uri_of(&metadata_key(
@@ -421,7 +366,7 @@ impl Table<'_> {
         }
         // The catalog first: its entry may still read the snapshots expiry dropped, so their
         // files are deleted only once it no longer lists them (the next run otherwise).
-        let catalog = self.sync_catalog(next, &metadata);
+        let catalog = super::sync::catch_up(self, next, &metadata);
         if !matches!(catalog, Some(Err(_))) {
             expire::clean_metadata_folder(self, next, &metadata, &expired);
         }
