@@ -380,6 +380,37 @@ print(t.metadata.table_uuid, t.metadata_location)
 }
 
 #[test]
+fn an_oversized_or_garbled_answer_fails_that_table_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let data = root.display().to_string();
+    write_lake(root, 1, &[5], 1, 10);
+    for (fault, says) in [
+        ("huge", "an answer of more than 67108864 bytes"),
+        ("garbled", "the answer is not JSON"),
+    ] {
+        let catalog = IcebergRestCatalog::start();
+        catalog.fault(fault, 1);
+        let (ok, stdout, err) = run(&data, &catalog, &[]);
+        assert!(!ok, "{fault}: {stdout}\n{err}");
+        assert!(err.contains(says), "{fault}: {err}");
+        assert!(
+            !err.contains('\u{1b}'),
+            "{fault}: an escape reached the terminal: {err}"
+        );
+        // The other table was registered; the next run registers the first.
+        assert!(
+            catalog_line(&stdout)
+                .ends_with("1 tables registered, 0 brought up to date, 0 in step; 1 behind"),
+            "{stdout}"
+        );
+        let (ok, stdout, err) = run(&data, &catalog, &[]);
+        assert!(ok, "{fault}: {stdout}\n{err}");
+        assert_eq!(rest_sums(&catalog).0, lake_sums(&data, &[]), "{fault}");
+    }
+}
+
+#[test]
 fn a_bad_catalog_setting_is_refused_before_any_work() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().display().to_string();

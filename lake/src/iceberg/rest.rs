@@ -16,6 +16,9 @@ use tokio::runtime::Runtime;
 
 /// How long one call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read: a table's metadata with its kept snapshots is well under a MiB, so
+/// more is a misbehaving server, not a table.
+const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// Where the catalog is and which namespace holds gpuship's tables.
 #[derive(Debug, Clone)]
@@ -266,9 +269,18 @@ impl RestCatalog {
             CatalogError::Unavailable(format!("{method} {url}: {}", error_chain(&err)))
         })?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|err| {
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|err| {
             CatalogError::Unavailable(format!("{method} {url}: reading the answer: {err}"))
-        })?;
+        })? {
+            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(CatalogError::Refused(format!(
+                    "{method} {url}: an answer of more than {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if bytes.is_empty() {
             return Ok((status, Value::Null));
         }
