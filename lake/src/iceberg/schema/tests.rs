@@ -1,3 +1,4 @@
+use super::json::type_json;
 use std::sync::Arc;
 
 use super::*;
