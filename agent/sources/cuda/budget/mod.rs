@@ -5,6 +5,7 @@
 //!
 //! - [`trap_cost`]: the node's cost of one probed call, measured on the agent itself at start
 //!   and every [`RECALIBRATE`].
+//! - [`kernel`]: the hot mode and the trap counters in the kernel, links dropped off-thread.
 //! - [`schedule`]: the decisions (which share of the time, when windows open and close,
 //!   system-wide or per-process links, the ledger of observed time), free of BPF.
 //! - This module carries them out on the hot links, reads the kernel's `process_traps`, and
@@ -17,6 +18,7 @@
 //! and then drops the old set: nothing lost, nothing counted twice. Links are dropped on a
 //! thread of their own, because a detach waits for a grace period.
 
+mod kernel;
 pub mod schedule;
 pub mod trap_cost;
 pub mod unobserved;
@@ -27,10 +29,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapCore;
 
-use self::schedule::{IntervalFractions, Mode, Reading, Schedule, Settings, Step};
-use super::attach::{self, Links};
+use self::kernel::{attach_library, drop_later, read_traps, set_hot_mode};
+use self::schedule::{min_tick, IntervalFractions, Mode, Schedule, Settings, Step};
+use self::trap_cost::measure_trap_cost;
+use super::attach::Links;
 use super::config::CudaSourceConfig;
 use super::discovery::FileKey;
 use super::plan::PlannedProbe;
@@ -41,16 +45,6 @@ use crate::bpf::cuda::CudaSkel;
 const REPORT: Duration = Duration::from_secs(60);
 /// How often the trap cost is measured again.
 pub const RECALIBRATE: Duration = Duration::from_secs(600);
-/// The trap cost assumed when it cannot be measured (a VM's uprobe trap with a small program).
-const FALLBACK_TRAP_NS: f64 = 2_000.0;
-
-/// The least time between two budget ticks for sampling windows of `window`. The consumer
-/// flushes after every poll, hundreds of times a second under load, and every tick reads the
-/// kernel's `process_traps` table, a walk over all of its buckets (2% of the agent's CPU at
-/// 0.7 M rows/s before this limit); a window's edges stay within a tenth of it.
-fn min_tick(window: Duration) -> Duration {
-    (window / 10).min(Duration::from_millis(10))
-}
 
 struct HotLibrary {
     key: FileKey,
@@ -78,19 +72,6 @@ pub struct HotProbes {
     /// When the last tick ran, and the least time to the next ([`min_tick`]).
     last_tick: Option<Instant>,
     min_tick: Duration,
-}
-
-/// Drops links off the caller's thread (a detach waits for a grace period).
-fn drop_later(links: Vec<Links>) {
-    if links.is_empty() {
-        return;
-    }
-    std::thread::spawn(move || {
-        let mut links = links;
-        for set in &mut links {
-            set.detach();
-        }
-    });
 }
 
 impl HotProbes {
@@ -391,29 +372,6 @@ impl HotProbes {
     }
 }
 
-fn attach_library(
-    skel: &CudaSkel<'_>,
-    library: &HotLibrary,
-    pid: Option<u32>,
-) -> anyhow::Result<Links> {
-    let probes: Vec<&PlannedProbe> = library.probes.iter().collect();
-    attach::attach_hot(skel, &library.path, &probes, pid, library.sessions)
-}
-
-fn set_hot_mode(skel: &CudaSkel<'_>, mode: Mode) {
-    let value: u32 = match mode {
-        Mode::SystemWide => 0,
-        Mode::PerProcess => 1,
-    };
-    if let Err(err) =
-        skel.maps
-            .hot_mode
-            .update(&0u32.to_ne_bytes(), &value.to_ne_bytes(), MapFlags::ANY)
-    {
-        tracing::error!(%err, "cannot switch the kernel's hot mode");
-    }
-}
-
 /// The least share of the time a sampled process is probed: `min_observed_fraction`, and
 /// enough that every statistics interval holds a whole window wherever the windows fall
 /// (a window opens at least every `interval - window`; one more window of slack covers the
@@ -433,76 +391,5 @@ fn unix_now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// Every process's cumulative traps.
-fn read_traps(map: &dyn MapCore) -> Vec<Reading> {
-    let keys: Vec<Vec<u8>> = map.keys().collect();
-    keys.into_iter()
-        .filter_map(|key| {
-            let pid = u32::from_ne_bytes(key.as_slice().try_into().ok()?);
-            let value = map.lookup(&key, MapFlags::ANY).ok()??;
-            let hot = u64::from_ne_bytes(value.get(0..8)?.try_into().ok()?);
-            let steady = u64::from_ne_bytes(value.get(8..16)?.try_into().ok()?);
-            Some(Reading { pid, hot, steady })
-        })
-        .collect()
-}
-
-/// The cost the budget counts per trap: the measured one times what a busy process pays more
-/// ([`trap_cost::IN_PROCESS_FACTOR`]).
-fn measure_trap_cost(skel: &CudaSkel<'_>) -> f64 {
-    match trap_cost::measure(skel) {
-        Ok(ns) => {
-            let counted = ns * trap_cost::IN_PROCESS_FACTOR;
-            tracing::info!(measured_ns = ns, counted_ns = counted, "trap cost measured");
-            counted
-        }
-        Err(err) => {
-            tracing::warn!(
-                error = format!("{err:#}"),
-                assumed_ns = FALLBACK_TRAP_NS * trap_cost::IN_PROCESS_FACTOR,
-                "cannot measure the trap cost; assuming a typical one"
-            );
-            FALLBACK_TRAP_NS * trap_cost::IN_PROCESS_FACTOR
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_interval_holds_a_whole_window_at_the_least_share() {
-        let mut config = CudaSourceConfig::default();
-        let least = |config: &CudaSourceConfig| {
-            least_observed(config, Duration::from_millis(config.sampling_window_ms))
-        };
-        // The defaults: 500 ms windows, 10 s intervals -> one window per 9 s.
-        assert!((least(&config) - 0.5 / 9.0).abs() < 1e-12);
-        config.min_observed_fraction = 0.2;
-        assert_eq!(least(&config), 0.2);
-        // A window as long as half the interval or more: probed in full.
-        config.stats_interval_secs = 1;
-        assert_eq!(least(&config), 1.0);
-        config.sampling_window_ms = 600_000;
-        config.stats_interval_secs = 0;
-        assert_eq!(least(&config), 1.0);
-    }
-
-    #[test]
-    fn ticks_are_at_most_a_tenth_of_a_window_and_10_ms_apart() {
-        assert_eq!(
-            min_tick(Duration::from_millis(500)),
-            Duration::from_millis(10)
-        );
-        assert_eq!(
-            min_tick(Duration::from_millis(50)),
-            Duration::from_millis(5)
-        );
-        assert_eq!(
-            min_tick(Duration::from_millis(1)),
-            Duration::from_micros(100)
-        );
-        assert_eq!(min_tick(Duration::ZERO), Duration::ZERO);
-    }
-}
+mod tests;

@@ -13,20 +13,33 @@
 //! Cost of a process = (hot traps per second while probed × fraction + steady traps per second)
 //! × trap cost. The fraction is the largest share that keeps it within the budget, never below
 //! the floor (`min_observed_fraction`), and 1 for a process in an incident's full-probing time.
+//!
+//! [`process`] holds one process's state, [`steps`] what a tick takes and gives,
+//! [`fractions`] the per-interval observed shares from the ledger.
+
+mod fractions;
+mod process;
+mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+
+pub use fractions::IntervalFractions;
+use process::{ewma, Process};
+pub use steps::{Mode, Reading, Step};
 
 /// How long no process must need sampling before the hot links go system-wide again.
 pub const QUIET_BEFORE_SYSTEM_WIDE: Duration = Duration::from_secs(60);
 /// How often processes are checked for having exited.
 const ALIVE_CHECK: Duration = Duration::from_secs(1);
-/// The largest share of a probed process's time taken as spent in traps (a measurement above it
-/// is noise: such a process would make no progress).
-const MAX_TRAPPED_SHARE: f64 = 0.99;
-/// Rates are averaged over about this long (an exponential average weighted by time), so a
-/// burst within one tick does not count as a busy process.
-const RATE_HORIZON_S: f64 = 2.0;
+
+/// The least time between two budget ticks for sampling windows of `window`. The consumer
+/// flushes after every poll, hundreds of times a second under load, and every tick reads the
+/// kernel's `process_traps` table, a walk over all of its buckets (2% of the agent's CPU at
+/// 0.7 M rows/s before this limit); a window's edges stay within a tenth of it.
+pub fn min_tick(window: Duration) -> Duration {
+    (window / 10).min(Duration::from_millis(10))
+}
 
 /// What the budget knows of a sampled process (for the log).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,96 +67,6 @@ pub struct Settings {
     pub incident_full: Duration,
 }
 
-/// Where the hot functions' links are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// One link per library: every process, every call.
-    SystemWide,
-    /// Pid-filtered links, attached and detached per process.
-    PerProcess,
-}
-
-/// A process's cumulative traps, as the kernel's `process_traps` table holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reading {
-    /// Process (thread group) id.
-    pub pid: u32,
-    /// Traps of hot functions.
-    pub hot: u64,
-    /// Traps of every other probed function.
-    pub steady: u64,
-}
-
-/// What the caller carries out, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
-    /// Attach per-process links for these processes, switch the kernel to per-process links,
-    /// then drop the system-wide ones.
-    SwitchToPerProcess(Vec<u32>),
-    /// Attach the system-wide links, switch the kernel to them, drop every per-process link.
-    SwitchToSystemWide,
-    /// Attach this process's links.
-    Attach(u32),
-    /// Drop this process's links.
-    Detach(u32),
-    /// The process exited: forget its counters.
-    Forget(u32),
-}
-
-#[derive(Debug, Clone)]
-struct Process {
-    hot_seen: u64,
-    steady_seen: u64,
-    /// Hot traps per second while probed; None until measured.
-    hot_rate: Option<f64>,
-    steady_rate: Option<f64>,
-    fraction: f64,
-    /// Its per-process links are attached (per-process mode only).
-    probed: bool,
-    window_started: Instant,
-    /// When its links actually took effect in the current window (the attach returned),
-    /// if later than the tick that opened it.
-    attached_at: Option<Instant>,
-    /// Seconds of the last tick's span in which it was probed (its hot rate's denominator).
-    probed_last_s: f64,
-    next_window: Instant,
-    full_until: Option<Instant>,
-    /// Nanoseconds followed, weighted by how fast the process calls in them (a span without
-    /// probes counts [`Process::speedup`] times: the process is faster without its traps),
-    /// and of those observed (hot functions probed, weight 1). Their ratio is the share of
-    /// the process's hot calls that were observed.
-    tracked_ns: f64,
-    observed_ns: f64,
-}
-
-impl Process {
-    /// How much faster the process makes hot calls without its hot probes than with them:
-    /// while probed, a share `c` of its time goes to their traps (hot rate × trap cost), time
-    /// it spends on its own work once they are gone.
-    fn speedup(&self, trap_s: f64) -> f64 {
-        let trapped = (self.hot_rate.unwrap_or(0.0) * trap_s).clamp(0.0, MAX_TRAPPED_SHARE);
-        1.0 / (1.0 - trapped)
-    }
-
-    fn new(now: Instant) -> Self {
-        Self {
-            hot_seen: 0,
-            steady_seen: 0,
-            hot_rate: None,
-            steady_rate: None,
-            fraction: 1.0,
-            probed: false,
-            window_started: now,
-            attached_at: None,
-            probed_last_s: 0.0,
-            next_window: now,
-            full_until: None,
-            tracked_ns: 0.0,
-            observed_ns: 0.0,
-        }
-    }
-}
-
 /// The budget's state over every process it follows.
 #[derive(Debug)]
 pub struct Schedule {
@@ -162,15 +85,6 @@ pub struct Schedule {
     /// The processes without hot probes for part of the last tick's span, and that span.
     unprobed_last_tick: Vec<u32>,
     last_span: Duration,
-}
-
-/// The average rate after `measured` over `span_s` seconds. A process's rate starts at zero
-/// (before it was seen it made no calls), so a burst of calls in one tick, a hundred times
-/// a second's rate, does not make a quiet process look busy.
-fn ewma(previous: Option<f64>, measured: f64, span_s: f64) -> f64 {
-    let previous = previous.unwrap_or(0.0);
-    let weight = 1.0 - (-span_s / RATE_HORIZON_S).exp();
-    previous + weight * (measured - previous)
 }
 
 impl Schedule {
@@ -474,38 +388,6 @@ impl Schedule {
                 steps.push(Step::Attach(*pid));
             }
         }
-    }
-}
-
-/// Per-interval fractions from the ledger: each call compares with the ledger of the previous
-/// call (the previous statistics interval's end).
-#[derive(Debug, Default)]
-pub struct IntervalFractions {
-    previous: HashMap<u32, (f64, f64)>,
-}
-
-impl IntervalFractions {
-    /// The observed share of each process's followed time since the last call; processes
-    /// followed in full (or not at all) get 1.0.
-    pub fn take(&mut self, ledger: HashMap<u32, (f64, f64)>) -> HashMap<u32, f64> {
-        let fractions = ledger
-            .iter()
-            .map(|(pid, &(tracked, observed))| {
-                let (tracked_before, observed_before) =
-                    self.previous.get(pid).copied().unwrap_or((0.0, 0.0));
-                let tracked = tracked - tracked_before;
-                let observed = observed - observed_before;
-                // (Sums of the same spans in another order differ in their last bits.)
-                let fraction = if tracked <= 0.0 || observed >= tracked * (1.0 - 1e-9) {
-                    1.0
-                } else {
-                    (observed / tracked).max(0.0)
-                };
-                (*pid, fraction)
-            })
-            .collect();
-        self.previous = ledger;
-        fractions
     }
 }
 

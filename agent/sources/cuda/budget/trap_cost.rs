@@ -152,3 +152,26 @@ pub fn measure(skel: &CudaSkel<'_>) -> anyhow::Result<f64> {
     let _ = libbpf_rs::MapCore::delete(&skel.maps.process_traps, &(pid as u32).to_ne_bytes());
     Ok(per_call)
 }
+
+/// The trap cost assumed when it cannot be measured (a VM's uprobe trap with a small program).
+const FALLBACK_TRAP_NS: f64 = 2_000.0;
+
+/// The cost the budget counts per trap: the measured one times what a busy process pays more
+/// ([`IN_PROCESS_FACTOR`]).
+pub fn measure_trap_cost(skel: &CudaSkel<'_>) -> f64 {
+    match measure(skel) {
+        Ok(ns) => {
+            let counted = ns * IN_PROCESS_FACTOR;
+            tracing::info!(measured_ns = ns, counted_ns = counted, "trap cost measured");
+            counted
+        }
+        Err(err) => {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                assumed_ns = FALLBACK_TRAP_NS * IN_PROCESS_FACTOR,
+                "cannot measure the trap cost; assuming a typical one"
+            );
+            FALLBACK_TRAP_NS * IN_PROCESS_FACTOR
+        }
+    }
+}
