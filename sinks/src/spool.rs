@@ -19,33 +19,14 @@ use crate::secure_fs;
 use crate::{EventBatch, EventKind};
 
 mod config;
+mod error;
 mod segment;
 mod write;
 
 pub use config::{FsyncPolicy, SpoolConfig, WRITE_BUFFER_RANGE};
+pub use error::SpoolError;
 use segment::{claimed, read_header, read_segment};
 pub use write::{SegmentWrite, WrittenSegment};
-
-/// Spool failures. Storing failures are the caller's to count; reading failures skip a segment.
-#[derive(Debug, thiserror::Error)]
-pub enum SpoolError {
-    /// Filesystem error.
-    #[error("spool {path}: {source}")]
-    Io {
-        /// File or directory.
-        path: PathBuf,
-        /// OS error.
-        source: io::Error,
-    },
-    /// A segment that is not what it should be.
-    #[error("spool segment {path} is corrupt: {reason}")]
-    Corrupt {
-        /// The segment.
-        path: PathBuf,
-        /// What check failed.
-        reason: String,
-    },
-}
 
 #[derive(Debug, Clone)]
 struct Segment {

@@ -8,8 +8,6 @@
 //! slots in the kernel hold them, and are read when an XID asks. Names come from the kernel-name
 //! table, which lives here too so that the XID stage's thread can read it.
 
-use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,130 +20,23 @@ use super::decode::Decoder;
 use super::devices::{self, ProcessDevices};
 use super::kernels::name::UNKNOWN;
 use super::kernels::rows::{self as kernel_rows, Resolved};
-use super::kernels::{KernelName, KernelNames};
+use super::kernels::KernelName;
 use super::probes::CudaProbes;
 use super::recorder;
 use super::roles::RoleTable;
 use crate::bpf::cuda::types::cuda_event;
 use crate::sources::output::LaunchHistory;
 use crate::sources::source::SourceSetup;
-use launch::{launch_dims, Launch, Syncs};
+use launch::{launch_dims, Launch};
+pub use state::HistoryState;
 
 /// Most suspects an XID lists (`[sources.xid] suspects`), and launches kept per process.
 pub const MAX_SUSPECTS: usize = 32;
-
-/// Processes whose launches and synchronisations are kept.
-const MAX_PROCESSES: usize = 8192;
-
-/// Streams whose latest synchronisation is kept, per process.
-const MAX_STREAMS: usize = 256;
 
 /// How long one read of the flight recorder serves further XIDs: a storm of XIDs (one per
 /// faulting channel) reads the kernel's slots once, not once each. A read serves only XIDs from
 /// before it was taken, so no launch before an XID is missed.
 const RECORDER_READ_REUSE: Duration = Duration::from_millis(200);
-
-/// What the CUDA thread writes and the XID stage reads, under one lock.
-#[derive(Debug, Default)]
-pub struct HistoryState {
-    /// Which kernel each handle is.
-    pub kernels: KernelNames,
-    launches: HashMap<i32, VecDeque<Launch>>,
-    syncs: HashMap<i32, Syncs>,
-    /// Each process's devices and contexts as the CUDA thread last published them (the GPU of
-    /// a flight-recorder launch).
-    pub devices: HashMap<i32, Arc<ProcessDevices>>,
-    /// Processes found gone at the last check: forgotten if still gone at the next, so that an
-    /// XID reported just after its process died (the usual order) still finds its kernels.
-    gone: Vec<i32>,
-}
-
-impl HistoryState {
-    /// Remembers a launch row (of `rows` mode; `name` None for an unknown handle).
-    pub fn launched(
-        &mut self,
-        row: &CudaRow<'_>,
-        function_id: u32,
-        name: Option<Arc<KernelName>>,
-        gpu: Option<Arc<CallGpu>>,
-    ) {
-        // A launch that failed never ran on the GPU.
-        let (Some(handle), 0) = (row.objects.handle, row.result) else {
-            return;
-        };
-        if !self.launches.contains_key(&row.pid) && self.launches.len() >= MAX_PROCESSES {
-            return;
-        }
-        let launches = self.launches.entry(row.pid).or_default();
-        if launches.len() == MAX_SUSPECTS {
-            launches.pop_front();
-        }
-        let dims = launch_dims(row);
-        launches.push_back(Launch {
-            time_ns: row.time_ns,
-            end_ns: row.time_ns.saturating_add_unsigned(row.duration_ns),
-            tid: row.tid,
-            function_id,
-            handle,
-            name,
-            stream: row.stream,
-            grid: dims.0,
-            block: dims.1,
-            gpu,
-        });
-    }
-
-    /// Remembers a successful synchronisation of a row of `role` (entry time `time_ns`).
-    pub fn synchronized(&mut self, role: KernelRole, row: &CudaRow<'_>) {
-        if row.result != 0 {
-            return;
-        }
-        if !self.syncs.contains_key(&row.pid) && self.syncs.len() >= MAX_PROCESSES {
-            return;
-        }
-        let syncs = self.syncs.entry(row.pid).or_default();
-        match (role, row.stream) {
-            (KernelRole::SyncsContext, _) => {
-                if syncs.context_by_thread.len() >= MAX_STREAMS
-                    && !syncs.context_by_thread.contains_key(&row.tid)
-                {
-                    syncs.context_by_thread.clear();
-                }
-                syncs.context_by_thread.insert(row.tid, row.time_ns);
-            }
-            (KernelRole::SyncsStream, Some(stream)) => {
-                if syncs.streams.len() >= MAX_STREAMS && !syncs.streams.contains_key(&stream) {
-                    syncs.streams.clear();
-                }
-                syncs.streams.insert(stream, row.time_ns);
-            }
-            _ => {}
-        }
-    }
-
-    /// Forgets processes that no longer exist under `proc_dir` and were already gone at the
-    /// previous call (one check interval of grace).
-    pub fn forget_exited(&mut self, proc_dir: &Path) {
-        let alive = |pid: &i32| super::process_exists(proc_dir, pid);
-        let gone_before = std::mem::take(&mut self.gone);
-        for pid in gone_before.iter().filter(|pid| !alive(pid)) {
-            self.kernels.forget_process(*pid);
-            self.launches.remove(pid);
-            self.syncs.remove(pid);
-            self.devices.remove(pid);
-        }
-        let mut known: Vec<i32> = self.kernels.pids();
-        known.extend(
-            self.launches
-                .keys()
-                .chain(self.syncs.keys())
-                .chain(self.devices.keys()),
-        );
-        known.sort_unstable();
-        known.dedup();
-        self.gone = known.into_iter().filter(|pid| !alive(pid)).collect();
-    }
-}
 
 /// One read of the flight recorder's slots.
 #[derive(Debug)]
@@ -189,10 +80,7 @@ impl CudaLaunchHistory {
         node_gpu: Option<Arc<CallGpu>>,
     ) -> Self {
         Self {
-            state: Mutex::new(HistoryState {
-                kernels: KernelNames::new(),
-                ..HistoryState::default()
-            }),
+            state: Mutex::new(HistoryState::new()),
             recorder,
             recorder_read: Mutex::new(None),
             naming: std::sync::RwLock::new((decoder, roles)),
@@ -364,13 +252,13 @@ impl LaunchHistory for CudaLaunchHistory {
         let recorded = self.recorder_calls(before_ns);
         let state = self.lock();
         let mut launches = self.recorded_launches(&recorded, pid, &state);
-        if let Some(rows) = state.launches.get(&pid) {
+        if let Some(rows) = state.launches_of(pid) {
             launches.extend(rows.iter().cloned());
         }
         launches.retain(|launch| launch.time_ns <= before_ns && launch.may_be_on(bus_id));
         launches.sort_by_key(|launch| std::cmp::Reverse(launch.time_ns));
         launches.truncate(max.min(MAX_SUSPECTS));
-        let syncs = state.syncs.get(&pid);
+        let syncs = state.syncs_of(pid);
         launches
             .into_iter()
             .map(|launch| {
@@ -402,5 +290,6 @@ impl LaunchHistory for CudaLaunchHistory {
 }
 
 mod launch;
+mod state;
 #[cfg(test)]
 mod tests;
