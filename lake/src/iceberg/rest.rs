@@ -141,8 +141,22 @@ impl RestCatalog {
             .or(body["defaults"]["prefix"].as_str())
             .map(|p| p.trim_matches('/'))
             .filter(|p| !p.is_empty());
+        // The catalog's own path segments, encoded: a prefix is its text, not a path to follow.
         let base = match prefix {
-            Some(prefix) => format!("{root}{prefix}/"),
+            Some(prefix) => {
+                if prefix
+                    .split('/')
+                    .any(|segment| segment == "." || segment == "..")
+                {
+                    return Err(CatalogError::Refused(format!(
+                        "{}: the catalog's route prefix {:?} climbs out of /v1/",
+                        self.uri,
+                        printable(prefix)
+                    )));
+                }
+                let segments: Vec<String> = prefix.split('/').map(percent_encode).collect();
+                format!("{root}{}/", segments.join("/"))
+            }
             None => root,
         };
         Ok(self.base.get_or_init(|| base))

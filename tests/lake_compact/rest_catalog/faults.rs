@@ -1,5 +1,5 @@
-//! The REST catalog when it misbehaves: down, answering 409, oversized or garbled answers, an
-//! entry of another table, and settings refused before any work.
+//! The REST catalog when it misbehaves: down, answering 409, oversized, garbled or climbing
+//! answers, an entry of another table, and settings refused before any work.
 
 use std::process::Command;
 
@@ -134,7 +134,7 @@ print(t.metadata.table_uuid, t.metadata_location)
 }
 
 #[test]
-fn an_oversized_or_garbled_answer_fails_that_table_with_a_clear_error() {
+fn an_oversized_garbled_or_climbing_answer_fails_that_table_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     let data = root.display().to_string();
@@ -142,6 +142,10 @@ fn an_oversized_or_garbled_answer_fails_that_table_with_a_clear_error() {
     for (fault, says) in [
         ("huge", "an answer of more than 67108864 bytes"),
         ("garbled", "the answer is not JSON"),
+        (
+            "prefix",
+            "the catalog's route prefix \"../elsewhere\" climbs out of /v1/",
+        ),
     ] {
         let catalog = IcebergRestCatalog::start();
         catalog.fault(fault, 1);

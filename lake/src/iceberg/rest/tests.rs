@@ -58,6 +58,8 @@ fn warehouse_names_are_encoded_as_query_values() {
         "s3%3A%2F%2Flake%2Fa%20b%26c"
     );
     assert_eq!(percent_encode("plain-name_1.x~"), "plain-name_1.x~");
+    assert_eq!(percent_encode(".."), "..");
+    assert_eq!(percent_encode("a\nb"), "a%0Ab");
 }
 
 #[test]
