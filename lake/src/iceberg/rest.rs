@@ -149,7 +149,7 @@ impl RestCatalog {
                     .any(|segment| segment == "." || segment == "..")
                 {
                     return Err(CatalogError::Refused(format!(
-                        "{}: the catalog's route prefix {:?} climbs out of /v1/",
+                        "{}: the catalog's route prefix \"{}\" climbs out of /v1/",
                         self.uri,
                         printable(prefix)
                     )));
@@ -333,16 +333,19 @@ impl RestCatalog {
     }
 }
 
-/// A catalog's text as one printable line (its messages reach the terminal).
+/// A catalog's text as one line safe for a terminal (its messages reach one): Rust's own
+/// escaping of control and invisible characters (`\n`, `\u{1b}`, `\u{202e}`), cut at 300
+/// characters.
 fn printable(text: &str) -> String {
-    let line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    match line.char_indices().nth(300) {
-        Some((cut, _)) => format!("{}...", &line[..cut]),
-        None => line,
+    let mut line = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == 300 {
+            line.push_str("...");
+            break;
+        }
+        line.extend(c.escape_debug());
     }
+    line
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {

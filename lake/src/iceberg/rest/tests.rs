@@ -64,6 +64,10 @@ fn warehouse_names_are_encoded_as_query_values() {
 
 #[test]
 fn catalog_messages_are_one_printable_line() {
-    assert_eq!(printable("a\nb\u{1b}[2Jc"), "a b [2Jc");
+    assert_eq!(
+        printable("a\nb\u{1b}[2Jc\u{202e}d"),
+        "a\\nb\\u{1b}[2Jc\\u{202e}d"
+    );
+    assert!(!printable("\u{9b}x\r").chars().any(char::is_control));
     assert_eq!(printable(&"x".repeat(400)).len(), 303);
 }
