@@ -6,11 +6,10 @@
 //! was SIGKILLed in the middle of a table's commit.
 
 use std::path::Path;
-use std::process::Command;
 
 use super::fixture::{compact, lake_sums, lake_sums_with, stderr, write_lake, SUMS};
 use super::phases::paused_at;
-use crate::support::lake::{duckdb_iceberg, python};
+use crate::support::lake::{duckdb_iceberg, python_script};
 
 /// The checksums DuckDB's `iceberg_scan` computes over `table` (`<lake>/iceberg/<kind>`, read
 /// through its `version-hint.text`, or a metadata file's path).
@@ -54,20 +53,16 @@ for name, columns in tables:
 print(json.dumps(out))
 "#;
     let catalog = tempfile::tempdir().expect("catalog dir");
-    let output = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .arg(root)
-        .arg(serde_json::to_string(&SUMS).expect("json"))
-        .arg(catalog.path())
-        .output()
-        .expect("pyiceberg");
-    assert!(
-        output.status.success(),
-        "pyiceberg: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let sums_json = serde_json::to_string(&SUMS).expect("json");
+    let printed = python_script(
+        script,
+        &[
+            &root.display().to_string(),
+            &sums_json,
+            &catalog.path().display().to_string(),
+        ],
     );
-    let rows: Vec<Vec<String>> = serde_json::from_slice(&output.stdout).expect("pyiceberg's JSON");
+    let rows: Vec<Vec<String>> = serde_json::from_str(&printed).expect("pyiceberg's JSON");
     rows.iter().map(|row| numbers(row)).collect()
 }
 

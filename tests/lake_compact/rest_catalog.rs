@@ -7,11 +7,9 @@
 //! to date with nothing committed twice; an entry of another table is refused, never
 //! overwritten; the token is never printed.
 
-use std::process::Command;
-
 use super::fixture::{compact, lake_sums, lake_sums_with, stderr, write_lake, SUMS};
 use super::phases::paused_at;
-use crate::support::lake::{duckdb_iceberg_after, python};
+use crate::support::lake::{duckdb_iceberg_after, python_script};
 use crate::support::rest_catalog::IcebergRestCatalog;
 
 /// A table's snapshot ids and the current one.
@@ -35,20 +33,10 @@ for name, columns in json.loads(sys.argv[2]):
                       table.metadata.current_snapshot_id])
 print(json.dumps([sums, snapshots]))
 "#;
-    let output = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .arg(catalog.uri())
-        .arg(serde_json::to_string(&SUMS).expect("json"))
-        .output()
-        .expect("pyiceberg");
-    assert!(
-        output.status.success(),
-        "pyiceberg: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let sums_json = serde_json::to_string(&SUMS).expect("json");
+    let printed = python_script(script, &[&catalog.uri(), &sums_json]);
     let (sums, snapshots): (Vec<Vec<String>>, Vec<Snapshots>) =
-        serde_json::from_slice(&output.stdout).expect("pyiceberg's JSON");
+        serde_json::from_str(&printed).expect("pyiceberg's JSON");
     let sums = sums
         .iter()
         .map(|row| row.iter().map(|v| v.parse().expect("a number")).collect())

@@ -56,6 +56,23 @@ pub fn python() -> PathBuf {
     path
 }
 
+/// Runs the Python `script` of the test environment with `args` and returns what it printed;
+/// panics with its stderr when it fails.
+pub fn python_script(script: &str, args: &[&str]) -> String {
+    let output = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("running python");
+    assert!(
+        output.status.success(),
+        "python failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Runs `sql` in DuckDB and returns the rows as JSON arrays of strings.
 pub fn duckdb(sql: &str) -> Vec<Vec<String>> {
     duckdb_with_setup(&[], sql)

@@ -180,8 +180,7 @@ impl RestCatalog {
     /// The entry of table `name`, `None` when the catalog has none.
     pub fn load(&self, runtime: &Runtime, name: &str) -> Result<Option<Entry>, CatalogError> {
         let path = format!("{}/tables/{name}", self.namespace_path());
-        let base = self.base(runtime)?;
-        let (status, body) = runtime.block_on(self.call(base, Method::GET, &path, None))?;
+        let (status, body) = self.send(runtime, Method::GET, &path, None)?;
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -208,9 +207,7 @@ impl RestCatalog {
     /// Creates the namespace (one that exists already is fine).
     pub fn create_namespace(&self, runtime: &Runtime) -> Result<(), CatalogError> {
         let body = json!({"namespace": self.namespace, "properties": {}});
-        let base = self.base(runtime)?;
-        let (status, answer) =
-            runtime.block_on(self.call(base, Method::POST, "namespaces", Some(&body)))?;
+        let (status, answer) = self.send(runtime, Method::POST, "namespaces", Some(&body))?;
         if status.is_success() || status == StatusCode::CONFLICT {
             return Ok(());
         }
@@ -226,9 +223,7 @@ impl RestCatalog {
     ) -> Result<(), CatalogError> {
         let path = format!("{}/register", self.namespace_path());
         let body = json!({"name": name, "metadata-location": metadata_location});
-        let base = self.base(runtime)?;
-        let (status, answer) =
-            runtime.block_on(self.call(base, Method::POST, &path, Some(&body)))?;
+        let (status, answer) = self.send(runtime, Method::POST, &path, Some(&body))?;
         if status.is_success() {
             return Ok(());
         }
@@ -249,13 +244,24 @@ impl RestCatalog {
             "requirements": requirements,
             "updates": updates,
         });
-        let base = self.base(runtime)?;
-        let (status, answer) =
-            runtime.block_on(self.call(base, Method::POST, &path, Some(&body)))?;
+        let (status, answer) = self.send(runtime, Method::POST, &path, Some(&body))?;
         if status.is_success() {
             return Ok(());
         }
         Err(self.failure("committing to the table", status, &answer))
+    }
+
+    /// One call to the catalog's routes (`path` under its prefix): the status and the JSON
+    /// answer.
+    fn send(
+        &self,
+        runtime: &Runtime,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), CatalogError> {
+        let base = self.base(runtime)?;
+        runtime.block_on(self.call(base, method, path, body))
     }
 
     async fn call(

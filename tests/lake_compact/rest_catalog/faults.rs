@@ -1,8 +1,6 @@
 //! The REST catalog when it misbehaves: down, answering 409, oversized, garbled or climbing
 //! answers, an entry of another table, and settings refused before any work.
 
-use std::process::Command;
-
 use super::*;
 
 #[test]
@@ -93,15 +91,14 @@ c.create_namespace("other")
 t = c.create_table(("other", "cuda"), Schema(NestedField(1, "note", StringType())))
 print(t.metadata.table_uuid, t.metadata_location)
 "#;
-    let made = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .arg(catalog.database())
-        .arg(dir.path().join("other"))
-        .output()
-        .expect("pyiceberg");
-    assert!(made.status.success(), "{}", stderr(&made));
-    let made = String::from_utf8_lossy(&made.stdout).trim().to_string();
+    let made = python_script(
+        script,
+        &[
+            &catalog.database().display().to_string(),
+            &dir.path().join("other").display().to_string(),
+        ],
+    );
+    let made = made.trim();
     let (uuid, location) = made.split_once(' ').expect("uuid and location");
 
     let (ok, stdout, err) = run(&data, &catalog, &["--catalog-namespace", "other"]);
@@ -121,16 +118,8 @@ print(t.metadata.table_uuid, t.metadata_location)
          print(c.load_table(('other', 'xid')).scan().to_arrow().num_rows)",
         catalog.uri()
     );
-    let read = Command::new(python())
-        .arg("-c")
-        .arg(&check)
-        .output()
-        .expect("pyiceberg");
-    assert!(read.status.success(), "{}", stderr(&read));
-    assert_eq!(
-        String::from_utf8_lossy(&read.stdout),
-        format!("{location}\n1\n")
-    );
+    let read = python_script(&check, &[]);
+    assert_eq!(read, format!("{location}\n1\n"));
 }
 
 #[test]
