@@ -14,10 +14,8 @@ impl Shared {
     /// Writes an XID batch ahead to the journal; its entry, None without a journal or when the
     /// write failed (logged: the batch is still delivered from memory).
     pub(crate) fn journal_store(&self, state: &mut State, batch: &EventBatch) -> Option<u64> {
-        let journal = state.journal.as_mut()?;
-        let seq = journal.next_seq();
-        match journal.store(batch) {
-            Ok(_) => Some(seq),
+        match state.journal.store(batch)? {
+            Ok(seq) => Some(seq),
             Err(err) => {
                 self.warn_limited(
                     &self.journal_warning,
@@ -35,22 +33,14 @@ impl Shared {
     pub(crate) fn release_journal(&self, state: &mut State) {
         let kept = EventKind::all().filter(|kind| kind.retention() == Retention::Kept);
         if kept
-            .map(|kind| state.in_sink(&self.stats, kind))
+            .map(|kind| state.handoff.in_sink(&self.stats, kind))
             .sum::<u64>()
             > 0
         {
             return;
         }
-        state.kept_unsettled_since = None;
-        if state.journal_handed.is_empty() {
-            return;
-        }
-        let handed = std::mem::take(&mut state.journal_handed);
-        if let Some(journal) = state.journal.as_mut() {
-            for seq in handed {
-                journal.remove(seq);
-            }
-        }
+        state.handoff.kept_settled();
+        state.journal.release_handed();
     }
 }
 
@@ -105,7 +95,7 @@ pub(super) fn replay_journal(name: &str, mut journal: Spool, state: &mut State, 
                 stats.received.add(batch.kind, events);
                 replayed += events;
                 let bytes = batch.records.get_array_memory_size();
-                state.push(
+                state.memory.push(
                     Queued {
                         batch,
                         bytes,
@@ -125,7 +115,7 @@ pub(super) fn replay_journal(name: &str, mut journal: Spool, state: &mut State, 
     if replayed > 0 {
         tracing::warn!(sink = %name, events = replayed, "XIDs journaled by a previous run and not delivered: sending them first");
     }
-    state.journal = Some(journal);
+    state.journal.open(journal);
 }
 
 /// The XID batches in the journal of the spool at `spool_dir`, as a previous run left them

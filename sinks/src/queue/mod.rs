@@ -36,13 +36,11 @@
 //! Every event offered is counted as received here, so for each sink
 //! `received = delivered + dropped + failed + spooled_pending + in_flight`.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use enum_map::EnumMap;
 use tokio::sync::Notify;
 
 use crate::spool::Spool;
@@ -104,19 +102,20 @@ impl Shared {
 
     /// Publishes the queue's gauges; batches on their way to the spool count as queued.
     pub(crate) fn publish(&self, state: &State) {
-        let unwritten: u64 = EventKind::all().map(|kind| state.unwritten(kind)).sum();
+        let (memory, disk) = (&state.memory, &state.disk);
+        let unwritten: u64 = EventKind::all().map(|kind| disk.unwritten(kind)).sum();
         self.stats
             .queued_events
-            .store(state.events as u64 + unwritten, Ordering::Relaxed);
+            .store(memory.events() as u64 + unwritten, Ordering::Relaxed);
         self.stats.queued_bytes.store(
-            (state.bytes + state.spilling_bytes) as u64,
+            (memory.bytes() + disk.lane_bytes()) as u64,
             Ordering::Relaxed,
         );
-        for (kind, &events) in &state.events_by_kind {
+        for kind in EventKind::all() {
             self.stats
-                .set_queued_events(kind, events + state.unwritten(kind));
+                .set_queued_events(kind, memory.events_of(kind) + disk.unwritten(kind));
         }
-        if let Some(spool) = &state.spool {
+        if let Some(spool) = disk.spool() {
             for kind in EventKind::all() {
                 self.stats
                     .set_spool_pending(kind, spool.pending_events(kind));
@@ -137,17 +136,16 @@ impl Shared {
     /// when its cause does. True while stalled.
     pub(crate) fn check_stall(&self, state: &mut State, now: Instant) -> bool {
         let timeout = self.config.stall_timeout();
+        let last_progress = state.handoff.last_progress();
         let quiet = state
-            .waiting_since
-            .map(|since| now.saturating_duration_since(since.max(state.last_progress)));
+            .memory
+            .waiting_since()
+            .map(|since| now.saturating_duration_since(since.max(last_progress)));
         let waiting = quiet.is_some_and(|quiet| quiet >= timeout);
-        let xid_overdue = state.kept_unsettled_since.is_some_and(|since| {
-            now.saturating_duration_since(since) >= timeout.saturating_add(state.xid_hold)
-        });
+        let xid_overdue = state.handoff.kept_overdue(now, timeout);
         let stalled = waiting || xid_overdue;
-        if stalled != state.stalled {
-            state.stalled = stalled;
-            self.stats.set_healthy(state.sink_healthy && !stalled);
+        if state.health.set_stalled(stalled) {
+            self.stats.set_healthy(state.health.healthy());
             if stalled {
                 let quiet_ms = quiet.unwrap_or_default().as_millis() as u64;
                 tracing::warn!(sink = %self.name, quiet_ms, xid_overdue, "sink stalled: an acknowledgement is overdue; spooling what does not fit in memory");
@@ -231,34 +229,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
     let journal = spool
         .as_ref()
         .and_then(|spool| open_journal(&options.name, spool, &stats));
-    let mut state = State {
-        xid: VecDeque::new(),
-        cuda: VecDeque::new(),
-        events: 0,
-        events_by_kind: EnumMap::default(),
-        bytes: 0,
-        senders: 1,
-        receiver_alive: true,
-        spool,
-        spilling: VecDeque::new(),
-        spilling_bytes: 0,
-        spilling_by_kind: EnumMap::default(),
-        writing: None,
-        spool_writer: true,
-        journal: None,
-        journal_handed: Vec::new(),
-        handed: EnumMap::default(),
-        returned: EnumMap::default(),
-        last_progress: Instant::now(),
-        kept_unsettled_since: None,
-        xid_hold: Duration::ZERO,
-        waiting_since: None,
-        stalled: false,
-        sink_healthy: true,
-        backoff: retry_delays(),
-        retry_at: None,
-        closed_at: None,
-    };
+    let mut state = State::new(spool, Instant::now());
     if let Some(journal) = journal {
         replay_journal(&options.name, journal, &mut state, &stats);
     }
@@ -277,7 +248,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         journal_warning: Mutex::new(RateLimit::default()),
     });
     shared.publish(&shared.lock());
-    if shared.lock().spool.is_some() {
+    if shared.lock().disk.spool().is_some() {
         let writer = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("gpuship-spool".into())
@@ -285,7 +256,7 @@ pub fn queue_with(options: QueueOptions, stats: Arc<SinkStats>) -> (QueueSender,
         if let Err(err) = spawned {
             // Without the thread the queue spools on the producer's thread, as it used to.
             tracing::error!(sink = %shared.name, %err, "cannot start the spool writer thread; spooling on the capture thread");
-            shared.lock().spool_writer = false;
+            shared.lock().disk.without_writer_thread();
         }
     }
     (

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::{retry_delays, QueueReceiver, Queued, State, BACKOFF_MAX};
+use super::{QueueReceiver, Queued, State};
 use crate::spool::{FrontSegment, SpoolError};
 use crate::stats::DropReason;
-use crate::{EventBatch, EventKind};
+use crate::{EventBatch, Retention};
 
 /// How often a waiting receiver re-checks deadlines and stalls.
 const RECHECK: Duration = Duration::from_millis(200);
@@ -63,22 +63,23 @@ impl QueueReceiver {
                 shared.check_stall(&mut state, now);
                 shared.release_journal(&mut state);
                 let deadline_passed = state
-                    .closed_at
+                    .ends
+                    .closed_at()
                     .is_some_and(|t| now.saturating_duration_since(t) >= shared.shutdown_timeout);
                 if deadline_passed && !xid_only {
                     self.spool_the_rest(&mut state);
                     return None;
                 }
-                match state.retry_at {
+                match state.health.retry_at() {
                     Some(at) if at > now => Step::Wait(Some(at - now)),
                     _ => match self.take(&mut state, xid_only, read.take()) {
                         Taken::Batch(batch, unlink) => Step::Deliver(batch, unlink),
                         Taken::Read(front) => Step::Read(front),
                         Taken::Nothing => {
                             if !xid_only
-                                && state.senders == 0
-                                && state.events == 0
-                                && !state.spool_backlog()
+                                && state.ends.closed()
+                                && state.memory.events() == 0
+                                && !state.disk.backlog()
                             {
                                 return None;
                             }
@@ -114,15 +115,15 @@ impl QueueReceiver {
     fn take(&self, state: &mut State, xid_only: bool, read: Option<ReadSegment>) -> Taken {
         let shared = &*self.shared;
         let queued = if xid_only {
-            state.pop_xid()
+            state.memory.pop_kept()
         } else {
-            state.pop()
+            state.memory.pop()
         };
         if let Some(Queued { batch, journal, .. }) = queued {
             let now = Instant::now();
-            state.hand(batch.kind, batch.len(), now);
+            state.handoff.hand(batch.kind, batch.len(), now);
             if let Some(seq) = journal {
-                state.journal_handed.push(seq);
+                state.journal.handed(seq);
             }
             // Taking may end a stall (the sink was blocked and is back).
             shared.check_stall(state, now);
@@ -133,7 +134,7 @@ impl QueueReceiver {
         if xid_only {
             return Taken::Nothing;
         }
-        let Some(spool) = state.spool.as_mut() else {
+        let Some(spool) = state.disk.spool_mut() else {
             return Taken::Nothing;
         };
         let (batch, unlink) = match (spool.front(), read) {
@@ -158,13 +159,13 @@ impl QueueReceiver {
             (Some(front), _) => return Taken::Read(front),
             // The spool is empty: the spill lane's oldest batch, straight from memory, unless
             // an older one is being written (it comes back from the spool once committed).
-            (None, _) if state.writing.is_none() => match state.unspill() {
+            (None, _) if !state.disk.is_writing() => match state.disk.unspill() {
                 Some(queued) => (queued.batch, None),
                 None => return Taken::Nothing,
             },
             (None, _) => return Taken::Nothing,
         };
-        state.hand(batch.kind, batch.len(), Instant::now());
+        state.handoff.hand(batch.kind, batch.len(), Instant::now());
         shared.publish(state);
         // Room in the spool or the lane for a producer waiting on a full one.
         shared.room.notify_all();
@@ -176,14 +177,14 @@ impl QueueReceiver {
         let (mut spooled, mut dropped) = (0, 0);
         // Memory first (older than the lane), then the spill lane (the writer thread cannot
         // take from it meanwhile: this holds the lock).
-        while let Some(queued) = state.pop() {
+        while let Some(queued) = state.memory.pop() {
             let Queued {
                 batch,
                 bytes,
                 journal,
             } = queued;
             let events = batch.len() as u64;
-            if state.spool.is_none() {
+            if state.disk.spool().is_none() {
                 dropped += events;
                 shared
                     .stats
@@ -191,8 +192,8 @@ impl QueueReceiver {
             } else if shared.spool_store(state, batch, bytes) {
                 spooled += events;
                 // Now in the spool: the journal entry has done its job.
-                if let (Some(seq), Some(j)) = (journal, state.journal.as_mut()) {
-                    j.remove(seq);
+                if let Some(seq) = journal {
+                    state.journal.remove(seq);
                 }
             } else {
                 // Counted by `spool_store` (spool full or failing); an XID keeps its journal
@@ -214,20 +215,19 @@ impl QueueReceiver {
     pub fn reject(&self, batch: EventBatch) {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if state.sink_healthy {
+        if state.health.delivering() {
             tracing::warn!(sink = %shared.name, "sink failing: retrying with backoff, spooling what does not fit in memory");
         }
-        state.sink_healthy = false;
+        state.health.failed(Instant::now());
         shared.stats.set_healthy(false);
-        let delay = state.backoff.next().unwrap_or(BACKOFF_MAX).min(BACKOFF_MAX);
-        state.retry_at = Instant::now().checked_add(delay);
         let bytes = batch.records.get_array_memory_size();
-        state.returned[batch.kind] += batch.len() as u64;
+        state.handoff.hand_back(batch.kind, batch.len());
         // A rejected batch was already counted as received; it only changes place.
         if state
-            .closed_at
+            .ends
+            .closed_at()
             .is_some_and(|t| t.elapsed() >= shared.shutdown_timeout)
-            && state.spool.is_some()
+            && state.disk.spool().is_some()
         {
             // Past the deadline: straight to the spool, said as spool_the_rest says it.
             let events = batch.len();
@@ -240,12 +240,12 @@ impl QueueReceiver {
         } else {
             // XIDs handed back are journaled again: the entry they had is released with the
             // others the sink was handed.
-            let journal = if batch.kind == EventKind::Xid {
+            let journal = if batch.kind.retention() == Retention::Kept {
                 shared.journal_store(&mut state, &batch)
             } else {
                 None
             };
-            state.push(
+            state.memory.push(
                 Queued {
                     batch,
                     bytes,
@@ -265,7 +265,7 @@ impl QueueReceiver {
     /// unsettled for that long is not yet overdue. 0 by default: XIDs are acknowledged as soon
     /// as the destination answers.
     pub fn holds_xids_for(&self, hold: std::time::Duration) {
-        self.shared.lock().xid_hold = hold;
+        self.shared.lock().handoff.hold_xids_for(hold);
     }
 
     /// When the queue stops waiting for the sink: the shutdown timeout after the queue closed.
@@ -275,7 +275,8 @@ impl QueueReceiver {
         let shared = &*self.shared;
         shared
             .lock()
-            .closed_at
+            .ends
+            .closed_at()
             .map(|closed| crate::limits::instant_after(closed, shared.shutdown_timeout))
     }
 
@@ -284,15 +285,11 @@ impl QueueReceiver {
     pub fn delivered(&self) {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if !state.sink_healthy || state.stalled {
+        if state.health.recovered() {
             tracing::info!(sink = %shared.name, "sink recovered");
         }
-        state.sink_healthy = true;
-        state.stalled = false;
-        state.last_progress = Instant::now();
+        state.handoff.progress(Instant::now());
         shared.stats.set_healthy(true);
-        state.backoff = retry_delays();
-        state.retry_at = None;
         shared.release_journal(&mut state);
         drop(state);
         // A producer may be waiting for a decision that depended on the stall.
@@ -306,11 +303,11 @@ impl Drop for QueueReceiver {
         // No more batches come in; those bound for the spool reach it (the next run sends
         // them): the writer's current one, then the rest of the lane on this thread.
         let mut state = shared.lock();
-        state.receiver_alive = false;
+        state.ends.receiver_gone();
         let mut state = shared.wait_for_writer(state);
         shared.write_lane_now(&mut state);
         // Journaled XIDs stay journaled: the next run delivers them.
-        while let Some(queued) = state.pop() {
+        while let Some(queued) = state.memory.pop() {
             shared.stats.drop_events(
                 DropReason::SinkStopped,
                 queued.batch.kind,

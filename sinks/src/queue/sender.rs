@@ -33,7 +33,7 @@ impl QueueSender {
         );
         shared.stats.received.add(kind, events as u64);
         let mut state = shared.lock();
-        if !state.receiver_alive {
+        if !state.ends.receiver_alive() {
             shared
                 .stats
                 .drop_events(DropReason::SinkStopped, kind, events as u64);
@@ -48,7 +48,7 @@ impl QueueSender {
         };
         let mut batch = Some(batch);
         loop {
-            if !state.receiver_alive {
+            if !state.ends.receiver_alive() {
                 shared
                     .stats
                     .drop_events(DropReason::SinkStopped, kind, events as u64);
@@ -68,12 +68,12 @@ impl QueueSender {
                 Admission::Dropped => return,
                 Admission::Spooled => {
                     if let Some(batch) = batch.take() {
-                        if state.stalled {
+                        if state.health.stalled() {
                             shared.stats.count_error("stalled", batch.len() as u64);
                         }
-                        if state.spool_writer {
+                        if state.disk.has_writer_thread() {
                             // The writer thread writes it: this thread never waits for the disk.
-                            state.spill(Queued {
+                            state.disk.spill(Queued {
                                 batch,
                                 bytes,
                                 journal: None,
@@ -91,7 +91,7 @@ impl QueueSender {
             }
         }
         if let Some(batch) = batch {
-            state.push(
+            state.memory.push(
                 Queued {
                     batch,
                     bytes,
@@ -116,18 +116,21 @@ fn admit(
     events: usize,
     bytes: usize,
 ) -> Admission {
-    let fits = state.has_room(&shared.config, events, bytes);
+    let fits = state.memory.has_room(&shared.config, events, bytes);
     shared.check_stall(state, Instant::now());
-    let backlog = state.spool_backlog();
-    if let Some(spool) = &state.spool {
+    let backlog = state.disk.backlog();
+    if let Some(spool) = state.disk.spool() {
         if backlog || (!fits && kind.droppable()) {
             // A full spool under `block` waits for the replay to make room, keeping order;
             // the drop policies drop there (counted as `spool_full` when it is written).
-            let spool_full = !spool.has_room((state.spilling_bytes + bytes) as u64);
+            let spool_full = !spool.has_room((state.disk.lane_bytes() + bytes) as u64);
             if spool_full && kind.droppable() && shared.config.when_full == WhenFull::Block {
                 return Admission::Wait;
             }
-            if kind.droppable() && state.spool_writer && !state.lane_has_room(bytes) {
+            if kind.droppable()
+                && state.disk.has_writer_thread()
+                && !state.disk.lane_has_room(bytes)
+            {
                 return when_full(shared, state, kind, events, bytes, Full::SpillLane);
             }
             return Admission::Spooled;
@@ -170,15 +173,15 @@ fn when_full(
         WhenFull::DropOldest => {
             loop {
                 let room = match full {
-                    Full::Memory => state.has_room(&shared.config, events, bytes),
-                    Full::SpillLane => state.lane_has_room(bytes),
+                    Full::Memory => state.memory.has_room(&shared.config, events, bytes),
+                    Full::SpillLane => state.disk.lane_has_room(bytes),
                 };
                 if room {
                     break;
                 }
                 let evicted = match full {
-                    Full::Memory => state.pop_oldest_cuda(),
-                    Full::SpillLane => state.unspill_oldest_droppable(),
+                    Full::Memory => state.memory.pop_oldest_droppable(),
+                    Full::SpillLane => state.disk.unspill_oldest_droppable(),
                 };
                 let Some(old) = evicted else {
                     break;
@@ -199,7 +202,7 @@ fn when_full(
 
 impl Clone for QueueSender {
     fn clone(&self) -> Self {
-        self.shared.lock().senders += 1;
+        self.shared.lock().ends.add_sender();
         Self {
             shared: self.shared.clone(),
         }
@@ -209,10 +212,7 @@ impl Clone for QueueSender {
 impl Drop for QueueSender {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
-        state.senders -= 1;
-        if state.senders == 0 {
-            state.closed_at = Some(Instant::now());
-        }
+        state.ends.drop_sender(Instant::now());
         drop(state);
         self.shared.ready.notify_one();
     }

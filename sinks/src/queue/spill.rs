@@ -17,80 +17,6 @@ use super::{Queued, Shared, State, WhenFull};
 use crate::stats::DropReason;
 use crate::{EventBatch, EventKind};
 
-/// A batch taken from the lane by the writer, until its segment is committed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Writing {
-    pub(crate) kind: EventKind,
-    pub(crate) events: u64,
-}
-
-impl State {
-    /// Puts a batch in the spill lane (the writer thread writes it).
-    pub(crate) fn spill(&mut self, queued: Queued) {
-        self.spilling_bytes += queued.bytes;
-        self.spilling_by_kind[queued.batch.kind] += queued.batch.len() as u64;
-        self.spilling.push_back(queued);
-    }
-
-    /// Takes the lane's oldest batch.
-    pub(crate) fn unspill(&mut self) -> Option<Queued> {
-        let queued = self.spilling.pop_front()?;
-        self.uncount_spilled(&queued);
-        Some(queued)
-    }
-
-    /// Takes the lane's oldest batch of a droppable kind (`drop_oldest` on a full lane: an
-    /// XID in the lane, there because its journal write failed, is never dropped by policy).
-    pub(crate) fn unspill_oldest_droppable(&mut self) -> Option<Queued> {
-        let index = self
-            .spilling
-            .iter()
-            .position(|q| q.batch.kind.droppable())?;
-        let queued = self.spilling.remove(index)?;
-        self.uncount_spilled(&queued);
-        Some(queued)
-    }
-
-    /// Takes the lane's oldest batch of a kept kind (an XID), wherever it is.
-    fn unspill_first_kept(&mut self) -> Option<Queued> {
-        let index = self
-            .spilling
-            .iter()
-            .position(|q| !q.batch.kind.droppable())?;
-        let queued = self.spilling.remove(index)?;
-        self.uncount_spilled(&queued);
-        Some(queued)
-    }
-
-    /// Puts back a batch the writer took but must not write yet, as the lane's oldest.
-    fn respill_front(&mut self, queued: Queued) {
-        self.spilling_bytes += queued.bytes;
-        self.spilling_by_kind[queued.batch.kind] += queued.batch.len() as u64;
-        self.spilling.push_front(queued);
-    }
-
-    fn uncount_spilled(&mut self, queued: &Queued) {
-        self.spilling_bytes -= queued.bytes;
-        self.spilling_by_kind[queued.batch.kind] -= queued.batch.len() as u64;
-    }
-
-    /// Whether the lane has room for `bytes` more of a droppable kind (XIDs always fit).
-    pub(crate) fn lane_has_room(&self, bytes: usize) -> bool {
-        let limit = self.spool.as_ref().map_or(0, |s| s.write_buffer());
-        // An oversized batch still enters an empty lane, or nothing could pass.
-        self.spilling.is_empty() || (self.spilling_bytes + bytes) as u64 <= limit
-    }
-
-    /// Events of `kind` waiting for the disk: in the lane, or being written.
-    pub(crate) fn unwritten(&self, kind: EventKind) -> u64 {
-        let writing = self
-            .writing
-            .filter(|w| w.kind == kind)
-            .map_or(0, |w| w.events);
-        self.spilling_by_kind[kind] + writing
-    }
-}
-
 /// Whether a batch may be written to the spool now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Room {
@@ -115,7 +41,7 @@ impl Shared {
         bytes: usize,
         may_wait: bool,
     ) -> Room {
-        let Some(spool) = state.spool.as_mut() else {
+        let Some(spool) = state.disk.spool_mut() else {
             return Room::Dropped;
         };
         if !kind.droppable() || spool.has_room(bytes as u64) {
@@ -147,7 +73,7 @@ impl Shared {
     pub(crate) fn spool_store(&self, state: &mut State, batch: EventBatch, bytes: usize) -> bool {
         let kind = batch.kind;
         let events = batch.len() as u64;
-        if state.spool.is_none() {
+        if state.disk.spool().is_none() {
             self.stats
                 .drop_events(DropReason::SinkStopped, kind, events);
             return false;
@@ -155,7 +81,7 @@ impl Shared {
         if self.spool_room(state, kind, events, bytes, false) != Room::Fits {
             return false;
         }
-        let Some(spool) = state.spool.as_mut() else {
+        let Some(spool) = state.disk.spool_mut() else {
             return false;
         };
         match spool.store(&batch) {
@@ -178,7 +104,7 @@ impl Shared {
         &'a self,
         mut state: std::sync::MutexGuard<'a, State>,
     ) -> std::sync::MutexGuard<'a, State> {
-        while state.writing.is_some() {
+        while state.disk.is_writing() {
             state = self.room.wait(state).unwrap_or_else(|p| p.into_inner());
         }
         state
@@ -187,7 +113,7 @@ impl Shared {
     /// Writes what is left in the lane, on this thread; returns (spooled, dropped) events.
     pub(crate) fn write_lane_now(&self, state: &mut State) -> (u64, u64) {
         let (mut spooled, mut dropped) = (0, 0);
-        while let Some(Queued { batch, bytes, .. }) = state.unspill() {
+        while let Some(Queued { batch, bytes, .. }) = state.disk.unspill() {
             let events = batch.len() as u64;
             if self.spool_store(state, batch, bytes) {
                 spooled += events;
@@ -209,8 +135,8 @@ const FULL_SPOOL_RECHECK: std::time::Duration = std::time::Duration::from_millis
 pub(crate) fn write_spilled(shared: Arc<Shared>) {
     let mut state = shared.lock();
     loop {
-        let Some(queued) = state.unspill() else {
-            if !state.receiver_alive {
+        let Some(queued) = state.disk.unspill() else {
+            if !state.ends.receiver_alive() {
                 return;
             }
             state = shared
@@ -220,14 +146,14 @@ pub(crate) fn write_spilled(shared: Arc<Shared>) {
             continue;
         };
         let (kind, events, bytes) = (queued.batch.kind, queued.batch.len() as u64, queued.bytes);
-        let may_wait = state.receiver_alive;
+        let may_wait = state.ends.receiver_alive();
         let queued = match shared.spool_room(&mut state, kind, events, bytes, may_wait) {
             Room::Fits => queued,
             Room::Wait => {
-                state.respill_front(queued);
+                state.disk.respill_front(queued);
                 // An XID further back (in the lane because its journal write failed) does not
                 // wait in memory for the replay: XIDs always fit, so it is written now.
-                match state.unspill_first_kept() {
+                match state.disk.unspill_first_kept() {
                     Some(xid) => xid,
                     None => {
                         shared.publish(&state);
@@ -247,10 +173,10 @@ pub(crate) fn write_spilled(shared: Arc<Shared>) {
             }
         };
         let (kind, events) = (queued.batch.kind, queued.batch.len() as u64);
-        let Some(segment) = state.spool.as_mut().map(|spool| spool.reserve()) else {
+        let Some(segment) = state.disk.spool_mut().map(|spool| spool.reserve()) else {
             continue;
         };
-        state.writing = Some(Writing { kind, events });
+        state.disk.start_writing(kind, events);
         drop(state);
         #[cfg(test)]
         let _gate = shared.writer_gate.lock();
@@ -269,10 +195,10 @@ pub(crate) fn write_spilled(shared: Arc<Shared>) {
         #[cfg(test)]
         drop(_gate);
         state = shared.lock();
-        state.writing = None;
+        state.disk.finish_writing();
         match written {
             Ok(written) => {
-                if let Some(spool) = state.spool.as_mut() {
+                if let Some(spool) = state.disk.spool_mut() {
                     spool.commit(written);
                 }
                 shared.stats.spooled.add(kind, events);
@@ -299,7 +225,7 @@ impl super::QueueSender {
     pub(crate) fn wait_until_written(&self) {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        while !state.spilling.is_empty() || state.writing.is_some() {
+        while !state.disk.lane_is_empty() || state.disk.is_writing() {
             state = shared
                 .room
                 .wait_timeout(state, std::time::Duration::from_millis(10))

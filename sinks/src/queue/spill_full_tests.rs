@@ -124,7 +124,7 @@ fn drop_oldest_on_a_full_lane_never_drops_an_xid() {
         shutdown_timeout: Duration::from_secs(30),
     };
     let (tx, _rx) = queue_with(options, stats.clone());
-    assert!(tx.shared.lock().journal.is_none());
+    assert!(!tx.shared.lock().journal.is_open());
     let gate = tx.shared.writer_gate.lock().unwrap();
     tx.send_blocking(cuda(4, 0)); // memory
     tx.send_blocking(cuda(4, 1)); // lane, taken by the writer
@@ -171,7 +171,7 @@ fn at_the_shutdown_deadline_the_lane_is_written_behind_memory_and_a_write_in_fli
         );
         drop(gate);
         let state = shared.wait_for_writer(shared.lock());
-        assert!(state.spilling.is_empty());
+        assert!(state.disk.lane_is_empty());
         drop(state);
         assert_eq!(stats.spooled.get(EventKind::Cuda), 20);
         assert_eq!(stats.in_flight(EventKind::Cuda), 0);
@@ -197,7 +197,7 @@ fn a_sink_that_ends_refuses_new_batches_while_it_waits_for_the_disk() {
     wait_until_writing(&tx);
     let sink_end = std::thread::spawn(move || drop(rx));
     for _ in 0..2000 {
-        if !tx.shared.lock().receiver_alive {
+        if !tx.shared.lock().ends.receiver_alive() {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -206,7 +206,7 @@ fn a_sink_that_ends_refuses_new_batches_while_it_waits_for_the_disk() {
     // and never joins the lane it would have to wait behind.
     tx.send_blocking(cuda(4, 2));
     assert_eq!(stats.dropped(DropReason::SinkStopped, EventKind::Cuda), 4);
-    assert!(tx.shared.lock().spilling.is_empty());
+    assert!(tx.shared.lock().disk.lane_is_empty());
     assert!(!sink_end.is_finished());
     drop(gate);
     sink_end.join().unwrap();

@@ -124,7 +124,7 @@ fn a_failing_sink_stays_unhealthy_when_a_stall_ends() {
     std::thread::sleep(Duration::from_millis(130));
     assert!(check(&rx));
     // Clearing the stall must not hide the failure.
-    rx.shared.lock().last_progress = Instant::now();
+    rx.shared.lock().handoff.progress(Instant::now());
     assert!(!check(&rx));
     assert!(!stats.healthy(), "still failing until a delivery");
 }

@@ -114,7 +114,7 @@ pub(super) fn send_in_thread(tx: &QueueSender, batch: EventBatch) -> mpsc::Recei
 /// Waits until the writer thread holds a batch (it is then stuck at the gate).
 pub(super) fn wait_until_writing(tx: &QueueSender) {
     for _ in 0..1000 {
-        if tx.shared.lock().writing.is_some() {
+        if tx.shared.lock().disk.is_writing() {
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
