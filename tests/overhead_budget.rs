@@ -240,13 +240,23 @@ fn an_xid_of_a_sampled_process_says_its_suspects_come_from_sampled_launches() {
         &["launches", "60000"],
         &[("LAUNCH_WORK_NS", BUSY_WORK_NS)],
     );
-    let quiet = spawn(&fixtures, &["launches", "3000", "2000000"], &[]);
+    // The quiet process as in the test above (4 bursts of 100, 2 s apart): bursts of 1,000
+    // went over the budget on a VM where a trap counted 16 µs.
+    let quiet_count = QUIET_LAUNCHES.to_string();
+    let quiet = spawn(
+        &fixtures,
+        &["launches", &quiet_count, "2000000"],
+        &[("LAUNCH_BURST", QUIET_BURST)],
+    );
     let (busy_pid, quiet_pid) = (busy.id(), quiet.id());
     std::thread::sleep(std::time::Duration::from_secs(4));
     xid_31(busy_pid);
     xid_31(quiet_pid);
     assert_eq!(finish(busy), "workload: launches calls=60000");
-    assert_eq!(finish(quiet), "workload: launches calls=3000");
+    assert_eq!(
+        finish(quiet),
+        format!("workload: launches calls={QUIET_LAUNCHES}")
+    );
     let stopped = agent.stop();
     assert!(stopped.status.success(), "{}", stopped.log);
     let rows = duckdb(&format!(
