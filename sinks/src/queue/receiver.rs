@@ -62,10 +62,7 @@ impl QueueReceiver {
                 let now = Instant::now();
                 shared.check_stall(&mut state, now);
                 shared.release_journal(&mut state);
-                let deadline_passed = state
-                    .ends
-                    .closed_at()
-                    .is_some_and(|t| now.saturating_duration_since(t) >= shared.shutdown_timeout);
+                let deadline_passed = state.ends.past_deadline(now, shared.shutdown_timeout);
                 if deadline_passed && !xid_only {
                     self.spool_the_rest(&mut state);
                     return None;
@@ -225,8 +222,7 @@ impl QueueReceiver {
         // A rejected batch was already counted as received; it only changes place.
         if state
             .ends
-            .closed_at()
-            .is_some_and(|t| t.elapsed() >= shared.shutdown_timeout)
+            .past_deadline(Instant::now(), shared.shutdown_timeout)
             && state.disk.spool().is_some()
         {
             // Past the deadline: straight to the spool, said as spool_the_rest says it.

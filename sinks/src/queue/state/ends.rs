@@ -42,6 +42,12 @@ impl Ends {
         self.closed_at
     }
 
+    /// Whether `timeout` has passed at `now` since the queue closed (the shutdown deadline).
+    pub(crate) fn past_deadline(&self, now: Instant, timeout: std::time::Duration) -> bool {
+        self.closed_at
+            .is_some_and(|closed| now.saturating_duration_since(closed) >= timeout)
+    }
+
     pub(crate) fn receiver_alive(&self) -> bool {
         self.receiver_alive
     }
