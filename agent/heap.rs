@@ -9,9 +9,10 @@
 //! Fixing the mmap threshold also stops glibc's moving of the trim threshold, which then stays
 //! at 128 KiB: each time the top of an arena's heap had that much free it went back to the
 //! kernel, and the next batch faulted it in again (about 90,000 page faults in that run, a
-//! sixth of the agent's CPU). A trim threshold of [`TRIM_THRESHOLD_BYTES`] keeps that much at
-//! the top of each arena (about 27,000 faults, 0.15 µs less CPU per event, the same peak RSS;
-//! docs/performance.md, "Agent memory").
+//! sixth of the agent's CPU on a 2-vCPU VM). A trim threshold of [`TRIM_THRESHOLD_BYTES`]
+//! keeps that much at the top of each arena: about 44,000 faults and 0.15 µs less CPU per event
+//! there at the same peak RSS; on a 16-CPU host half the faults, no CPU difference beyond the
+//! noise and about 2 MiB more (docs/performance.md, "Agent memory").
 
 /// Blocks of at least this many bytes get a mapping of their own, returned at `free`.
 pub const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
