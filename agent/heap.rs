@@ -21,7 +21,8 @@ pub const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
 pub const TRIM_THRESHOLD_BYTES: i32 = 2 * 1024 * 1024;
 
 /// Which of the two glibc settings [`bound_retained_memory`] set; one the environment names
-/// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`, already applied by glibc) is left.
+/// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`, or `glibc.malloc.mmap_threshold` /
+/// `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`, already applied by glibc) is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapSettings {
     pub mmap_threshold: bool,
@@ -31,22 +32,35 @@ pub struct HeapSettings {
 /// Fixes glibc's mmap and trim thresholds at [`MMAP_THRESHOLD_BYTES`] and
 /// [`TRIM_THRESHOLD_BYTES`], each unless the environment sets it. Call before threads start.
 pub fn bound_retained_memory() -> HeapSettings {
-    let set = |variable: &str, parameter: i32, value: i32| {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let set = |variable: &str, tunable: &str, parameter: i32, value: i32| {
+        let named = std::env::var_os(variable).is_some() || names_tunable(&tunables, tunable);
         // SAFETY: mallopt only changes an allocator parameter; it takes the allocator's lock.
-        std::env::var_os(variable).is_none() && unsafe { libc::mallopt(parameter, value) == 1 }
+        !named && unsafe { libc::mallopt(parameter, value) == 1 }
     };
     HeapSettings {
         mmap_threshold: set(
             "MALLOC_MMAP_THRESHOLD_",
+            "glibc.malloc.mmap_threshold",
             libc::M_MMAP_THRESHOLD,
             MMAP_THRESHOLD_BYTES,
         ),
         trim_threshold: set(
             "MALLOC_TRIM_THRESHOLD_",
+            "glibc.malloc.trim_threshold",
             libc::M_TRIM_THRESHOLD,
             TRIM_THRESHOLD_BYTES,
         ),
     }
+}
+
+/// Whether `GLIBC_TUNABLES` (`name=value:name=value`) sets `tunable`.
+fn names_tunable(tunables: &str, tunable: &str) -> bool {
+    tunables.split(':').any(|setting| {
+        setting
+            .split_once('=')
+            .is_some_and(|(name, _)| name == tunable)
+    })
 }
 
 #[cfg(test)]
@@ -56,13 +70,29 @@ mod tests {
     #[test]
     fn glibc_takes_both_thresholds_the_environment_does_not_set() {
         // The test binary runs without these variables unless someone sets them.
+        let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
         let settings = bound_retained_memory();
         assert_eq!(
             settings,
             HeapSettings {
-                mmap_threshold: std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none(),
-                trim_threshold: std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none(),
+                mmap_threshold: std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none()
+                    && !names_tunable(&tunables, "glibc.malloc.mmap_threshold"),
+                trim_threshold: std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none()
+                    && !names_tunable(&tunables, "glibc.malloc.trim_threshold"),
             }
         );
+    }
+
+    #[test]
+    fn a_tunable_counts_only_under_its_exact_name() {
+        let tunables = "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=4194304";
+        assert!(names_tunable(tunables, "glibc.malloc.trim_threshold"));
+        assert!(!names_tunable(tunables, "glibc.malloc.mmap_threshold"));
+        assert!(!names_tunable(tunables, "glibc.malloc.arena"));
+        assert!(!names_tunable(
+            "glibc.malloc.mmap_threshold",
+            "glibc.malloc.mmap_threshold"
+        ));
+        assert!(!names_tunable("", "glibc.malloc.trim_threshold"));
     }
 }
