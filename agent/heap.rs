@@ -1,26 +1,23 @@
-//! How the agent's heap gives memory back. glibc serves allocations from 128 KiB up with their
-//! own mappings, but raises that threshold to the size of every such block freed (up to
-//! 32 MiB): after the first Parquet file, its growing buffers (up to the 4 MiB file, the
-//! column writers' pages) live in the arenas of the threads that built them and are kept
-//! there when freed. A fixed mmap threshold keeps them in mappings that go back to the kernel
-//! at `free`: the load harness's peak RSS for 2 threads x 1 M calls into Parquet went from
-//! 67-73 MiB to 60-64 MiB.
+//! How the agent's heap serves its large blocks. glibc starts by giving every block of
+//! 128 KiB or more a mapping of its own and raises that threshold to the size of each such
+//! block freed (up to 32 MiB), moving the trim threshold (free room kept at the top of an arena)
+//! to twice it. The agent fixes both at that end state from the start: the Parquet sink's
+//! growing buffers (column pages, the 4 MiB file) are reused from the heap instead of being
+//! mapped, faulted in and unmapped for every batch.
 //!
-//! Fixing the mmap threshold also stops glibc's moving of the trim threshold, which then stays
-//! at 128 KiB: each time the top of an arena's heap had that much free it went back to the
-//! kernel, and the next batch faulted it in again (about 90,000 page faults in that run, a
-//! sixth of the agent's CPU on a 2-vCPU VM). A trim threshold of [`TRIM_THRESHOLD_BYTES`]
-//! keeps that much at the top of each arena: about 44,000 faults and 0.15 µs less CPU per event
-//! there at the same peak RSS; on a 16-CPU host half the faults, no CPU difference beyond the
-//! noise and about 2 MiB more (docs/performance.md, "Agent memory").
+//! Lower values were the default before and are not: a 256 KiB mmap threshold with a 128 KiB or
+//! 2 MiB trim threshold kept the peak RSS of 2 threads x 1 M calls into Parquet 2-10 MiB lower,
+//! but on a 16-CPU host some runs took 330,000-1,020,000 page faults and twice the CPU per event
+//! (unmapping on many CPUs; 9,000-13,000 faults with these values), and on a 2-vCPU VM cost
+//! 0.04 µs more per event in the same interleaved rounds (docs/performance.md, "Agent memory").
 
 /// Blocks of at least this many bytes get a mapping of their own, returned at `free`.
-pub const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
+pub const MMAP_THRESHOLD_BYTES: i32 = 32 * 1024 * 1024;
 
 /// Free memory at the top of an arena's heap is returned to the kernel beyond this many bytes.
-pub const TRIM_THRESHOLD_BYTES: i32 = 2 * 1024 * 1024;
+pub const TRIM_THRESHOLD_BYTES: i32 = 64 * 1024 * 1024;
 
-/// Which of the two glibc settings [`bound_retained_memory`] set; one the environment names
+/// Which of the two glibc settings [`fix_large_block_thresholds`] set; one the environment names
 /// (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`, or `glibc.malloc.mmap_threshold` /
 /// `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`, already applied by glibc) is left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +28,7 @@ pub struct HeapSettings {
 
 /// Fixes glibc's mmap and trim thresholds at [`MMAP_THRESHOLD_BYTES`] and
 /// [`TRIM_THRESHOLD_BYTES`], each unless the environment sets it. Call before threads start.
-pub fn bound_retained_memory() -> HeapSettings {
+pub fn fix_large_block_thresholds() -> HeapSettings {
     let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
     let set = |variable: &str, tunable: &str, parameter: i32, value: i32| {
         let named = std::env::var_os(variable).is_some() || names_tunable(&tunables, tunable);
@@ -71,7 +68,7 @@ mod tests {
     fn glibc_takes_both_thresholds_the_environment_does_not_set() {
         // The test binary runs without these variables unless someone sets them.
         let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-        let settings = bound_retained_memory();
+        let settings = fix_large_block_thresholds();
         assert_eq!(
             settings,
             HeapSettings {

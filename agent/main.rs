@@ -186,13 +186,13 @@ fn raise_open_file_limit() {
 
 fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     raise_open_file_limit();
-    let heap = gpuship::heap::bound_retained_memory();
+    let heap = gpuship::heap::fix_large_block_thresholds();
     tracing::debug!(
         mmap_threshold_set = heap.mmap_threshold,
         mmap_threshold_bytes = gpuship::heap::MMAP_THRESHOLD_BYTES,
         trim_threshold_set = heap.trim_threshold,
         trim_threshold_bytes = gpuship::heap::TRIM_THRESHOLD_BYTES,
-        "heap: large blocks in their own mappings, some free room kept at the top of each arena"
+        "heap: large blocks reused from the heap (glibc's thresholds fixed at their end state)"
     );
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
