@@ -6,10 +6,11 @@
 //! mapped, faulted in and unmapped for every batch.
 //!
 //! Lower values were the default before and are not: a 256 KiB mmap threshold with a 128 KiB or
-//! 2 MiB trim threshold kept the peak RSS of 2 threads x 1 M calls into Parquet 2-10 MiB lower,
-//! but on a 16-CPU host some runs took 330,000-1,020,000 page faults and twice the CPU per event
-//! (unmapping on many CPUs; 9,000-13,000 faults with these values), and on a 2-vCPU VM cost
-//! 0.04 µs more per event in the same interleaved rounds (docs/performance.md, "Agent memory").
+//! 2 MiB trim threshold kept the peak RSS of 2 threads x 1 M calls into Parquet about 6-10 MiB
+//! lower (medians), but on a 16-CPU host some runs took 333,000-856,000 page faults and twice the
+//! CPU per event (unmapping on many CPUs; 9,100-11,600 faults with these values), and on a 2-vCPU
+//! VM cost 0.04 µs more per event in the same interleaved rounds (docs/performance.md, "Agent
+//! memory").
 
 /// Blocks of at least this many bytes get a mapping of their own, returned at `free`.
 pub const MMAP_THRESHOLD_BYTES: i32 = 32 * 1024 * 1024;
