@@ -133,6 +133,36 @@ fn columns_are_encoded_as_chosen_and_read_back_exactly() {
             "{name} has no statistics"
         );
     }
+    // Compression: none where zstd cannot shrink the column, zstd elsewhere (a list's leaves
+    // by their full path).
+    use parquet::basic::Compression;
+    let compression = |name: &str| column(name).compression();
+    for name in [
+        "host",
+        "boot_id",
+        "time_ns",
+        "incident_id",
+        "held_memory.device_bytes",
+        "held_memory.seen_from_start",
+        "largest_allocations.list.item.address",
+        "largest_allocations.list.item.time_ns",
+    ] {
+        assert_eq!(compression(name), Compression::UNCOMPRESSED, "{name}");
+    }
+    for name in [
+        "time",
+        "pid",
+        "comm",
+        "duration_ns",
+        "kernel_name",
+        "gpu_uuid",
+    ] {
+        assert!(
+            matches!(compression(name), Compression::ZSTD(_)),
+            "{name}: {:?}",
+            compression(name)
+        );
+    }
     // And the values come back exactly.
     let back: Vec<arrow_array::RecordBatch> =
         ParquetRecordBatchReaderBuilder::try_new(File::open(&found[0]).unwrap())

@@ -140,10 +140,10 @@ impl PartitionedFiles {
         };
         let written = file.writer.write(slice).and_then(|()| {
             if file.writer.in_progress_size() >= self.config.row_group_bytes {
-                file.writer.flush()
-            } else {
-                Ok(())
+                file.writer.flush()?;
+                reserve_whole_file(file.writer.inner_mut(), &self.config);
             }
+            Ok(())
         });
         file.rows += slice.num_rows() as u64;
         if let Err(source) = written {
@@ -254,6 +254,15 @@ impl PartitionedFiles {
         self.open.len()
     }
 
+    /// The capacity of each open file's buffer.
+    #[cfg(test)]
+    pub(super) fn buffer_capacities(&self) -> Vec<usize> {
+        self.open
+            .values()
+            .map(|f| f.writer.inner().capacity())
+            .collect()
+    }
+
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
         let key = new_file_key(kind, partition, &self.host);
         let properties = Some(self.properties[kind].clone());
@@ -317,6 +326,22 @@ impl PartitionedFiles {
         self.destination.describe()
     }
 }
+
+/// Room in `buffer` for a whole file, once its first row group is written: a file that gets that
+/// far is likely to fill, and a buffer grown by doubling copies itself at every step and at the
+/// last one holds the old and the new buffer together (8 MiB of buffer for a 4 MiB file). A file
+/// closes at the first row group past `max_file_bytes`, so it rarely outgrows this; if it does,
+/// the buffer grows as before.
+pub(super) fn reserve_whole_file(buffer: &mut Vec<u8>, config: &ParquetSinkConfig) {
+    let whole = config
+        .max_file_bytes
+        .saturating_add(config.row_group_bytes)
+        .min(MAX_RESERVED_FILE_BYTES);
+    buffer.reserve_exact(whole.saturating_sub(buffer.len()));
+}
+
+/// The most [`reserve_whole_file`] reserves at once (larger files grow by doubling beyond it).
+pub(super) const MAX_RESERVED_FILE_BYTES: usize = 256 << 20;
 
 /// The writer settings of `kind`'s files under `config`: compression, per-column encodings,
 /// row groups and the file's metadata (public for the column-cost benchmark).

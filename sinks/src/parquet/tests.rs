@@ -318,3 +318,34 @@ fn xid_file_age_has_a_range() {
     config.xid_max_file_age_ms = 10;
     assert!(config.problems().is_empty());
 }
+
+#[test]
+fn a_file_past_its_first_row_group_has_room_for_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ParquetSinkConfig::with_path(dir.path());
+    config.row_group_bytes = 1;
+    config.max_file_bytes = 3 << 20;
+    let mut files = PartitionedFiles::new(config, "h");
+    let t = 1_795_320_000 * 1_000_000_000;
+    assert!(files
+        .write(EventKind::Cuda, &cuda_batch(&[t, t]))
+        .is_empty());
+    assert_eq!(files.buffer_capacities(), vec![(3 << 20) + 1]);
+    // The rows still make a readable file.
+    assert_eq!(files.close_all().len(), 1);
+    assert_eq!(read_bytes_column(&parquet_files(dir.path())[0]), vec![0, 1]);
+}
+
+#[test]
+fn the_room_reserved_for_a_file_is_bounded() {
+    let mut config = ParquetSinkConfig::with_path(Path::new("/nonexistent"));
+    config.max_file_bytes = usize::MAX;
+    let mut buffer = vec![0u8; 10];
+    files::reserve_whole_file(&mut buffer, &config);
+    assert_eq!(buffer.capacity(), files::MAX_RESERVED_FILE_BYTES);
+    // Enough room already: nothing changes.
+    config.max_file_bytes = 4;
+    config.row_group_bytes = 4;
+    files::reserve_whole_file(&mut buffer, &config);
+    assert_eq!(buffer.capacity(), files::MAX_RESERVED_FILE_BYTES);
+}

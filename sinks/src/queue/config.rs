@@ -48,8 +48,13 @@ fn default_max_events() -> usize {
     1 << 16
 }
 
+/// Four batches of CUDA rows at the batcher's defaults (8,192 rows, about 2 MiB each by the
+/// capacity of their arrays): a sink that falls a few batches behind catches up from memory. With
+/// room for one, every pause of the Parquet thread sent batches through the disk spool (encoded,
+/// written, read back), and kept them there in order until the replay caught up: more CPU and more
+/// memory (the spill lane and the encoder) than the queue it spared.
 fn default_max_bytes() -> usize {
-    2 << 20
+    8 << 20
 }
 
 impl Default for BufferConfig {
