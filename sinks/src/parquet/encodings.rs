@@ -80,23 +80,22 @@ fn leaf(path: &str) -> ColumnPath {
 pub(super) fn column_encodings(mut builder: WriterPropertiesBuilder) -> WriterPropertiesBuilder {
     for column in DELTA_TIMES {
         builder = builder
-            .set_column_dictionary_enabled(ColumnPath::from(column), false)
-            .set_column_encoding(ColumnPath::from(column), Encoding::DELTA_BINARY_PACKED);
+            .set_column_dictionary_enabled(leaf(column), false)
+            .set_column_encoding(leaf(column), Encoding::DELTA_BINARY_PACKED);
     }
     for column in NO_DICTIONARY {
-        builder = builder.set_column_dictionary_enabled(ColumnPath::from(column), false);
+        builder = builder.set_column_dictionary_enabled(leaf(column), false);
     }
     for column in PLAIN_INTEGERS {
         builder = builder
-            .set_column_dictionary_enabled(ColumnPath::from(column), false)
-            .set_column_encoding(ColumnPath::from(column), Encoding::PLAIN);
+            .set_column_dictionary_enabled(leaf(column), false)
+            .set_column_encoding(leaf(column), Encoding::PLAIN);
     }
     for column in UNCOMPRESSED {
         builder = builder.set_column_compression(leaf(column), Compression::UNCOMPRESSED);
     }
     for column in NO_STATISTICS {
-        builder = builder
-            .set_column_statistics_enabled(ColumnPath::from(column), EnabledStatistics::None);
+        builder = builder.set_column_statistics_enabled(leaf(column), EnabledStatistics::None);
     }
     builder
 }

@@ -12,8 +12,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::RecordBatch;
 use enum_map::EnumMap;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -23,7 +21,8 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use super::destination::{Destination, FileError, LocalDirectory};
-use super::layout::{new_file_key, HourPartition};
+use super::file_buffer::reserve_whole_file;
+use super::layout::{new_file_key, split_by_hour, HourPartition};
 use super::ParquetSinkConfig;
 use crate::schema::{schema_for, KIND_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
 use crate::EventKind;
@@ -327,22 +326,6 @@ impl PartitionedFiles {
     }
 }
 
-/// Room in `buffer` for a whole file, once its first row group is written: a file that gets that
-/// far is likely to fill, and a buffer grown by doubling copies itself at every step and at the
-/// last one holds the old and the new buffer together (8 MiB of buffer for a 4 MiB file). A file
-/// closes at the first row group past `max_file_bytes`, so it rarely outgrows this; if it does,
-/// the buffer grows as before.
-pub(super) fn reserve_whole_file(buffer: &mut Vec<u8>, config: &ParquetSinkConfig) {
-    let whole = config
-        .max_file_bytes
-        .saturating_add(config.row_group_bytes)
-        .min(MAX_RESERVED_FILE_BYTES);
-    buffer.reserve_exact(whole.saturating_sub(buffer.len()));
-}
-
-/// The most [`reserve_whole_file`] reserves at once (larger files grow by doubling beyond it).
-pub(super) const MAX_RESERVED_FILE_BYTES: usize = 256 << 20;
-
 /// The writer settings of `kind`'s files under `config`: compression, per-column encodings,
 /// row groups and the file's metadata (public for the column-cost benchmark).
 pub fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterProperties {
@@ -387,26 +370,4 @@ fn read_back(
                 .map_err(arrow_err)
         })
         .collect()
-}
-
-/// Contiguous runs of rows in the same hour, as zero-copy slices.
-fn split_by_hour(batch: &RecordBatch) -> Vec<(HourPartition, RecordBatch)> {
-    let Some(times) = batch
-        .column_by_name("time")
-        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
-    else {
-        return vec![(HourPartition::of_micros(0), batch.clone())];
-    };
-    let mut runs = Vec::new();
-    let mut start = 0;
-    while start < times.len() {
-        let partition = HourPartition::of_micros(times.value(start));
-        let mut end = start + 1;
-        while end < times.len() && HourPartition::of_micros(times.value(end)) == partition {
-            end += 1;
-        }
-        runs.push((partition, batch.slice(start, end - start)));
-        start = end;
-    }
-    runs
 }

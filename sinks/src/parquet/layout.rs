@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMicrosecondType;
+use arrow_array::RecordBatch;
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
 use crate::EventKind;
@@ -93,6 +96,28 @@ fn sanitize(host: &str) -> String {
     } else {
         cleaned
     }
+}
+
+/// Contiguous runs of rows in the same hour, as zero-copy slices.
+pub(super) fn split_by_hour(batch: &RecordBatch) -> Vec<(HourPartition, RecordBatch)> {
+    let Some(times) = batch
+        .column_by_name("time")
+        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+    else {
+        return vec![(HourPartition::of_micros(0), batch.clone())];
+    };
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < times.len() {
+        let partition = HourPartition::of_micros(times.value(start));
+        let mut end = start + 1;
+        while end < times.len() && HourPartition::of_micros(times.value(end)) == partition {
+            end += 1;
+        }
+        runs.push((partition, batch.slice(start, end - start)));
+        start = end;
+    }
+    runs
 }
 
 #[cfg(test)]

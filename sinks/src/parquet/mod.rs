@@ -6,6 +6,7 @@
 
 mod destination;
 mod encodings;
+mod file_buffer;
 mod files;
 mod layout;
 mod remote;

@@ -341,11 +341,11 @@ fn the_room_reserved_for_a_file_is_bounded() {
     let mut config = ParquetSinkConfig::with_path(Path::new("/nonexistent"));
     config.max_file_bytes = usize::MAX;
     let mut buffer = vec![0u8; 10];
-    files::reserve_whole_file(&mut buffer, &config);
-    assert_eq!(buffer.capacity(), files::MAX_RESERVED_FILE_BYTES);
+    file_buffer::reserve_whole_file(&mut buffer, &config);
+    assert_eq!(buffer.capacity(), file_buffer::MAX_RESERVED_FILE_BYTES);
     // Enough room already: nothing changes.
     config.max_file_bytes = 4;
     config.row_group_bytes = 4;
-    files::reserve_whole_file(&mut buffer, &config);
-    assert_eq!(buffer.capacity(), files::MAX_RESERVED_FILE_BYTES);
+    file_buffer::reserve_whole_file(&mut buffer, &config);
+    assert_eq!(buffer.capacity(), file_buffer::MAX_RESERVED_FILE_BYTES);
 }
