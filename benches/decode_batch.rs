@@ -15,6 +15,7 @@ use gpuship::sources::cuda::batcher::CudaBatcher;
 use gpuship::sources::cuda::decode::{self, Decoder};
 use gpuship::sources::cuda::plan::FunctionTable;
 use gpuship::summary::CallTally;
+use gpuship_sinks::schema::cuda::CallGpu;
 use gpuship_sinks::test_support::host_identity;
 
 const EVENTS: usize = 65_536;
@@ -80,25 +81,38 @@ fn decode_to_batches(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("ring_records_to_record_batch");
     group.throughput(Throughput::Elements(EVENTS as u64));
-    group.bench_function("cuda_65536_events", |b| {
-        b.iter_batched_ref(
-            || CudaBatcher::new(identity.clone(), &config),
-            |batcher| {
-                let mut rows = 0;
-                for record in &raw {
-                    let event = decode::cuda_event(record).expect("valid record");
-                    let comm = c_chars(&event.comm);
-                    let row = decoder.cuda_row(&event, &comm).expect("known function");
-                    if let Some(batch) = batcher.push(&row) {
-                        rows += batch.len();
+    // On a GPU node every row names its GPU (the node's one, here): `gpu_uuid`, `pci_bus_id`
+    // and `gpu_index` filled; on a node without one they are null.
+    let gpu = CallGpu {
+        uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".to_string(),
+        pci_bus_id: Some("00000000:3B:00.0".to_string()),
+        index: Some(3),
+    };
+    for (name, gpu) in [
+        ("cuda_65536_events", None),
+        ("cuda_65536_events_with_gpu", Some(&gpu)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || CudaBatcher::new(identity.clone(), &config),
+                |batcher| {
+                    let mut rows = 0;
+                    for record in &raw {
+                        let event = decode::cuda_event(record).expect("valid record");
+                        let comm = c_chars(&event.comm);
+                        let mut row = decoder.cuda_row(&event, &comm).expect("known function");
+                        row.objects.gpu = gpu;
+                        if let Some(batch) = batcher.push(&row) {
+                            rows += batch.len();
+                        }
                     }
-                }
-                rows += batcher.flush().map_or(0, |b| b.len());
-                assert_eq!(rows, EVENTS);
-            },
-            BatchSize::LargeInput,
-        )
-    });
+                    rows += batcher.flush().map_or(0, |b| b.len());
+                    assert_eq!(rows, EVENTS);
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
 }
 

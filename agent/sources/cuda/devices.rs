@@ -29,6 +29,10 @@ const MAX_CONTEXTS: usize = 1024;
 /// threads fall back to the process's single device.
 const MAX_THREADS: usize = 4096;
 
+/// (pid, tid) answers kept between changes; beyond it they start again (each is one lookup
+/// to make again).
+const MAX_ANSWERS: usize = 65_536;
+
 /// Contexts one thread's stack keeps (the driver nests pushes; real code nests a few).
 const MAX_STACK: usize = 64;
 
@@ -153,15 +157,21 @@ impl ProcessDevices {
 }
 
 /// Every traced process's devices, owned by the CUDA thread; each change is published to the
-/// launch history (for the XID stage's suspects) through [`CallDevices::changed`].
+/// launch history (for the XID stage's suspects) by the caller of [`CallDevices::observe`].
+///
+/// Rows borrow their GPU from here: a reference count touched per row (an atomic
+/// read-modify-write, a few per row between the devices and the memory ledger) was most of
+/// what the GPU columns cost the consumer thread on a 16-CPU host.
 #[derive(Debug, Default)]
 pub struct CallDevices {
     gpus: Arc<GpuDirectory>,
     /// The node's GPU when it has exactly one (made once: rows share it).
     node: Option<Arc<CallGpu>>,
     processes: FxHashMap<i32, Arc<ProcessDevices>>,
-    /// The GPU answered last, for (pid, tid), until the next change.
-    last: Option<(i32, i32, Option<Arc<CallGpu>>)>,
+    /// The GPU of each (pid, tid) answered since the last change: a call's GPU is one lookup.
+    answers: FxHashMap<(i32, i32), Option<Arc<CallGpu>>>,
+    /// The GPU of the row [`CallDevices::observe`] answered with the device it named.
+    named: Option<Arc<CallGpu>>,
 }
 
 impl CallDevices {
@@ -193,7 +203,7 @@ impl CallDevices {
         role: DeviceRole,
         row: &CudaRow<'_>,
         uuid: Option<&[u8; 16]>,
-    ) -> (Option<Arc<CallGpu>>, Option<Arc<ProcessDevices>>) {
+    ) -> (Option<&Arc<CallGpu>>, Option<Arc<ProcessDevices>>) {
         let mut changed = None;
         let mut own_gpu = None;
         if role != DeviceRole::None && row.result == 0 {
@@ -209,13 +219,14 @@ impl CallDevices {
                 }
                 if applied {
                     changed = Some(Arc::clone(process));
-                    self.last = None;
+                    self.answers.clear();
                 }
             }
         }
         // A UUID query's row, or a context creation's, is about the device it named.
-        if let Some(gpu) = own_gpu {
-            return (Some(gpu), changed);
+        if own_gpu.is_some() {
+            self.named = own_gpu;
+            return (self.named.as_ref(), changed);
         }
         (self.gpu_of(row.pid, row.tid), changed)
     }
@@ -228,17 +239,20 @@ impl CallDevices {
     }
 
     /// The GPU of a call of (`pid`, `tid`) as things stand.
-    pub fn gpu_of(&mut self, pid: i32, tid: i32) -> Option<Arc<CallGpu>> {
-        if let Some((p, t, gpu)) = &self.last {
-            if (*p, *t) == (pid, tid) {
-                return gpu.clone();
-            }
+    pub fn gpu_of(&mut self, pid: i32, tid: i32) -> Option<&Arc<CallGpu>> {
+        if self.answers.len() >= MAX_ANSWERS && !self.answers.contains_key(&(pid, tid)) {
+            self.answers.clear();
         }
-        let gpu = resolve(self.processes.get(&pid).map(|p| &**p), tid, || {
-            self.node.clone()
-        });
-        self.last = Some((pid, tid, gpu.clone()));
-        gpu
+        let Self {
+            answers,
+            processes,
+            node,
+            ..
+        } = self;
+        answers
+            .entry((pid, tid))
+            .or_insert_with(|| resolve(processes.get(&pid).map(|p| &**p), tid, || node.clone()))
+            .as_ref()
     }
 
     /// Forgets processes that no longer exist under `proc_dir`; returns them.
@@ -253,7 +267,7 @@ impl CallDevices {
             self.processes.remove(pid);
         }
         if !gone.is_empty() {
-            self.last = None;
+            self.answers.clear();
         }
         gone
     }

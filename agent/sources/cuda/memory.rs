@@ -127,7 +127,8 @@ impl MemoryLedger {
         if process.comm != row.comm {
             process.comm = row.comm.to_string();
         }
-        let gpu: GpuKey = gpu.cloned();
+        // The GPU's reference count is touched only by the rows that keep it (an atomic
+        // read-modify-write per row was a visible share of the consumer's time).
         let mut added = 0isize;
         match (role, row.device_ptr) {
             (MemoryRole::Initializes, _) => process.seen_from_start = true,
@@ -140,7 +141,7 @@ impl MemoryLedger {
                 let allocation = Allocation {
                     bytes: row.bytes,
                     kind,
-                    gpu,
+                    gpu: gpu.cloned(),
                     time_ns: row.time_ns,
                     function_id,
                 };
@@ -171,6 +172,7 @@ impl MemoryLedger {
                     return None;
                 }
                 let bytes = row.bytes.unwrap_or(0);
+                let gpu: GpuKey = gpu.cloned();
                 process.held.on(&gpu).add(MemoryKind::Physical, bytes);
                 let physical = Physical {
                     bytes,

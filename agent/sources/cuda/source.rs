@@ -261,13 +261,8 @@ impl<'obj> CudaCapture<'obj> {
         let carried = name.as_ref().and_then(|name| {
             kernel_rows::record_kernel_name(name, row.pid, proc_dir, row.result == 0)
         });
-        let resolved = history.record_row(
-            roles.kernel,
-            event.function_id,
-            &row,
-            carried.as_ref(),
-            gpu.as_ref(),
-        );
+        let resolved =
+            history.record_row(roles.kernel, event.function_id, &row, carried.as_ref(), gpu);
         if resolved == Resolved::Unknown {
             accounting
                 .ring(Ring::Cuda)
@@ -275,8 +270,8 @@ impl<'obj> CudaCapture<'obj> {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         kernel_rows::apply(&mut row, &resolved);
-        row.objects.gpu = gpu.as_deref();
-        let held = memory.apply(roles.memory, &row, gpu.as_ref(), event.function_id, |id| {
+        row.objects.gpu = gpu.map(|g| &**g);
+        let held = memory.apply(roles.memory, &row, gpu, event.function_id, |id| {
             decoder.function_name(id).unwrap_or("unknown").to_string()
         });
         row.objects.memory = held.as_ref();

@@ -12,9 +12,23 @@ use crate::schema::{CudaBatchBuilder, CudaRow};
 use crate::test_support::identity;
 use crate::EventKind;
 
-/// Rows with every column in use: launches and copies, failures, two threads, some in a pod.
+/// Rows with every column in use: launches and copies, failures, two threads, some in a pod,
+/// calls on two GPUs (one not on the node's list) and some whose GPU is not known.
 fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
+    use crate::schema::cuda::{CallGpu, CallObjects};
     use crate::schema::{LaunchDims, Workload};
+    let gpus = [
+        CallGpu {
+            uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".into(),
+            pci_bus_id: Some("00000000:3B:00.0".into()),
+            index: Some(3),
+        },
+        CallGpu {
+            uuid: "GPU-00000000-0000-0000-0000-000000000001".into(),
+            pci_bus_id: None,
+            index: None,
+        },
+    ];
     let pod = Workload {
         container_id: Some("c0ffee".into()),
         pod_uid: Some("uid-1".into()),
@@ -57,7 +71,10 @@ fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
                     registers_only: false,
                 }),
                 workload: (i % 2 == 1).then_some(&pod),
-                objects: Default::default(),
+                objects: CallObjects {
+                    gpu: (i % 11 != 0).then(|| &gpus[(i / 7) % 2]),
+                    ..Default::default()
+                },
             },
             failed.then_some("incident-1"),
         );
@@ -97,6 +114,7 @@ fn columns_are_encoded_as_chosen_and_read_back_exactly() {
         "pid",
         "tid",
         "result",
+        "gpu_index",
         "grid_x",
         "shared_mem_bytes",
         "duration_ns",
@@ -142,6 +160,8 @@ fn columns_are_encoded_as_chosen_and_read_back_exactly() {
         "boot_id",
         "time_ns",
         "incident_id",
+        "gpu_uuid",
+        "pci_bus_id",
         "held_memory.device_bytes",
         "held_memory.seen_from_start",
         "largest_allocations.list.item.address",
@@ -155,7 +175,7 @@ fn columns_are_encoded_as_chosen_and_read_back_exactly() {
         "comm",
         "duration_ns",
         "kernel_name",
-        "gpu_uuid",
+        "gpu_index",
     ] {
         assert!(
             matches!(compression(name), Compression::ZSTD(_)),

@@ -15,13 +15,15 @@ const DELTA_TIMES: [&str; 2] = ["time", "time_ns"];
 /// compresses what repeats.
 const NO_DICTIONARY: [&str; 2] = ["duration_ns", "device_ptr"];
 
-/// Small integers (process and thread ids, CUresults, launch geometry): written plain. A
+/// Small integers (process and thread ids, CUresults, launch geometry, the GPU's index):
+/// written plain. A
 /// dictionary would be smaller before compression, but zstd makes the files the same size and
 /// the plain write skips a hash lookup per value.
-const PLAIN_INTEGERS: [&str; 10] = [
+const PLAIN_INTEGERS: [&str; 11] = [
     "pid",
     "tid",
     "result",
+    "gpu_index",
     "grid_x",
     "grid_y",
     "grid_z",
@@ -52,10 +54,14 @@ const NO_STATISTICS: [&str; 7] = [
 /// writes, so each column here is that much less memory, and no time spent compressing. `host`
 /// and `boot_id` hold one value per file (their dictionary indices are one run); `time_ns` is
 /// delta-encoded nanoseconds whose low bits are noise (zstd took 1,683,070 bytes to 1,683,466 in
-/// a 1.1 M-row file); the incident and out-of-memory columns are null but in rare rows.
-const UNCOMPRESSED: [&str; 15] = [
+/// a 1.1 M-row file); the incident and out-of-memory columns are null but in rare rows; a GPU's
+/// UUID and bus id are a dictionary of the node's few GPUs and an index per row that is one run
+/// while a process stays on one GPU.
+const UNCOMPRESSED: [&str; 17] = [
     "host",
     "boot_id",
+    "gpu_uuid",
+    "pci_bus_id",
     "time_ns",
     "incident_id",
     "held_memory.device_bytes",

@@ -46,7 +46,7 @@ fn two_gpu_node() -> (tempfile::TempDir, Arc<GpuDirectory>) {
     (dir, gpus)
 }
 
-fn uuid_of(gpu: Option<Arc<CallGpu>>) -> Option<String> {
+fn uuid_of(gpu: Option<&Arc<CallGpu>>) -> Option<String> {
     gpu.map(|g| g.uuid.clone())
 }
 
@@ -177,4 +177,32 @@ fn bounds_hold_for_hostile_handles_and_thread_counts() {
         devices.observe(DeviceRole::PopsCurrent, &row(1, 3, None, None), None);
     }
     assert_eq!(uuid_of(devices.gpu_of(1, 3)), Some(uuid_string(&UUID0)));
+}
+
+#[test]
+fn answers_stay_right_past_their_bound_and_when_a_process_exits() {
+    let (_node, gpus) = two_gpu_node();
+    let mut devices = CallDevices::new(gpus);
+    devices.observe(
+        DeviceRole::NamesDevice,
+        &row(7, 1, Some(0), None),
+        Some(&UUID1),
+    );
+    let retain = DeviceRole::MakesContext {
+        becomes_current: false,
+    };
+    devices.observe(retain, &row(7, 1, Some(0xa0), Some(0)), None);
+    // One device: every thread of pid 7 has it, however many threads ask.
+    for tid in 0..(MAX_ANSWERS as i32 + 10) {
+        assert_eq!(uuid_of(devices.gpu_of(7, tid)), Some(uuid_string(&UUID1)));
+    }
+    assert!(devices.answers.len() <= MAX_ANSWERS);
+    assert_eq!(devices.gpu_of(8, 1), None);
+    // pid 7 exits (its folder is gone from the proc dir, pid 8's is there): its answers go
+    // with it, and with two GPUs on the node it has none.
+    let proc_dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(proc_dir.path().join("8")).unwrap();
+    assert_eq!(devices.forget_exited(proc_dir.path()), vec![7]);
+    assert_eq!(devices.gpu_of(7, 1), None);
+    assert_eq!(devices.gpu_of(7, MAX_ANSWERS as i32), None);
 }

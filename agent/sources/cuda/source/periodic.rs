@@ -132,8 +132,7 @@ impl CudaCapture<'_> {
                 let resolved = kernel_rows::resolve_at(&history.lock().kernels, role, &row);
                 unknown_launches += u64::from(resolved == Resolved::Unknown);
                 kernel_rows::apply(&mut row, &resolved);
-                let gpu = devices.gpu_of(row.pid, row.tid);
-                row.objects.gpu = gpu.as_deref();
+                row.objects.gpu = devices.gpu_of(row.pid, row.tid).map(|g| &**g);
                 if let Some(batch) = batcher.push_flight_recorded(&row, &dump.incident) {
                     outputs.batches.emit(batch);
                 }
