@@ -71,6 +71,9 @@ fn decoder() -> Decoder {
 }
 
 fn decode_to_batches(c: &mut Criterion) {
+    // The agent's heap settings (it fixes them at start): without them every batch's larger
+    // columns are mapped, faulted in and unmapped, which the agent never pays.
+    gpuship::heap::fix_large_block_thresholds();
     let raw = records();
     let decoder = decoder();
     let identity = host_identity("gpu-node-017", "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b");
