@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use gpuship_sinks::parquet::{writer_properties, ParquetSinkConfig};
-use gpuship_sinks::schema::cuda::{CallGpu, CallObjects};
+use gpuship_sinks::schema::cuda::CallObjects;
 use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
-use gpuship_sinks::test_support::host_identity;
+use gpuship_sinks::test_support::{host_identity, listed_gpu};
 use gpuship_sinks::EventKind;
 use parquet::arrow::ArrowWriter;
 
@@ -28,11 +28,7 @@ const BATCH_ROWS: usize = 8_192;
 /// The rows of one shape, in batches of [`BATCH_ROWS`].
 fn batches(rows: usize, launches: bool) -> Vec<RecordBatch> {
     let identity = host_identity("gpu-node-017", "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b");
-    let gpu = CallGpu {
-        uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".to_string(),
-        pci_bus_id: Some("00000000:3B:00.0".to_string()),
-        index: Some(3),
-    };
+    let gpu = listed_gpu();
     let kernels = [
         "_ZN7cutlass6KernelINS_4gemm6kernel4GemmEEEvNT_6ParamsE",
         "_Z21elementwise_kernelILi128ELi4EEviT1_",

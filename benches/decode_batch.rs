@@ -15,8 +15,7 @@ use gpuship::sources::cuda::batcher::CudaBatcher;
 use gpuship::sources::cuda::decode::{self, Decoder};
 use gpuship::sources::cuda::plan::FunctionTable;
 use gpuship::summary::CallTally;
-use gpuship_sinks::schema::cuda::CallGpu;
-use gpuship_sinks::test_support::host_identity;
+use gpuship_sinks::test_support::{host_identity, listed_gpu};
 
 const EVENTS: usize = 65_536;
 
@@ -86,11 +85,7 @@ fn decode_to_batches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(EVENTS as u64));
     // On a GPU node every row names its GPU (the node's one, here): `gpu_uuid`, `pci_bus_id`
     // and `gpu_index` filled; on a node without one they are null.
-    let gpu = CallGpu {
-        uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".to_string(),
-        pci_bus_id: Some("00000000:3B:00.0".to_string()),
-        index: Some(3),
-    };
+    let gpu = listed_gpu();
     for (name, gpu) in [
         ("cuda_65536_events", None),
         ("cuda_65536_events_with_gpu", Some(&gpu)),

@@ -8,7 +8,9 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 
-use crate::schema::{xid_batch_of, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource};
+use crate::schema::{
+    xid_batch_of, CallGpu, CudaBatchBuilder, CudaRow, HostIdentity, XidRecord, XidSource,
+};
 use crate::{EventBatch, EventKind};
 
 /// The host every test row comes from unless the test names one: host `h`, boot id `b`.
@@ -22,6 +24,16 @@ pub fn host_identity(host: &str, boot_id: &str) -> HostIdentity {
     HostIdentity {
         host: host.into(),
         boot_id: boot_id.into(),
+    }
+}
+
+/// A GPU the node lists, as the agent gives it to a call's row: UUID, bus id and nvidia-smi
+/// index (for rows with their GPU columns filled, as on a GPU node).
+pub fn listed_gpu() -> CallGpu {
+    CallGpu {
+        uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".to_string(),
+        pci_bus_id: Some("00000000:3B:00.0".to_string()),
+        index: Some(3),
     }
 }
 

@@ -18,11 +18,7 @@ fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
     use crate::schema::cuda::{CallGpu, CallObjects};
     use crate::schema::{LaunchDims, Workload};
     let gpus = [
-        CallGpu {
-            uuid: "GPU-5e3c1a2b-7d4f-4a1e-9c8b-2f6d0e1a3b4c".into(),
-            pci_bus_id: Some("00000000:3B:00.0".into()),
-            index: Some(3),
-        },
+        crate::test_support::listed_gpu(),
         CallGpu {
             uuid: "GPU-00000000-0000-0000-0000-000000000001".into(),
             pci_bus_id: None,
