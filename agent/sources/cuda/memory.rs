@@ -19,7 +19,7 @@ use gpuship_sinks::schema::{CallGpu, CudaRow, HeldMemory, LargeAllocation};
 
 use super::roles::{MemoryKind, MemoryRole};
 pub use held::Held;
-use held::HeldByGpu;
+use held::{GpuSlot, HeldByGpu};
 
 /// Outstanding allocations, physical handles and mappings kept over all processes; beyond, new
 /// ones are not followed (counted in `untracked`, and their process's rows say incomplete).
@@ -38,7 +38,7 @@ pub type GpuKey = Option<Arc<CallGpu>>;
 struct Allocation {
     bytes: Option<u64>,
     kind: MemoryKind,
-    gpu: GpuKey,
+    gpu: GpuSlot,
     time_ns: i64,
     function_id: u32,
 }
@@ -46,7 +46,7 @@ struct Allocation {
 #[derive(Debug, Clone)]
 struct Physical {
     bytes: u64,
-    gpu: GpuKey,
+    gpu: GpuSlot,
     released: bool,
     mappings: u32,
     time_ns: i64,
@@ -127,38 +127,39 @@ impl MemoryLedger {
         if process.comm != row.comm {
             process.comm = row.comm.to_string();
         }
-        // The GPU's reference count is touched only by the rows that keep it (an atomic
-        // read-modify-write per row was a visible share of the consumer's time).
+        // Allocations name their GPU by its place in the process's list: no reference count
+        // is touched per row (atomic read-modify-writes per row were a visible share of the
+        // consumer's time on a 16-CPU host).
         let mut added = 0isize;
         match (role, row.device_ptr) {
             (MemoryRole::Initializes, _) => process.seen_from_start = true,
             (MemoryRole::Allocates(kind), Some(pointer)) => {
-                if !room {
+                let Some(slot) = room.then(|| process.held.slot(gpu)).flatten() else {
                     process.incomplete = true;
                     self.untracked += 1;
                     return None;
-                }
+                };
                 let allocation = Allocation {
                     bytes: row.bytes,
                     kind,
-                    gpu: gpu.cloned(),
+                    gpu: slot,
                     time_ns: row.time_ns,
                     function_id,
                 };
                 process
                     .held
-                    .on(&allocation.gpu)
+                    .at(slot)
                     .add(kind, allocation.bytes.unwrap_or(0));
                 added += 1;
                 // A pointer handed out again: its old allocation was freed unseen.
                 if let Some(old) = process.allocations.insert(pointer, allocation) {
-                    process.forget(&old.gpu, old.kind, old.bytes.unwrap_or(0));
+                    process.forget(old.gpu, old.kind, old.bytes.unwrap_or(0));
                     added -= 1;
                 }
             }
             (MemoryRole::Frees, Some(pointer)) => match process.allocations.remove(&pointer) {
                 Some(old) => {
-                    process.forget(&old.gpu, old.kind, old.bytes.unwrap_or(0));
+                    process.forget(old.gpu, old.kind, old.bytes.unwrap_or(0));
                     added -= 1;
                 }
                 // cuMemFree(0) is a no-op.
@@ -166,17 +167,16 @@ impl MemoryLedger {
                 None => {}
             },
             (MemoryRole::CreatesPhysical, Some(handle)) => {
-                if !room {
+                let Some(slot) = room.then(|| process.held.slot(gpu)).flatten() else {
                     process.incomplete = true;
                     self.untracked += 1;
                     return None;
-                }
+                };
                 let bytes = row.bytes.unwrap_or(0);
-                let gpu: GpuKey = gpu.cloned();
-                process.held.on(&gpu).add(MemoryKind::Physical, bytes);
+                process.held.at(slot).add(MemoryKind::Physical, bytes);
                 let physical = Physical {
                     bytes,
-                    gpu,
+                    gpu: slot,
                     released: false,
                     mappings: 0,
                     time_ns: row.time_ns,
@@ -184,7 +184,7 @@ impl MemoryLedger {
                 };
                 added += 1;
                 if let Some(old) = process.physical.insert(handle, physical) {
-                    process.forget(&old.gpu, MemoryKind::Physical, old.bytes);
+                    process.forget(old.gpu, MemoryKind::Physical, old.bytes);
                     added -= 1;
                 }
             }
@@ -245,9 +245,15 @@ impl MemoryLedger {
                 largest: Vec::new(),
             };
         };
-        let on_gpu = |key: &GpuKey| key.is_none() || gpu.is_none() || key.as_ref() == gpu;
+        let on_gpu = |key: Option<&Arc<CallGpu>>| key.is_none() || gpu.is_none() || key == gpu;
+        let on_slot = |slot: GpuSlot| on_gpu(process.held.gpu(slot));
         let mut bytes = [0u64; 5];
-        for (_, held) in process.held.0.iter().filter(|(key, _)| on_gpu(key)) {
+        for (_, held) in process
+            .held
+            .0
+            .iter()
+            .filter(|(key, _)| on_gpu(key.as_ref()))
+        {
             for (sum, value) in bytes.iter_mut().zip(held.bytes) {
                 *sum = sum.saturating_add(value);
             }
@@ -256,7 +262,7 @@ impl MemoryLedger {
             process
                 .allocations
                 .iter()
-                .filter(|(_, a)| on_gpu(&a.gpu))
+                .filter(|(_, a)| on_slot(a.gpu))
                 .map(|(address, a)| LargeAllocation {
                     address: *address,
                     bytes: a.bytes,
@@ -264,7 +270,7 @@ impl MemoryLedger {
                     function: function_name(a.function_id),
                     time_ns: a.time_ns,
                 })
-                .chain(process.physical.iter().filter(|(_, p)| on_gpu(&p.gpu)).map(
+                .chain(process.physical.iter().filter(|(_, p)| on_slot(p.gpu)).map(
                     |(handle, p)| LargeAllocation {
                         address: *handle,
                         bytes: Some(p.bytes),
@@ -343,14 +349,8 @@ impl MemoryLedger {
 }
 
 impl ProcessMemory {
-    fn forget(&mut self, gpu: &GpuKey, kind: MemoryKind, bytes: u64) {
-        if let Some(index) = self.held.position(gpu) {
-            let held = &mut self.held.0[index].1;
-            held.remove(kind, bytes);
-            if held.allocations == 0 {
-                self.held.0.swap_remove(index);
-            }
-        }
+    fn forget(&mut self, gpu: GpuSlot, kind: MemoryKind, bytes: u64) {
+        self.held.at(gpu).remove(kind, bytes);
     }
 
     /// One mapping of `handle` gone; returns the entries freed besides the mapping (1 when the
@@ -367,7 +367,7 @@ impl ProcessMemory {
         match self.physical.get(&handle) {
             Some(p) if p.released && p.mappings == 0 => {
                 let p = self.physical.remove(&handle).expect("just seen");
-                self.forget(&p.gpu, MemoryKind::Physical, p.bytes);
+                self.forget(p.gpu, MemoryKind::Physical, p.bytes);
                 1
             }
             _ => 0,
