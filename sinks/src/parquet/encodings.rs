@@ -16,9 +16,8 @@ const DELTA_TIMES: [&str; 2] = ["time", "time_ns"];
 const NO_DICTIONARY: [&str; 2] = ["duration_ns", "device_ptr"];
 
 /// Small integers (process and thread ids, CUresults, launch geometry, the GPU's index):
-/// written plain. A
-/// dictionary would be smaller before compression, but zstd makes the files the same size and
-/// the plain write skips a hash lookup per value.
+/// written plain. A dictionary would be smaller before compression, but zstd makes the files
+/// the same size and the plain write skips a hash lookup per value.
 const PLAIN_INTEGERS: [&str; 11] = [
     "pid",
     "tid",
