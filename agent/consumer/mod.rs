@@ -7,6 +7,7 @@
 //! record, so that what the kernel emitted and what the agent received can be compared exactly.
 //! `priority` gives this thread the CPU it needs when the traced processes keep every CPU busy.
 
+mod prefetch;
 pub mod priority;
 
 use std::cell::RefCell;
@@ -124,6 +125,7 @@ fn build_buffer<'cb>(
         let (source, ring) = (&running[*index], maps.ring);
         let counters = accounting.ring(ring);
         builder.add(&maps.records, move |raw: &[u8]| {
+            prefetch::records_after(raw);
             counters.received.fetch_add(1, Ordering::Relaxed);
             if source.borrow_mut().on_record(ring, raw).is_err() {
                 counters.decode_errors.fetch_add(1, Ordering::Relaxed);
