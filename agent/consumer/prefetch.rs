@@ -11,7 +11,7 @@
 
 /// Bytes past the end of a record to ask for: about two CUDA records (136 bytes each with the
 /// header), four cache lines.
-pub const AHEAD_BYTES: usize = 256;
+const AHEAD_BYTES: usize = 256;
 
 /// Bytes in a cache line on the CPUs the agent runs on.
 const LINE_BYTES: usize = 64;
@@ -19,7 +19,7 @@ const LINE_BYTES: usize = 64;
 /// Hints the CPU to bring the [`AHEAD_BYTES`] that follow `record` (a record of a BPF ring,
 /// borrowed from its mapping) into its cache.
 #[inline(always)]
-pub fn records_after(record: &[u8]) {
+pub(super) fn records_after(record: &[u8]) {
     let end = record.as_ptr().wrapping_add(record.len());
     for offset in (0..AHEAD_BYTES).step_by(LINE_BYTES) {
         hint(end.wrapping_add(offset));
