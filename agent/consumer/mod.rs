@@ -9,6 +9,7 @@
 
 mod prefetch;
 pub mod priority;
+mod ring_reader;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -17,8 +18,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{MapHandle, OpenObject};
 
+use self::ring_reader::{RingReader, RingReaderBuilder};
 use crate::accounting::Accounting;
 use crate::sources::{self, RingMaps, RunningRing, SourceSetup, SourceStatus};
 use crate::summary::RunSummary;
@@ -70,7 +72,7 @@ fn run(setup: &SourceSetup, ready: &mpsc::Sender<anyhow::Result<Ready>>) -> anyh
         tracing::warn!(source = status.source, reason = %status.detail, "source not attached; carrying on without it");
     }
     let rings = rings_of(&running)?;
-    let buffer = build_buffer(&running, &rings, &setup.accounting)?;
+    let reader = build_reader(&running, &rings, &setup.accounting)?;
     let mut traced_tgids = None;
     for source in &running {
         traced_tgids = traced_tgids.or(source.borrow().traced_processes()?);
@@ -79,7 +81,9 @@ fn run(setup: &SourceSetup, ready: &mpsc::Sender<anyhow::Result<Ready>>) -> anyh
         sources: statuses,
         traced_tgids,
     }));
-    let Some(buffer) = buffer else { return Ok(()) };
+    let Some(mut reader) = reader else {
+        return Ok(());
+    };
     // Kernel counters are read live by every snapshot (see Accounting::attach_kernel_counters).
     for (_, maps) in rings {
         setup
@@ -87,9 +91,10 @@ fn run(setup: &SourceSetup, ready: &mpsc::Sender<anyhow::Result<Ready>>) -> anyh
             .attach_kernel_counters(maps.ring, maps.kernel_counters);
     }
     let drain_interval = Duration::from_millis(setup.sources.cuda.drain_interval_ms);
-    poll_until_stop(&buffer, &running, setup, drain_interval);
-    drain(&buffer, &running);
-    drop(buffer);
+    let mut errors = PassErrors::default();
+    poll_until_stop(&mut reader, &running, setup, drain_interval, &mut errors);
+    drain(&mut reader, &running, &mut errors);
+    drop(reader);
     finish(&running, setup);
     tracing::info!("consumer drained all rings");
     Ok(())
@@ -110,17 +115,17 @@ fn rings_of(running: &[Running<'_>]) -> anyhow::Result<Vec<(usize, RingMaps)>> {
     Ok(rings)
 }
 
-/// One ring buffer over every ring; each record is counted as received, handed to its
-/// source, and counted again when the source rejects it. `None` when no source runs.
-fn build_buffer<'cb>(
+/// One reader over every ring; each record is counted as received, handed to its source, and
+/// counted again when the source rejects it. `None` when no source runs.
+fn build_reader<'cb>(
     running: &'cb [Running<'_>],
     rings: &[(usize, RingMaps)],
     accounting: &'cb Accounting,
-) -> anyhow::Result<Option<RingBuffer<'cb>>> {
+) -> anyhow::Result<Option<RingReader<'cb>>> {
     if rings.is_empty() {
         return Ok(None);
     }
-    let mut builder = RingBufferBuilder::new();
+    let mut builder = RingReaderBuilder::default();
     for (index, maps) in rings {
         let (source, ring) = (&running[*index], maps.ring);
         let counters = accounting.ring(ring);
@@ -130,36 +135,54 @@ fn build_buffer<'cb>(
             if source.borrow_mut().on_record(ring, raw).is_err() {
                 counters.decode_errors.fetch_add(1, Ordering::Relaxed);
             }
-            0
         })?;
     }
     Ok(Some(builder.build()?))
 }
 
+/// Logs the first failed pass over the rings (a ring the kernel should never write wrongly),
+/// not every one of the passes after it.
+#[derive(Default)]
+struct PassErrors {
+    logged: bool,
+}
+
+impl PassErrors {
+    fn check(&mut self, pass: anyhow::Result<()>) {
+        if let Err(err) = pass {
+            if !std::mem::replace(&mut self.logged, true) {
+                tracing::error!(
+                    error = format!("{err:#}"),
+                    "reading a ring failed; later failures are not logged"
+                );
+            }
+        }
+    }
+}
+
 /// Drains and flushes until the stop flag is set.
 fn poll_until_stop(
-    buffer: &RingBuffer<'_>,
+    reader: &mut RingReader<'_>,
     running: &[Running<'_>],
     setup: &SourceSetup,
     drain_interval: Duration,
+    errors: &mut PassErrors,
 ) {
     while !setup.stop.load(Ordering::Acquire) {
-        // EINTR and the like only shorten a cycle.
-        let _ = buffer.poll(drain_interval);
-        let _ = buffer.consume();
+        errors.check(reader.poll(drain_interval));
         flush(running, false);
     }
 }
 
 /// Detaches every program, then takes every record left and flushes everything.
-fn drain(buffer: &RingBuffer<'_>, running: &[Running<'_>]) {
+fn drain(reader: &mut RingReader<'_>, running: &[Running<'_>], errors: &mut PassErrors) {
     for source in running {
         source.borrow().detach();
     }
     // A program that was running on another CPU while we detached finishes within
     // microseconds; give it that, then take everything that is left.
     std::thread::sleep(DETACH_GRACE);
-    let _ = buffer.consume();
+    errors.check(reader.consume());
     flush(running, true);
 }
 
