@@ -6,6 +6,8 @@
 //! threshold. At stop the programs are detached first, then the rings are drained to the last
 //! record, so that what the kernel emitted and what the agent received can be compared exactly.
 //! `priority` gives this thread the CPU it needs when the traced processes keep every CPU busy.
+//! `ring_reader` maps and walks the rings (not libbpf's reader, which gives the space back after
+//! every record), and `prefetch` asks for a record's successors before it is decoded.
 
 mod prefetch;
 pub mod priority;
