@@ -17,7 +17,9 @@
 //! consumer position; a position stored late could miss that, so after its last store a pass
 //! reads the producer position again behind a full fence and goes on if anything arrived (the
 //! agent's programs submit with `BPF_RB_FORCE_WAKEUP` or `BPF_RB_NO_WAKEUP`, which that rule does
-//! not concern, but the reader does not rely on it).
+//! not concern, but the reader does not rely on it). A header whose length cannot be right (the
+//! kernel never writes one) ends the pass with an error after giving back everything up to the
+//! producer position; the ring, and every other ring, goes on.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
@@ -125,13 +127,28 @@ impl RingReader<'_> {
         self.consume()
     }
 
-    /// Takes every committed record of every ring, without waiting.
+    /// Takes every committed record of every ring, without waiting. A ring that fails does not
+    /// keep the others from being read; the first failure is returned.
     pub fn consume(&mut self) -> anyhow::Result<()> {
-        for (ring, callback) in &mut self.rings {
-            ring.view().consume(callback.as_mut())?;
-        }
-        Ok(())
+        each_then_first_error(&mut self.rings, |(ring, callback)| {
+            ring.view().consume(callback.as_mut()).map(drop)
+        })
     }
+}
+
+/// Runs `step` on every item, returning the first error once all have run.
+fn each_then_first_error<T>(
+    items: &mut [T],
+    mut step: impl FnMut(&mut T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut first = Ok(());
+    for item in items {
+        let result = step(item);
+        if first.is_ok() {
+            first = result;
+        }
+    }
+    first
 }
 
 /// One ring's two mappings.
@@ -276,10 +293,16 @@ impl<'a> RingView<'a> {
                 }
                 let len = (word & !(BUSY_BIT | DISCARD_BIT)) as usize;
                 if len + HEADER_BYTES > self.size {
-                    self.release(position, &mut released);
+                    // Where the next record starts is lost with this header: give back
+                    // everything up to the producer position, so that the ring goes on. What
+                    // is skipped is neither received nor lost in the kernel, which the run's
+                    // accounting reports as a mismatch.
+                    self.release(produced, &mut released);
                     bail!(
-                        "a ring record claims {len} bytes in a ring of {}",
-                        self.size
+                        "a ring record claims {len} bytes in a ring of {}: skipped {} bytes \
+                         up to the producer position",
+                        self.size,
+                        produced - position
                     );
                 }
                 if word & DISCARD_BIT == 0 {

@@ -149,7 +149,7 @@ fn gives_the_space_back_in_steps_and_all_of_it_at_the_end() {
 }
 
 #[test]
-fn a_length_past_the_ring_is_an_error_after_the_records_before_it() {
+fn a_length_past_the_ring_is_an_error_that_skips_to_the_producer_and_the_ring_goes_on() {
     let mut ring = TestRing::new(4096, 0);
     ring.push(b"good", 0);
     let bad = ring.producer.load(Ordering::Relaxed);
@@ -160,6 +160,30 @@ fn a_length_past_the_ring_is_an_error_after_the_records_before_it() {
     let (seen, result) = ring.consume();
     assert_eq!(seen, vec![b"good".to_vec()]);
     let error = result.unwrap_err().to_string();
-    assert_eq!(error, "a ring record claims 4096 bytes in a ring of 4096");
-    assert_eq!(ring.consumer.load(Ordering::Relaxed), bad);
+    assert_eq!(
+        error,
+        "a ring record claims 4096 bytes in a ring of 4096: skipped 8 bytes up to the producer \
+         position"
+    );
+    assert_eq!(ring.consumer.load(Ordering::Relaxed), bad + 8);
+    // The ring goes on with the next record.
+    ring.push(b"after", 0);
+    let (seen, result) = ring.consume();
+    assert_eq!(seen, vec![b"after".to_vec()]);
+    assert_eq!(result.unwrap(), 1);
+}
+
+#[test]
+fn a_failing_ring_does_not_keep_the_others_from_being_read() {
+    let mut rings = vec![1, 2, 3, 4];
+    let mut visited = Vec::new();
+    let result = each_then_first_error(&mut rings, |ring| {
+        visited.push(*ring);
+        match *ring {
+            2 | 3 => anyhow::bail!("ring {ring} failed"),
+            _ => Ok(()),
+        }
+    });
+    assert_eq!(visited, vec![1, 2, 3, 4]);
+    assert_eq!(result.unwrap_err().to_string(), "ring 2 failed");
 }
