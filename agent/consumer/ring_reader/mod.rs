@@ -1,42 +1,27 @@
-//! Reads the BPF ring buffers: maps each ring, walks its committed records in order, hands each
-//! to the ring's callback and gives the space back to the kernel in steps of
-//! [`RELEASE_STEP_BYTES`], not after every record.
+//! Reads the BPF ring buffers: maps each ring as libbpf maps it (a writable consumer page, then a
+//! read-only producer page followed by the data pages mapped twice, so that a record that wraps
+//! past the end reads as one slice), waits on all of them with one epoll, and hands each ring's
+//! records to its callback through [`record_walk`], which gives the space back to the kernel in
+//! steps, not after every record.
 //!
 //! Why not libbpf's `ring_buffer`: it stores the consumer position after every record, and the
 //! BPF programs read that position on every reserve and every `bpf_ringbuf_query`. While traced
 //! threads on other CPUs produce, each of those stores has to take the position's cache line
 //! back from them, and the consumer's next locked instruction waits for it. On the 16-CPU H200
 //! host the ring callback's samples fell from 483 to 283 of a run with the position stored every
-//! 16 KiB instead (docs/performance.md).
-//!
-//! The layout is the kernel's (`kernel/bpf/ringbuf.c`), mapped as libbpf maps it: a writable
-//! consumer page, then a read-only producer page followed by the data pages mapped twice, so that
-//! a record that wraps past the end reads as one slice. Each record has an 8-byte header whose
-//! first word is its length with a busy bit (not committed yet) and a discard bit; records are
-//! padded to 8 bytes. The kernel wakes a waiting consumer for a submit whose record sits at the
-//! consumer position; a position stored late could miss that, so after its last store a pass
-//! reads the producer position again behind a full fence and goes on if anything arrived (the
-//! agent's programs submit with `BPF_RB_FORCE_WAKEUP` or `BPF_RB_NO_WAKEUP`, which that rule does
-//! not concern, but the reader does not rely on it). A header whose length cannot be right (the
-//! kernel never writes one) ends the pass with an error after giving back everything up to the
-//! producer position; the ring, and every other ring, goes on.
+//! 16 KiB instead (docs/performance.md). A ring that fails a pass does not keep the others from
+//! being read.
+
+mod record_walk;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use libbpf_rs::MapCore;
 
-/// Bytes consumed between two stores of the consumer position (at most an eighth of the ring).
-const RELEASE_STEP_BYTES: usize = 16 * 1024;
-
-/// The record header's busy bit: reserved, not submitted yet.
-const BUSY_BIT: u32 = 1 << 31;
-/// The record header's discard bit: submitted as discarded, skipped.
-const DISCARD_BIT: u32 = 1 << 30;
-/// Bytes of a record's header (length word and page offset).
-const HEADER_BYTES: usize = 8;
+use self::record_walk::RingView;
 
 /// What a ring's records are handed to.
 pub type RecordCallback<'cb> = Box<dyn FnMut(&[u8]) + 'cb>;
@@ -243,103 +228,22 @@ impl Drop for Mapping {
     }
 }
 
-/// A ring's positions and data, wherever they are mapped (the kernel's pages, or a test's
-/// memory laid out the same way).
-struct RingView<'a> {
-    consumer: &'a AtomicUsize,
-    producer: &'a AtomicUsize,
-    /// The data area, `2 * size` bytes: the ring and, right after it, the same bytes again.
-    data: *const u8,
-    size: usize,
-    release_step: usize,
-}
-
-impl<'a> RingView<'a> {
-    /// # Safety
-    /// `data` must be readable for `2 * size` bytes while `'a` lasts, the second half showing
-    /// the first, and `size` a power of two.
-    unsafe fn new(
-        consumer: &'a AtomicUsize,
-        producer: &'a AtomicUsize,
-        data: *const u8,
-        size: usize,
-    ) -> Self {
-        Self {
-            consumer,
-            producer,
-            data,
-            size,
-            release_step: RELEASE_STEP_BYTES.min(size / 8).max(HEADER_BYTES),
-        }
-    }
-
-    /// Hands every committed record to `callback` in order, up to the first one still busy,
-    /// and returns how many it handed over.
-    fn consume(&self, callback: &mut dyn FnMut(&[u8])) -> anyhow::Result<u64> {
-        let mut position = self.consumer.load(Ordering::Acquire);
-        let mut released = position;
-        let mut handed = 0;
-        loop {
-            let produced = self.producer.load(Ordering::Acquire);
-            let mut busy = false;
-            while position < produced {
-                let header = self.data.wrapping_add(position & (self.size - 1));
-                // SAFETY: the header lies within the first copy of the data and is 8-aligned
-                // (records are padded to 8 bytes); the kernel writes its length word atomically.
-                let word = unsafe { (*header.cast::<AtomicU32>()).load(Ordering::Acquire) };
-                if word & BUSY_BIT != 0 {
-                    busy = true;
-                    break;
-                }
-                let len = (word & !(BUSY_BIT | DISCARD_BIT)) as usize;
-                if len + HEADER_BYTES > self.size {
-                    // Where the next record starts is lost with this header: give back
-                    // everything up to the producer position, so that the ring goes on. What
-                    // is skipped is neither received nor lost in the kernel, which the run's
-                    // accounting reports as a mismatch.
-                    self.release(produced, &mut released);
-                    bail!(
-                        "a ring record claims {len} bytes in a ring of {}: skipped {} bytes \
-                         up to the producer position",
-                        self.size,
-                        produced - position
-                    );
-                }
-                if word & DISCARD_BIT == 0 {
-                    // SAFETY: the record's bytes follow its header within the doubled data
-                    // area (len + header <= size), committed, and not reused by the kernel
-                    // until the consumer position passes them.
-                    let record =
-                        unsafe { std::slice::from_raw_parts(header.add(HEADER_BYTES), len) };
-                    callback(record);
-                    handed += 1;
-                }
-                position += (len + HEADER_BYTES).next_multiple_of(HEADER_BYTES);
-                if position - released >= self.release_step {
-                    self.release(position, &mut released);
-                }
-            }
-            self.release(position, &mut released);
-            if busy {
-                return Ok(handed);
-            }
-            // A submit that came after the last read of the producer position but saw the old
-            // consumer position did not wake anyone: look once more.
-            fence(Ordering::SeqCst);
-            if self.producer.load(Ordering::Acquire) == position {
-                return Ok(handed);
-            }
-        }
-    }
-
-    fn release(&self, position: usize, released: &mut usize) {
-        if position != *released {
-            self.consumer.store(position, Ordering::Release);
-            *released = position;
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "ring_reader_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_ring_does_not_keep_the_others_from_being_read() {
+        let mut rings = vec![1, 2, 3, 4];
+        let mut visited = Vec::new();
+        let result = each_then_first_error(&mut rings, |ring| {
+            visited.push(*ring);
+            match *ring {
+                2 | 3 => anyhow::bail!("ring {ring} failed"),
+                _ => Ok(()),
+            }
+        });
+        assert_eq!(visited, vec![1, 2, 3, 4]);
+        assert_eq!(result.unwrap_err().to_string(), "ring 2 failed");
+    }
+}
