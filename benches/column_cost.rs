@@ -1,6 +1,6 @@
 //! What each column of the `cuda` table costs the Parquet thread in rows mode: the same rows
-//! encoded into the sink's files (its writer settings: zstd level 1, the per-column
-//! encodings, its row groups) with every column, then each column alone in a file of its
+//! encoded into the sink's files (its file encoder and writer settings: zstd level 1, the
+//! per-column encodings, its row groups) with every column, then each column alone in a file of its
 //! own: its time and bytes per row. Two row shapes, each the way the
 //! agent fills them: the load harness's allocations and frees (`bytes`, `device_ptr`, no
 //! launch arguments) and a training loop's kernel launches (dimensions, kernel names); both
@@ -15,12 +15,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use gpuship_sinks::parquet::{writer_properties, ParquetSinkConfig};
+use gpuship_sinks::parquet::{file_encoder, ParquetSinkConfig};
 use gpuship_sinks::schema::cuda::CallObjects;
 use gpuship_sinks::schema::{CudaBatchBuilder, CudaRow, LaunchDims};
 use gpuship_sinks::test_support::{host_identity, listed_gpu};
 use gpuship_sinks::EventKind;
-use parquet::arrow::ArrowWriter;
 
 /// The agent's default batch size.
 const BATCH_ROWS: usize = 8_192;
@@ -110,16 +109,16 @@ fn batches(rows: usize, launches: bool) -> Vec<RecordBatch> {
 /// settings: (seconds, bytes).
 fn encode(batches: &[RecordBatch], columns: &[usize]) -> (f64, usize) {
     let schema = Arc::new(batches[0].schema().project(columns).expect("projection"));
-    let properties = writer_properties(&ParquetSinkConfig::with_path("/unused"), EventKind::Cuda);
+    let config = ParquetSinkConfig::with_path("/unused");
     let started = Instant::now();
-    let mut writer =
-        ArrowWriter::try_new(Vec::new(), schema, Some(properties)).expect("parquet writer");
+    let mut writer = file_encoder(&config, EventKind::Cuda, schema).expect("the sink's encoder");
     for batch in batches {
         writer
             .write(&batch.project(columns).expect("projection"))
             .expect("write");
     }
-    let bytes = writer.into_inner().expect("close").len();
+    writer.finish().expect("close");
+    let bytes = writer.inner().len();
     (started.elapsed().as_secs_f64(), bytes)
 }
 

@@ -14,6 +14,11 @@ use crate::EventKind;
 
 /// Rows with every column in use: launches and copies, failures, two threads, some in a pod,
 /// calls on two GPUs (one not on the node's list) and some whose GPU is not known.
+/// `count` batches of [`varied_cuda_batch`]'s rows, `rows` each.
+pub(super) fn varied_cuda_batches(count: usize, rows: usize) -> Vec<arrow_array::RecordBatch> {
+    (0..count).map(|_| varied_cuda_batch(rows)).collect()
+}
+
 fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
     use crate::schema::cuda::{CallGpu, CallObjects};
     use crate::schema::{LaunchDims, Workload};

@@ -76,6 +76,12 @@ const UNCOMPRESSED: [&str; 17] = [
     "largest_allocations.list.item.time_ns",
 ];
 
+/// Columns that hold one value in every row an agent writes. While they do, the file encoder
+/// counts their rows instead of handing each to parquet-rs's dictionary (a hash and a lookup per
+/// row), and writes the chunk parquet-rs would have written (`constant_chunk.rs`); they keep
+/// their dictionary, statistics and page index.
+pub(super) const ONE_VALUE_PER_FILE: [&str; 2] = ["host", "boot_id"];
+
 /// The path of a leaf column written with dots (`held_memory.pool_bytes`).
 fn leaf(path: &str) -> ColumnPath {
     ColumnPath::new(path.split('.').map(str::to_string).collect())

@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use enum_map::EnumMap;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use super::destination::{Destination, FileError, LocalDirectory};
+use super::encodings::ONE_VALUE_PER_FILE;
 use super::file_buffer::reserve_whole_file;
+use super::file_encoder::FileEncoder;
 use super::layout::{new_file_key, split_by_hour, HourPartition};
 use super::ParquetSinkConfig;
 use crate::schema::{schema_for, KIND_KEY, SCHEMA_VERSION, SCHEMA_VERSION_KEY};
@@ -61,7 +62,7 @@ pub enum FileOutcome {
 
 struct OpenFile {
     /// Encodes into memory; the destination sees the file only at finalize.
-    writer: ArrowWriter<Vec<u8>>,
+    writer: FileEncoder,
     /// Its place under the root (`<kind>/dt=../hour=../part-...parquet`).
     key: String,
     rows: u64,
@@ -264,14 +265,15 @@ impl PartitionedFiles {
 
     fn create(&self, kind: EventKind, partition: HourPartition) -> Result<OpenFile, FileError> {
         let key = new_file_key(kind, partition, &self.host);
-        let properties = Some(self.properties[kind].clone());
-        let writer =
-            ArrowWriter::try_new(Vec::new(), schema_for(kind), properties).map_err(|source| {
-                FileError::Parquet {
-                    path: PathBuf::from(&key),
-                    source,
-                }
-            })?;
+        let writer = FileEncoder::try_new(
+            schema_for(kind),
+            self.properties[kind].clone(),
+            &ONE_VALUE_PER_FILE,
+        )
+        .map_err(|source| FileError::Parquet {
+            path: PathBuf::from(&key),
+            source,
+        })?;
         Ok(OpenFile {
             writer,
             key,
@@ -327,8 +329,8 @@ impl PartitionedFiles {
 }
 
 /// The writer settings of `kind`'s files under `config`: compression, per-column encodings,
-/// row groups and the file's metadata (public for the column-cost benchmark).
-pub fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterProperties {
+/// row groups and the file's metadata.
+fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterProperties {
     let compression = match config.compression {
         super::ParquetCompression::Zstd => {
             Compression::ZSTD(ZstdLevel::try_new(config.zstd_level).unwrap_or_default())
@@ -344,6 +346,16 @@ pub fn writer_properties(config: &ParquetSinkConfig, kind: EventKind) -> WriterP
         ]))
         .set_created_by(format!("gpuship {}", env!("CARGO_PKG_VERSION")))
         .build()
+}
+
+/// An encoder of `kind`'s files as the sink writes them, for rows of `schema` (`kind`'s or
+/// some of its columns; public for the column-cost benchmark).
+pub fn file_encoder(
+    config: &ParquetSinkConfig,
+    kind: EventKind,
+    schema: arrow_schema::SchemaRef,
+) -> Result<FileEncoder, parquet::errors::ParquetError> {
+    FileEncoder::try_new(schema, writer_properties(config, kind), &ONE_VALUE_PER_FILE)
 }
 
 /// The record batches of an encoded file, to retry them after a failed write.

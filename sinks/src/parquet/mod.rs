@@ -4,9 +4,11 @@
 //! Encoding and file I/O are blocking work, so the sink runs on a blocking thread of the tokio
 //! runtime and never stalls the async sinks beside it.
 
+mod constant_chunk;
 mod destination;
 mod encodings;
 mod file_buffer;
+mod file_encoder;
 mod files;
 mod layout;
 mod remote;
@@ -19,7 +21,8 @@ use serde::Deserialize;
 use tokio::runtime::Handle;
 
 pub use destination::{Destination, FileError, LocalDirectory, Unavailable};
-pub use files::{writer_properties, FileOutcome, PartitionedFiles};
+pub use file_encoder::FileEncoder;
+pub use files::{file_encoder, FileOutcome, PartitionedFiles};
 pub use layout::{HourPartition, TEMP_SUFFIX};
 pub use remote::{ObjectStoreDestination, ObjectStoreOptions, RemoteError, S3Url};
 
@@ -341,5 +344,7 @@ impl ParquetSink {
 
 #[cfg(test)]
 mod encoding_tests;
+#[cfg(test)]
+mod file_encoder_tests;
 #[cfg(test)]
 mod tests;
