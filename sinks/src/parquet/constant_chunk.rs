@@ -1,18 +1,22 @@
 //! A column chunk whose every row holds the same string, encoded in a few bytes without looking
 //! at the rows.
 //!
-//! `host` and `boot_id` are the same in every row an agent writes, yet parquet-rs's column
-//! writer hashes and looks up each row's value in its dictionary (about 20 ns a row each,
-//! `benches/column_cost.rs`). The chunk it ends up with is always the same shape: a dictionary
-//! page of one value and data pages whose indices are one run of zeros. This module writes that
-//! chunk directly for any row count, with the metadata, statistics and page index parquet-rs
-//! would write for it (`file_encoder`'s tests compare the two files byte for byte), so the cost
-//! no longer depends on the number of rows.
+//! `host` and `boot_id` are the same in every row an agent writes, and a GPU's UUID and bus id in
+//! every row of a process on one GPU, yet parquet-rs's column writer hashes and looks up each
+//! row's value in its dictionary (13-41 ns a row each, `benches/column_cost.rs`). The chunk it
+//! ends up with is always the same shape: a dictionary page of one value and data pages whose
+//! indices are one run of zeros. This module writes that chunk directly for any row count, with
+//! the metadata, statistics, page index and size statistics parquet-rs would write for it, so the
+//! cost no longer depends on the number of rows. Its data pages hold exactly the page row limit
+//! (the last fewer); parquet-rs closes a page at its first check past the limit, which depends on
+//! how the rows were handed to it. Where the two split pages at the same rows, the files are
+//! equal byte for byte (`file_encoder_tests.rs`).
 //!
-//! Only plain cases qualify ([`ConstantChunkColumn::new`]): a required, unnested byte-array
-//! column with a dictionary, uncompressed, data pages v1, no bloom filter, no statistics in page
-//! headers, and a value short enough that no statistic is truncated. Anything else is written by
-//! parquet-rs as before.
+//! Only plain cases qualify ([`ConstantChunkColumn::new`]): an unnested byte-array column,
+//! required or optional (an optional one's rows must all be set: its definition levels are then
+//! one run of ones), with a dictionary, uncompressed, data pages v1, no bloom filter, no
+//! statistics in page headers, and a value short enough that no statistic is truncated.
+//! Anything else is written by parquet-rs as before.
 
 use bytes::Bytes;
 use parquet::basic::{BoundaryOrder, Compression, Encoding, PageType, Type as PhysicalType};
@@ -21,7 +25,7 @@ use parquet::column::writer::ColumnCloseResult;
 use parquet::data_type::ByteArray;
 use parquet::errors::Result;
 use parquet::file::metadata::{
-    ColumnChunkMetaData, ColumnIndexBuilder, OffsetIndexBuilder, PageEncodingStats,
+    ColumnChunkMetaData, ColumnIndexBuilder, LevelHistogram, OffsetIndexBuilder, PageEncodingStats,
 };
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::file::statistics::{Statistics, ValueStatistics};
@@ -32,6 +36,8 @@ use parquet::schema::types::ColumnDescPtr;
 #[derive(Debug, Clone)]
 pub(super) struct ConstantChunkColumn {
     descr: ColumnDescPtr,
+    /// Optional (definition levels written before the values), not required.
+    optional: bool,
     statistics: EnabledStatistics,
     offset_index: bool,
     page_rows: usize,
@@ -45,7 +51,7 @@ impl ConstantChunkColumn {
     pub(super) fn new(descr: ColumnDescPtr, props: &WriterProperties) -> Option<Self> {
         let path = descr.path();
         let plain_shape = descr.physical_type() == PhysicalType::BYTE_ARRAY
-            && descr.max_def_level() == 0
+            && descr.max_def_level() <= 1
             && descr.max_rep_level() == 0
             && props.dictionary_enabled(path)
             && props.compression(path) == Compression::UNCOMPRESSED
@@ -66,9 +72,13 @@ impl ConstantChunkColumn {
         .min()
         .unwrap_or(usize::MAX);
         Some(Self {
+            optional: descr.max_def_level() == 1,
             statistics: props.statistics_enabled(path),
             offset_index: !props.offset_index_disabled(),
-            page_rows: props.column_data_page_row_count_limit(path).max(1),
+            // A page's value count is a u32 in its header.
+            page_rows: props
+                .column_data_page_row_count_limit(path)
+                .clamp(1, u32::MAX as usize),
             max_value_len,
             descr,
         })
@@ -112,18 +122,18 @@ impl ConstantChunkColumn {
         while remaining > 0 {
             let page_rows = remaining.min(self.page_rows);
             remaining -= page_rows;
-            let indices = zero_run(page_rows);
-            let indices_size = indices.len();
+            let values = data_page(self.optional, page_rows);
+            let values_size = values.len();
             let spec = pages.write_page(CompressedPage::new(
                 Page::DataPage {
-                    buf: indices,
-                    num_values: u32::try_from(page_rows).unwrap_or(u32::MAX),
+                    buf: values,
+                    num_values: page_rows as u32,
                     encoding: Encoding::RLE_DICTIONARY,
                     def_level_encoding: Encoding::RLE,
                     rep_level_encoding: Encoding::RLE,
                     statistics: None,
                 },
-                indices_size,
+                values_size,
             ))?;
             data_pages += 1;
             data_page_offset.get_or_insert(spec.offset as i64);
@@ -131,6 +141,7 @@ impl ConstantChunkColumn {
             uncompressed += spec.uncompressed_size as i64;
             if page_statistics {
                 column_index.append(false, value.to_vec(), value.to_vec(), 0, None);
+                column_index.append_histograms(&None, &self.set_levels(page_rows));
             }
             offset_index.append_offset_and_size(spec.offset as i64, spec.compressed_size as i32);
             offset_index.append_row_count(page_rows as i64);
@@ -170,7 +181,8 @@ impl ConstantChunkColumn {
                     .with_backwards_compatible_min_max(self.descr.sort_order().is_signed());
             metadata = metadata
                 .set_statistics(Statistics::from(statistics))
-                .set_unencoded_byte_array_data_bytes(Some(byte_count(value, rows)));
+                .set_unencoded_byte_array_data_bytes(Some(byte_count(value, rows)))
+                .set_definition_level_histogram(self.set_levels(rows));
         }
         let column_index = if page_statistics {
             Some(column_index.build()?)
@@ -189,6 +201,15 @@ impl ConstantChunkColumn {
     }
 }
 
+impl ConstantChunkColumn {
+    /// The definition-level histogram of `rows` rows that are all set: none at level 0, every
+    /// one at 1 (none for a required column, which has no levels).
+    fn set_levels(&self, rows: usize) -> Option<LevelHistogram> {
+        self.optional
+            .then(|| LevelHistogram::from(vec![0, rows as i64]))
+    }
+}
+
 /// The dictionary page's values: the one value, PLAIN-encoded (its length, then its bytes).
 fn dictionary_page(value: &[u8]) -> Bytes {
     let mut page = Vec::with_capacity(4 + value.len());
@@ -197,22 +218,37 @@ fn dictionary_page(value: &[u8]) -> Bytes {
     Bytes::from(page)
 }
 
-/// `rows` dictionary indices of 0: a bit width of 0 (a one-value dictionary needs no bits, as
-/// parquet-rs writes it), then one RLE run, its header the run length shifted left once as a
-/// ULEB128 varint; a run of zero-bit values has no value bytes.
-fn zero_run(rows: usize) -> Bytes {
-    let mut page = vec![0u8];
+/// A data page of `rows` rows of the one value. An optional column's definition levels come
+/// first: their byte length (4 bytes, little-endian), then one RLE run of ones, one bit wide.
+/// Then the dictionary indices, all 0: a bit width of 0 (a one-value dictionary needs no bits,
+/// as parquet-rs writes it) and one RLE run of zero-bit values, which has no value bytes.
+fn data_page(optional: bool, rows: usize) -> Bytes {
+    let mut page = Vec::with_capacity(24);
+    if optional {
+        let mut levels = Vec::with_capacity(12);
+        rle_run(&mut levels, rows, &[1]);
+        page.extend_from_slice(&(levels.len() as u32).to_le_bytes());
+        page.extend_from_slice(&levels);
+    }
+    page.push(0);
+    rle_run(&mut page, rows, &[]);
+    Bytes::from(page)
+}
+
+/// An RLE run of `rows` times `value` (already in its byte width): the run length shifted left
+/// once as a ULEB128 varint, then the value.
+fn rle_run(out: &mut Vec<u8>, rows: usize, value: &[u8]) {
     let mut header = (rows as u64) << 1;
     loop {
         let byte = (header & 0x7f) as u8;
         header >>= 7;
         if header == 0 {
-            page.push(byte);
+            out.push(byte);
             break;
         }
-        page.push(byte | 0x80);
+        out.push(byte | 0x80);
     }
-    Bytes::from(page)
+    out.extend_from_slice(value);
 }
 
 /// The bytes `rows` copies of `value` take unencoded (Parquet's size statistics).

@@ -14,12 +14,23 @@ use crate::EventKind;
 
 /// Rows with every column in use: launches and copies, failures, two threads, some in a pod,
 /// calls on two GPUs (one not on the node's list) and some whose GPU is not known.
-/// `count` batches of [`varied_cuda_batch`]'s rows, `rows` each.
-pub(super) fn varied_cuda_batches(count: usize, rows: usize) -> Vec<arrow_array::RecordBatch> {
-    (0..count).map(|_| varied_cuda_batch(rows)).collect()
+/// `count` batches of [`varied_cuda_batch`]'s rows, `rows` each; with `one_gpu`, every row is
+/// on the node's listed GPU (one process on one GPU, as `gpuship run -- CMD` records).
+pub(super) fn varied_cuda_batches(
+    count: usize,
+    rows: usize,
+    one_gpu: bool,
+) -> Vec<arrow_array::RecordBatch> {
+    (0..count)
+        .map(|_| varied_cuda_batch_on(rows, one_gpu))
+        .collect()
 }
 
 fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
+    varied_cuda_batch_on(rows, false)
+}
+
+fn varied_cuda_batch_on(rows: usize, one_gpu: bool) -> arrow_array::RecordBatch {
     use crate::schema::cuda::{CallGpu, CallObjects};
     use crate::schema::{LaunchDims, Workload};
     let gpus = [
@@ -73,7 +84,11 @@ fn varied_cuda_batch(rows: usize) -> arrow_array::RecordBatch {
                 }),
                 workload: (i % 2 == 1).then_some(&pod),
                 objects: CallObjects {
-                    gpu: (i % 11 != 0).then(|| &gpus[(i / 7) % 2]),
+                    gpu: if one_gpu {
+                        Some(&gpus[0])
+                    } else {
+                        (i % 11 != 0).then(|| &gpus[(i / 7) % 2])
+                    },
                     ..Default::default()
                 },
             },

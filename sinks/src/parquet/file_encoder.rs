@@ -3,8 +3,8 @@
 //! columns holding one value in every row so far are not encoded row by row. They are counted,
 //! and written at the row group's end as a ready-made chunk ([`super::constant_chunk`]). A batch
 //! whose value differs, or that holds nulls, turns the column back into a parquet-rs writer for
-//! the rest of the row group, which is first given the rows counted so far: the file is the
-//! same either way, only the cost differs.
+//! the rest of the row group, which is first given the rows counted so far: the column holds the
+//! same rows in the same encoding either way, only the cost differs.
 
 use std::sync::Arc;
 

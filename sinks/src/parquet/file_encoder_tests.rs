@@ -22,6 +22,10 @@ use super::{file_encoder, ParquetSinkConfig};
 use crate::EventKind;
 
 const BOOT_ID: &str = "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b";
+const GPU: &str = "GPU-5b1f4c7e-2d3a-4f1b-9c8e-0a1b2c3d4e5f";
+/// The columns counted while constant: two required, two optional (`comm` is never constant in
+/// these rows, so it always goes back to parquet-rs).
+const COUNTED: [&str; 4] = ["host", "boot_id", "comm", "gpu"];
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -29,22 +33,40 @@ fn schema() -> SchemaRef {
         Field::new("host", DataType::Utf8, false),
         Field::new("boot_id", DataType::Utf8, false),
         Field::new("comm", DataType::Utf8, true),
+        Field::new("gpu", DataType::Utf8, true),
     ]))
 }
 
-/// `rows` rows whose host is `hosts[row % hosts.len()]`, counting on from `first`.
+/// `rows` rows whose host is `hosts[row % hosts.len()]`, counting on from `first`, all on
+/// [`GPU`].
 fn batch(first: i64, rows: usize, hosts: &[&str]) -> RecordBatch {
+    with_gpus(batch_without_gpu(first, rows, hosts), &[Some(GPU)])
+}
+
+/// `batch` with its rows' GPU `gpus[row % gpus.len()]`.
+fn with_gpus(batch: RecordBatch, gpus: &[Option<&str>]) -> RecordBatch {
+    let gpu: StringArray = (0..batch.num_rows())
+        .map(|row| gpus[row % gpus.len()])
+        .collect();
+    let mut columns = batch.columns().to_vec();
+    columns[4] = Arc::new(gpu);
+    RecordBatch::try_new(schema(), columns).expect("columns match the schema")
+}
+
+fn batch_without_gpu(first: i64, rows: usize, hosts: &[&str]) -> RecordBatch {
     let time: Int64Array = (first..first + rows as i64).collect();
     let host = StringArray::from_iter_values((0..rows).map(|row| hosts[row % hosts.len()]));
     let boot = StringArray::from_iter_values(std::iter::repeat_n(BOOT_ID, rows));
     let comm: StringArray = (0..rows)
         .map(|row| (row % 3 != 0).then_some(if row % 2 == 0 { "python3" } else { "worker" }))
         .collect();
+    let gpu = StringArray::new_null(rows);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(time),
         Arc::new(host),
         Arc::new(boot),
         Arc::new(comm),
+        Arc::new(gpu),
     ];
     RecordBatch::try_new(schema(), columns).expect("columns match the schema")
 }
@@ -55,10 +77,12 @@ fn exact_pages() -> WriterPropertiesBuilder {
     WriterProperties::builder()
         .set_write_batch_size(1)
         .set_data_page_row_count_limit(300)
-        .set_max_row_group_row_count(Some(1_000))
+        .set_max_row_group_row_count(Some(1_200))
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_column_compression(ColumnPath::from("host"), Compression::UNCOMPRESSED)
         .set_column_compression(ColumnPath::from("boot_id"), Compression::UNCOMPRESSED)
+        .set_column_compression(ColumnPath::from("gpu"), Compression::UNCOMPRESSED)
+        .set_column_compression(ColumnPath::from("comm"), Compression::UNCOMPRESSED)
 }
 
 fn with_arrow_writer(props: WriterProperties, batches: &[RecordBatch]) -> Vec<u8> {
@@ -70,7 +94,7 @@ fn with_arrow_writer(props: WriterProperties, batches: &[RecordBatch]) -> Vec<u8
 }
 
 fn with_file_encoder(props: WriterProperties, batches: &[RecordBatch]) -> Vec<u8> {
-    let mut encoder = FileEncoder::try_new(schema(), props, &["host", "boot_id"]).expect("encoder");
+    let mut encoder = FileEncoder::try_new(schema(), props, &COUNTED).expect("encoder");
     for batch in batches {
         encoder.write(batch).expect("encoder takes the batch");
     }
@@ -108,56 +132,158 @@ fn assert_same_file(props: WriterProperties, batches: &[RecordBatch]) {
     assert_eq!(read_back, written);
 }
 
-#[test]
-fn constant_columns_give_the_same_file_as_parquet_rs() {
-    let host = ["gpu-node-017"];
-    // Row groups of 1,000 rows split across batches; pages of 300, the last one short; a
-    // batch of one row and batches shorter than one RLE group (8).
-    let sizes = [1, 7, 8, 100, 999, 2_500, 3, 300, 301];
+/// Batches of `sizes` rows on one host, their GPU `gpus[row % gpus.len()]`.
+fn batches_of(sizes: &[usize], gpus: &[Option<&str>]) -> Vec<RecordBatch> {
     let mut first = 0;
-    let batches: Vec<_> = sizes
+    sizes
         .iter()
         .map(|&rows| {
-            let batch = batch(first, rows, &host);
+            let batch = with_gpus(batch(first, rows, &["gpu-node-017"]), gpus);
             first += rows as i64;
             batch
         })
-        .collect();
-    assert_same_file(exact_pages().build(), &batches);
-    // Statistics for the chunk only, and none.
+        .collect()
+}
+
+/// The settings the byte-for-byte tests run under: pages of 300 rows, row groups of 1,200 or
+/// 900 (whole pages, so that parquet-rs's pages of an optional column split where the chunk's
+/// do) or unbounded, statistics per page, per chunk or none, with and without an offset index.
+fn settings() -> Vec<WriterProperties> {
     let chunk_only = exact_pages()
         .set_column_statistics_enabled(ColumnPath::from("host"), EnabledStatistics::Chunk)
         .set_column_statistics_enabled(ColumnPath::from("boot_id"), EnabledStatistics::None)
+        .set_column_statistics_enabled(ColumnPath::from("gpu"), EnabledStatistics::Chunk)
         .build();
-    assert_same_file(chunk_only, &batches);
-    // No offset index; one row group for everything.
+    let no_statistics = exact_pages()
+        .set_column_statistics_enabled(ColumnPath::from("gpu"), EnabledStatistics::None)
+        .set_max_row_group_row_count(Some(900))
+        .build();
     let unbounded = exact_pages()
         .set_offset_index_disabled(true)
         .set_max_row_group_row_count(None)
         .build();
-    assert_same_file(unbounded, &batches);
+    vec![exact_pages().build(), chunk_only, no_statistics, unbounded]
+}
+
+#[test]
+fn constant_columns_give_the_same_file_as_parquet_rs() {
+    // Required columns (`host`, `boot_id`): parquet-rs checks its page limit after every row
+    // here, so any batch sizes: row groups split across batches, a batch of one row, batches
+    // shorter than one RLE group (8). The GPU is unknown, so parquet-rs writes it.
+    let any_sizes = batches_of(&[1, 7, 8, 100, 999, 2_500, 3, 300, 301], &[None]);
+    // The optional column (`gpu`): parquet-rs checks its page limit after each page's worth of
+    // a write's rows when all are set, so batches of whole pages give it the chunk's pages.
+    let whole_pages = batches_of(&[300, 900, 1_500, 600, 300], &[Some(GPU)]);
+    for batches in [any_sizes, whole_pages] {
+        for props in settings() {
+            assert_same_file(props, &batches);
+        }
+    }
 }
 
 #[test]
 fn a_value_that_changes_gives_the_same_file_as_parquet_rs() {
+    // Batches of whole pages (300 rows), so the optional column's pages split where
+    // parquet-rs splits them.
     let one = batch(0, 1_200, &["node-a"]);
-    let other = batch(1_200, 500, &["node-b"]);
-    let mixed = batch(1_700, 40, &["node-a", "node-b"]);
-    let again = batch(1_740, 900, &["node-a"]);
-    let empty = batch(2_640, 20, &[""]);
+    let other = batch(0, 600, &["node-b"]);
+    let mixed = batch(0, 300, &["node-a", "node-b"]);
+    let again = batch(0, 900, &["node-a"]);
+    let empty = batch(0, 300, &[""]);
     // A value long enough that its statistics would be truncated (65 bytes) is encoded by
     // parquet-rs: the file is the same either way.
     let long_name = "n".repeat(65);
-    let long = batch(2_660, 700, &[long_name.as_str()]);
+    let long = batch(0, 600, &[long_name.as_str()]);
+    // The optional column: another GPU, some rows without one, none at all, then set again.
+    let other_gpu = with_gpus(batch(0, 600, &["node-a"]), &[Some("GPU-other")]);
+    let some_unknown = with_gpus(batch(0, 300, &["node-a"]), &[Some(GPU), None]);
+    let none_known = with_gpus(batch(0, 600, &["node-a"]), &[None]);
     for batches in [
+        vec![one.clone(), other_gpu.clone(), one.clone()],
+        vec![one.clone(), some_unknown.clone(), one.clone()],
+        vec![none_known.clone(), one.clone(), none_known],
+        vec![some_unknown, other_gpu],
         vec![one.clone(), other.clone()],
         vec![one.clone(), mixed.clone(), again.clone()],
         vec![mixed, one.clone()],
         vec![empty.clone(), one.clone(), empty],
         vec![long.clone(), one, long],
     ] {
-        assert_same_file(exact_pages().build(), &batches);
+        for props in settings() {
+            assert_same_file(props, &batches);
+        }
     }
+}
+
+#[test]
+fn batches_of_any_size_differ_from_parquet_rs_only_in_where_pages_split() {
+    // The sink's batch sizes and parquet-rs's default write batch: parquet-rs closes a page at
+    // the first check past the limit, the constant chunk at the limit itself.
+    let props = WriterProperties::builder()
+        .set_data_page_row_count_limit(300)
+        .set_max_row_group_row_count(Some(1_000))
+        .set_column_compression(ColumnPath::from("host"), Compression::UNCOMPRESSED)
+        .set_column_compression(ColumnPath::from("boot_id"), Compression::UNCOMPRESSED)
+        .set_column_compression(ColumnPath::from("gpu"), Compression::UNCOMPRESSED)
+        .build();
+    let batches = batches_of(&[1, 7, 8, 100, 999, 2_500, 3, 300, 301], &[Some(GPU)]);
+    let expected = with_arrow_writer(props.clone(), &batches);
+    let encoded = with_file_encoder(props, &batches);
+    let (expected_rows, expected) = read(expected);
+    let (encoded_rows, encoded) = read(encoded);
+    assert_eq!(encoded_rows, expected_rows);
+    assert_eq!(encoded.num_row_groups(), expected.num_row_groups());
+    let mut split_elsewhere = 0;
+    for (group, (ours, theirs)) in encoded
+        .row_groups()
+        .iter()
+        .zip(expected.row_groups())
+        .enumerate()
+    {
+        assert_eq!(ours.num_rows(), theirs.num_rows());
+        for (leaf, (ours, theirs)) in ours.columns().iter().zip(theirs.columns()).enumerate() {
+            let name = ours.column_path().string();
+            assert_eq!(ours.num_values(), theirs.num_values(), "{name}");
+            assert_eq!(ours.statistics(), theirs.statistics(), "{name}");
+            assert_eq!(ours.compression(), theirs.compression(), "{name}");
+            assert_eq!(ours.encodings_mask(), theirs.encodings_mask(), "{name}");
+            assert_eq!(
+                ours.unencoded_byte_array_data_bytes(),
+                theirs.unencoded_byte_array_data_bytes(),
+                "{name}"
+            );
+            assert_eq!(
+                ours.definition_level_histogram(),
+                theirs.definition_level_histogram(),
+                "{name}"
+            );
+            let first_rows = |metadata: &ParquetMetaData| -> Vec<i64> {
+                metadata
+                    .page_index_for_row_group(group)
+                    .offset_index(leaf)
+                    .expect("an offset index")
+                    .page_locations()
+                    .iter()
+                    .map(|page| page.first_row_index)
+                    .collect()
+            };
+            if ["host", "boot_id", "gpu"].contains(&name.as_str()) {
+                let exact: Vec<i64> = (0..ours.num_values()).step_by(300).collect();
+                assert_eq!(
+                    first_rows(&encoded),
+                    exact,
+                    "{name}: pages of exactly 300 rows"
+                );
+                split_elsewhere += usize::from(first_rows(&expected) != exact);
+            } else {
+                assert_eq!(first_rows(&encoded), first_rows(&expected), "{name}");
+            }
+        }
+    }
+    assert!(
+        split_elsewhere > 0,
+        "parquet-rs split some page past the limit"
+    );
 }
 
 #[test]
@@ -172,43 +298,38 @@ fn a_null_in_a_required_column_is_an_error_as_in_parquet_rs() {
         ArrowWriter::try_new(Vec::new(), schema(), Some(exact_pages().build())).expect("writer");
     writer.write(&good).expect("good rows");
     assert!(writer.write(&bad).is_err());
-    let mut encoder = FileEncoder::try_new(schema(), exact_pages().build(), &["host", "boot_id"])
-        .expect("encoder");
+    let mut encoder =
+        FileEncoder::try_new(schema(), exact_pages().build(), &COUNTED).expect("encoder");
     encoder.write(&good).expect("good rows");
     let error = encoder.write(&bad).expect_err("a null host is refused");
     assert!(error.to_string().contains("null"), "{error}");
 }
 
-#[test]
-fn the_sinks_files_keep_constant_columns_statistics_and_page_index() {
+/// `batches` through the sink's encoder of `cuda` files: the fields counted at the end, and the
+/// file's metadata once its rows have read back exactly.
+fn through_the_sinks_encoder(batches: &[RecordBatch]) -> (Vec<String>, Arc<ParquetMetaData>) {
     let config = ParquetSinkConfig::with_path("/unused");
-    let mut encoder = file_encoder(
-        &config,
-        EventKind::Cuda,
-        crate::schema::schema_for(EventKind::Cuda),
-    )
-    .expect("the sink's encoder");
-    assert_eq!(
-        encoder.counted_fields(),
-        Vec::<&str>::new(),
+    let schema = crate::schema::schema_for(EventKind::Cuda);
+    let mut encoder =
+        file_encoder(&config, EventKind::Cuda, schema.clone()).expect("the sink's encoder");
+    assert!(
+        encoder.counted_fields().is_empty(),
         "nothing counted before rows"
     );
-    let batches = super::encoding_tests::varied_cuda_batches(3, 50_000);
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    for batch in &batches {
+    for batch in batches {
         encoder.write(batch).expect("the encoder takes the batch");
     }
-    assert_eq!(encoder.counted_fields(), ["host", "boot_id"]);
+    let counted = encoder
+        .counted_fields()
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
     encoder.finish().expect("finishes");
     let (read_back, metadata) = read(std::mem::take(encoder.inner_mut()));
-    assert_eq!(
-        read_back.iter().map(RecordBatch::num_rows).sum::<usize>(),
-        rows
-    );
-    let schema = batches[0].schema();
-    let written = arrow_select::concat::concat_batches(&schema, &batches).expect("concat");
+    let written = arrow_select::concat::concat_batches(&schema, batches).expect("concat");
     let read_back =
         arrow_select::concat::concat_batches(&read_back[0].schema(), &read_back).expect("concat");
+    assert_eq!(read_back.num_rows(), written.num_rows());
     for (index, field) in schema.fields().iter().enumerate() {
         assert_eq!(
             read_back.column(index).to_data(),
@@ -217,35 +338,38 @@ fn the_sinks_files_keep_constant_columns_statistics_and_page_index() {
             field.name()
         );
     }
-    let identity = crate::test_support::identity();
-    for (name, value) in [
-        ("host", identity.host.as_ref()),
-        ("boot_id", identity.boot_id.as_ref()),
-    ] {
-        let leaf = metadata
-            .file_metadata()
-            .schema_descr()
-            .columns()
-            .iter()
-            .position(|column| column.name() == name)
-            .expect("the column is in the file");
-        let mut pages = 0;
-        for (group_index, group) in metadata.row_groups().iter().enumerate() {
-            let chunk = group.column(leaf);
-            assert_eq!(chunk.num_values(), group.num_rows(), "{name}");
-            let Some(Statistics::ByteArray(statistics)) = chunk.statistics() else {
+    (counted, metadata)
+}
+
+/// Checks `name`'s chunks hold `value` in every row: values, statistics (when `statistics`), and
+/// a page index of pages of 20,000 rows, some row group having several.
+fn assert_constant_chunks(metadata: &ParquetMetaData, name: &str, value: &str, statistics: bool) {
+    let leaf = metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|column| column.name() == name)
+        .expect("the column is in the file");
+    let mut pages = 0;
+    for (group_index, group) in metadata.row_groups().iter().enumerate() {
+        let chunk = group.column(leaf);
+        assert_eq!(chunk.num_values(), group.num_rows(), "{name}");
+        let page_index = metadata.page_index_for_row_group(group_index);
+        let offsets = page_index.offset_index(leaf).expect("an offset index");
+        if statistics {
+            let Some(Statistics::ByteArray(chunk_statistics)) = chunk.statistics() else {
                 panic!("{name} keeps its statistics");
             };
             assert_eq!(
-                statistics.min_opt().map(|v| v.data()),
+                chunk_statistics.min_opt().map(|v| v.data()),
                 Some(value.as_bytes())
             );
             assert_eq!(
-                statistics.max_opt().map(|v| v.data()),
+                chunk_statistics.max_opt().map(|v| v.data()),
                 Some(value.as_bytes())
             );
-            assert_eq!(statistics.null_count_opt(), Some(0));
-            let page_index = metadata.page_index_for_row_group(group_index);
+            assert_eq!(chunk_statistics.null_count_opt(), Some(0));
             let index = page_index
                 .column_index(leaf)
                 .expect("a column index")
@@ -253,40 +377,88 @@ fn the_sinks_files_keep_constant_columns_statistics_and_page_index() {
             let ColumnIndexMetaData::BYTE_ARRAY(index) = index else {
                 panic!("{name} has a byte-array column index");
             };
-            let offsets = page_index.offset_index(leaf).expect("an offset index");
             assert_eq!(index.num_pages() as usize, offsets.page_locations().len());
             for page in 0..index.num_pages() as usize {
                 assert_eq!(index.min_value(page), Some(value.as_bytes()));
                 assert_eq!(index.max_value(page), Some(value.as_bytes()));
             }
-            let first_rows: Vec<i64> = offsets
-                .page_locations()
-                .iter()
-                .map(|page| page.first_row_index)
-                .collect();
-            let expected: Vec<i64> = (0..group.num_rows()).step_by(20_000).collect();
-            assert_eq!(first_rows, expected, "{name}: pages of 20,000 rows");
-            pages += first_rows.len();
+        } else {
+            assert!(chunk.statistics().is_none(), "{name} has no statistics");
+            assert!(
+                page_index.column_index(leaf).is_none(),
+                "{name} has no column index"
+            );
         }
-        assert!(
-            pages > metadata.num_row_groups(),
-            "{name}: some row group has several pages"
-        );
+        let first_rows: Vec<i64> = offsets
+            .page_locations()
+            .iter()
+            .map(|page| page.first_row_index)
+            .collect();
+        let expected: Vec<i64> = (0..group.num_rows()).step_by(20_000).collect();
+        assert_eq!(first_rows, expected, "{name}: pages of 20,000 rows");
+        pages += first_rows.len();
     }
+    assert!(
+        pages > metadata.num_row_groups(),
+        "{name}: some row group has several pages"
+    );
 }
 
 #[test]
-fn every_kinds_host_and_boot_id_qualify_for_constant_chunks() {
+fn the_sinks_files_keep_host_and_boot_id_statistics_and_page_index() {
+    // Calls on two GPUs and on none: the GPU's columns go back to parquet-rs.
+    let batches = super::encoding_tests::varied_cuda_batches(3, 50_000, false);
+    let (counted, metadata) = through_the_sinks_encoder(&batches);
+    assert_eq!(counted, ["host", "boot_id"]);
+    let identity = crate::test_support::identity();
+    assert_constant_chunks(&metadata, "host", &identity.host, true);
+    assert_constant_chunks(&metadata, "boot_id", &identity.boot_id, true);
+}
+
+#[test]
+fn one_process_on_one_gpu_has_its_gpu_columns_counted_too() {
+    let batches = super::encoding_tests::varied_cuda_batches(3, 50_000, true);
+    let (counted, metadata) = through_the_sinks_encoder(&batches);
+    assert_eq!(counted, ["host", "boot_id", "gpu_uuid", "pci_bus_id"]);
+    let gpu = crate::test_support::listed_gpu();
+    assert_constant_chunks(&metadata, "gpu_uuid", &gpu.uuid, false);
+    let bus_id = gpu
+        .pci_bus_id
+        .as_deref()
+        .expect("the listed GPU has a bus id");
+    assert_constant_chunks(&metadata, "pci_bus_id", bus_id, false);
+}
+
+#[test]
+fn every_kinds_host_boot_id_and_gpu_qualify_for_constant_chunks() {
     let config = ParquetSinkConfig::with_path("/unused");
     for &kind in EventKind::ALL {
-        let encoder = file_encoder(&config, kind, crate::schema::schema_for(kind))
-            .expect("the sink's encoder");
+        let schema = crate::schema::schema_for(kind);
+        let encoder = file_encoder(&config, kind, schema.clone()).expect("the sink's encoder");
+        let expected: Vec<&str> = schema
+            .fields()
+            .iter()
+            .map(|field| field.name().as_str())
+            .filter(|name| ["host", "boot_id", "gpu_uuid", "pci_bus_id"].contains(name))
+            .collect();
+        assert!(expected.starts_with(&["host", "boot_id"]), "{kind:?}");
         assert_eq!(
             encoder.qualifying_fields(),
-            ["host", "boot_id"],
-            "{kind:?}: host and boot_id must stay uncompressed with a dictionary"
+            expected,
+            "{kind:?}: these columns must stay uncompressed with a dictionary"
         );
     }
+    let cuda = file_encoder(
+        &config,
+        EventKind::Cuda,
+        crate::schema::schema_for(EventKind::Cuda),
+    )
+    .expect("the sink's encoder");
+    assert_eq!(
+        cuda.qualifying_fields().len(),
+        4,
+        "the cuda table has a GPU"
+    );
 }
 
 #[test]
@@ -300,9 +472,8 @@ fn a_column_without_a_dictionary_or_compressed_is_encoded_by_parquet_rs() {
         .build();
     let encoder = FileEncoder::try_new(schema(), compressed.clone(), &["host", "boot_id", "comm"])
         .expect("encoder");
-    // `comm` is nullable, so it never qualifies either.
-    assert_eq!(encoder.qualifying_fields(), Vec::<&str>::new());
-    let batches = [batch(0, 700, &["node-a"]), batch(700, 700, &["node-a"])];
+    assert_eq!(encoder.qualifying_fields(), ["comm"]);
+    let batches = [batch(0, 600, &["node-a"]), batch(600, 900, &["node-a"])];
     assert_same_file(compressed, &batches);
     let bytes_limit = exact_pages().set_max_row_group_bytes(Some(1 << 20)).build();
     let error = FileEncoder::try_new(schema(), bytes_limit, &["host"])

@@ -20,7 +20,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use super::destination::{Destination, FileError, LocalDirectory};
-use super::encodings::ONE_VALUE_PER_FILE;
+use super::encodings::COUNTED_WHILE_CONSTANT;
 use super::file_buffer::reserve_whole_file;
 use super::file_encoder::FileEncoder;
 use super::layout::{new_file_key, split_by_hour, HourPartition};
@@ -268,7 +268,7 @@ impl PartitionedFiles {
         let writer = FileEncoder::try_new(
             schema_for(kind),
             self.properties[kind].clone(),
-            &ONE_VALUE_PER_FILE,
+            &COUNTED_WHILE_CONSTANT,
         )
         .map_err(|source| FileError::Parquet {
             path: PathBuf::from(&key),
@@ -355,7 +355,11 @@ pub fn file_encoder(
     kind: EventKind,
     schema: arrow_schema::SchemaRef,
 ) -> Result<FileEncoder, parquet::errors::ParquetError> {
-    FileEncoder::try_new(schema, writer_properties(config, kind), &ONE_VALUE_PER_FILE)
+    FileEncoder::try_new(
+        schema,
+        writer_properties(config, kind),
+        &COUNTED_WHILE_CONSTANT,
+    )
 }
 
 /// The record batches of an encoded file, to retry them after a failed write.
