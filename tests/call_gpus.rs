@@ -89,3 +89,70 @@ fn every_row_carries_the_gpu_of_its_threads_context() {
         ]
     );
 }
+
+/// One process on a one-GPU node: every row carries the GPU, so the Parquet sink counts the
+/// GPU's columns, like `host` and `boot_id`, instead of looking each row up in a dictionary, and
+/// writes their chunks itself (`sinks/src/parquet/constant_chunk.rs`). DuckDB, which no one
+/// here wrote, reads every row's values back, and the chunks' row counts, dictionary encoding
+/// and statistics from the files' metadata.
+#[test]
+fn rows_on_one_gpu_are_written_as_counted_chunks_that_duckdb_reads() {
+    let _shared = support::shared();
+    let fixtures = Fixtures::build();
+    let data = data_dir();
+    let gpus = fake_gpu_dir("NVIDIA H200", &[(0, "0000:19:00.0", UUID0)]);
+    let config = format!(
+        "{}\n[enrich]\nnvidia_proc_dir = \"{}\"\n",
+        fixtures.cuda_config(data.path(), r#"["default"]"#),
+        gpus.path().display()
+    );
+    let agent = Agent::start(&config, &[]);
+    let (_, stdout) = fixtures.run_workload(&["threads", "2", "20000"], &[]);
+    assert_eq!(stdout.trim(), "workload: threads calls=80000");
+    let stopped = agent.stop();
+    assert!(stopped.status.success(), "{}", stopped.log);
+    assert_eq!(stopped.assert_nothing_lost("cuda", "cuda"), 80_000);
+    let files = format!("{}/cuda/**/*.parquet", data.path().display());
+    let values = duckdb(&format!(
+        "select count(*), count(distinct gpu_uuid), min(gpu_uuid), count(pci_bus_id), \
+         min(pci_bus_id), count(distinct host), count(distinct boot_id), \
+         count(*) filter (where function in ('cuMemAlloc_v2', 'cuMemFree_v2')) \
+         from read_parquet('{files}')"
+    ));
+    assert_eq!(
+        values,
+        [[
+            "80000",
+            "1",
+            UUID0,
+            "80000",
+            "0000:19:00.0",
+            "1",
+            "1",
+            "80000"
+        ]]
+    );
+    // Per column, over every row group: rows, the dictionary in every chunk, and min/max
+    // statistics equal to the one value where the column keeps them (`host`, `boot_id`).
+    let chunks = duckdb(&format!(
+        "with m as (select * from parquet_metadata('{files}')), \
+         v as (select min(host) as host, min(boot_id) as boot_id from read_parquet('{files}')) \
+         select path_in_schema, sum(num_values), \
+         bool_and(encodings like '%RLE_DICTIONARY%'), \
+         bool_and(coalesce(stats_min_value = case path_in_schema when 'host' then v.host \
+           when 'boot_id' then v.boot_id end, false)), \
+         bool_and(coalesce(stats_max_value = stats_min_value, false)), \
+         bool_and(stats_min_value is null) \
+         from m, v where path_in_schema in ('host', 'boot_id', 'gpu_uuid', 'pci_bus_id') \
+         group by 1 order by 1"
+    ));
+    assert_eq!(
+        chunks,
+        [
+            ["boot_id", "80000", "True", "True", "True", "False"],
+            ["gpu_uuid", "80000", "True", "False", "False", "True"],
+            ["host", "80000", "True", "True", "True", "False"],
+            ["pci_bus_id", "80000", "True", "False", "False", "True"],
+        ]
+    );
+}

@@ -26,6 +26,8 @@ pub struct FileEncoder {
     file: SerializedFileWriter<Vec<u8>>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
+    /// Per top-level field: how many leaf columns it has.
+    leaves: Vec<usize>,
     /// Per top-level field: how it may be written as a constant chunk, if it may.
     constant: Vec<Option<ConstantChunkColumn>>,
     max_row_group_rows: Option<usize>,
@@ -51,13 +53,19 @@ impl FileEncoder {
         let (file, factory) = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?
             .into_serialized_writer()?;
         let descriptors = file.schema_descr();
+        let field_leaves = |field_index: usize| {
+            (0..descriptors.num_columns())
+                .filter(move |&leaf| descriptors.get_column_root_idx(leaf) == field_index)
+        };
+        let leaves = (0..schema.fields().len())
+            .map(|field_index| field_leaves(field_index).count())
+            .collect();
         let constant = schema
             .fields()
             .iter()
             .enumerate()
             .map(|(field_index, field)| {
-                let mut leaves = (0..descriptors.num_columns())
-                    .filter(|&leaf| descriptors.get_column_root_idx(leaf) == field_index);
+                let mut leaves = field_leaves(field_index);
                 let leaf = leaves.next()?;
                 let single_string_leaf =
                     leaves.next().is_none() && field.data_type() == &DataType::Utf8;
@@ -70,6 +78,7 @@ impl FileEncoder {
             file,
             factory,
             schema,
+            leaves,
             constant,
             max_row_group_rows,
             row_group: None,
@@ -184,15 +193,11 @@ impl FileEncoder {
             .factory
             .create_column_writers(self.file.flushed_row_groups().len())?
             .into_iter();
-        let descriptors = self.file.schema_descr();
         let fields = self
             .constant
             .iter()
-            .enumerate()
-            .map(|(field_index, constant)| {
-                let leaves = (0..descriptors.num_columns())
-                    .filter(|&leaf| descriptors.get_column_root_idx(leaf) == field_index)
-                    .count();
+            .zip(&self.leaves)
+            .map(|(constant, &leaves)| {
                 let writers: Vec<_> = leaf_writers.by_ref().take(leaves).collect();
                 match constant {
                     Some(column) => FieldWriter::Counted {
@@ -251,37 +256,60 @@ enum FieldWriter {
 
 impl FieldWriter {
     fn write(&mut self, field: &Field, column: &ArrayRef) -> Result<()> {
-        if let Self::Counted {
+        if self.count(column) {
+            return Ok(());
+        }
+        encode(field, column, self.encoded(field)?)
+    }
+
+    /// Counts `column`'s rows if this field is counted and they all hold its value (the first
+    /// batch's sets it); false when they must be encoded.
+    fn count(&mut self, column: &ArrayRef) -> bool {
+        let Self::Counted {
             column: settings,
             value,
             rows,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let Some(same) = constant_value(column) else {
+            return false;
+        };
+        if !settings.accepts(same.as_bytes())
+            || value.as_deref().is_some_and(|counted| counted != same)
+        {
+            return false;
+        }
+        value.get_or_insert_with(|| same.to_string());
+        *rows += column.len();
+        true
+    }
+
+    /// parquet-rs's writers of this field; a counted field's are first given the rows counted
+    /// so far, and the field is encoded from then on.
+    fn encoded(&mut self, field: &Field) -> Result<&mut [ArrowColumnWriter]> {
+        if let Self::Counted {
+            value,
+            rows,
             writers,
+            ..
         } = self
         {
-            match constant_value(column) {
-                Some(same)
-                    if settings.accepts(same.as_bytes())
-                        && value.as_deref().is_none_or(|counted| counted == same) =>
-                {
-                    if value.is_none() {
-                        *value = Some(same.to_string());
-                    }
-                    *rows += column.len();
-                    return Ok(());
-                }
-                _ => {
-                    let mut writers = std::mem::take(writers);
-                    if let Some(counted) = value.take() {
-                        replay(field, &counted, *rows, &mut writers)?;
-                    }
-                    *self = Self::Encoded(writers);
-                }
+            let mut writers = std::mem::take(writers);
+            if let Some(counted) = value.take() {
+                replay(field, &counted, *rows, &mut writers)?;
             }
+            *self = Self::Encoded(writers);
         }
-        let Self::Encoded(writers) = self else {
-            unreachable!("a counted field either returned or became encoded above");
-        };
-        encode(field, column, writers)
+        match self {
+            Self::Encoded(writers) => Ok(writers),
+            Self::Counted { .. } => Err(ParquetError::General(format!(
+                "{}: a counted column was not handed to parquet-rs",
+                field.name()
+            ))),
+        }
     }
 
     fn estimated_bytes(&self) -> usize {
