@@ -80,8 +80,9 @@ const UNCOMPRESSED: [&str; 17] = [
 /// writes, a GPU's UUID and bus id in every row of a process on one GPU (`gpuship run -- CMD`
 /// records one process). While a row group's rows all hold the same value, the file encoder
 /// counts them instead of handing each to parquet-rs's dictionary (a hash and a lookup per row)
-/// and writes the chunk parquet-rs would have written (`constant_chunk.rs`); a row with another
-/// value, or without one, hands the column back to parquet-rs for the rest of the row group.
+/// and writes the chunk parquet-rs would have written (`file_encoder/constant_chunk.rs`); a row
+/// with another value, or without one, hands the column back to parquet-rs for the rest of the
+/// row group.
 pub(super) const COUNTED_WHILE_CONSTANT: [&str; 4] = ["host", "boot_id", "gpu_uuid", "pci_bus_id"];
 
 /// The path of a leaf column written with dots (`held_memory.pool_bytes`).

@@ -4,7 +4,6 @@
 //! Encoding and file I/O are blocking work, so the sink runs on a blocking thread of the tokio
 //! runtime and never stalls the async sinks beside it.
 
-mod constant_chunk;
 mod destination;
 mod encodings;
 mod file_buffer;
@@ -344,7 +343,5 @@ impl ParquetSink {
 
 #[cfg(test)]
 mod encoding_tests;
-#[cfg(test)]
-mod file_encoder_tests;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,8 @@
-//! Tests of the file encoder and its constant chunks: with parquet-rs checking its page limit
-//! after every row (`write_batch_size` 1), the encoder's files equal `ArrowWriter`'s byte for
-//! byte, whether a column stays constant, changes between batches or within one; with the sink's
-//! own settings the values, statistics and page index read back as written.
+//! The file encoder against parquet-rs's `ArrowWriter`: where parquet-rs splits pages at the
+//! same rows as the constant chunks (it checks its page limit after every row of a required
+//! column here, and after each page's worth of an optional one), the files are equal byte for
+//! byte, whether a column stays constant, changes between batches or within one; elsewhere every
+//! value, statistic and histogram is.
 
 use std::sync::Arc;
 
@@ -12,14 +13,10 @@ use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderB
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
-use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
-use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 
-use super::file_encoder::FileEncoder;
-use super::{file_encoder, ParquetSinkConfig};
-use crate::EventKind;
+use super::FileEncoder;
 
 const BOOT_ID: &str = "0f3c1e9a-8d1b-4b7e-9a55-3c2d1e0f9a8b";
 const GPU: &str = "GPU-5b1f4c7e-2d3a-4f1b-9c8e-0a1b2c3d4e5f";
@@ -102,7 +99,8 @@ fn with_file_encoder(props: WriterProperties, batches: &[RecordBatch]) -> Vec<u8
     std::mem::take(encoder.inner_mut())
 }
 
-fn read(bytes: Vec<u8>) -> (Vec<RecordBatch>, Arc<ParquetMetaData>) {
+/// The rows of an encoded file and its metadata, with the page index where it has one.
+pub(super) fn read(bytes: Vec<u8>) -> (Vec<RecordBatch>, Arc<ParquetMetaData>) {
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let builder =
         ParquetRecordBatchReaderBuilder::try_new_with_options(Bytes::from(bytes), options)
@@ -303,162 +301,6 @@ fn a_null_in_a_required_column_is_an_error_as_in_parquet_rs() {
     encoder.write(&good).expect("good rows");
     let error = encoder.write(&bad).expect_err("a null host is refused");
     assert!(error.to_string().contains("null"), "{error}");
-}
-
-/// `batches` through the sink's encoder of `cuda` files: the fields counted at the end, and the
-/// file's metadata once its rows have read back exactly.
-fn through_the_sinks_encoder(batches: &[RecordBatch]) -> (Vec<String>, Arc<ParquetMetaData>) {
-    let config = ParquetSinkConfig::with_path("/unused");
-    let schema = crate::schema::schema_for(EventKind::Cuda);
-    let mut encoder =
-        file_encoder(&config, EventKind::Cuda, schema.clone()).expect("the sink's encoder");
-    assert!(
-        encoder.counted_fields().is_empty(),
-        "nothing counted before rows"
-    );
-    for batch in batches {
-        encoder.write(batch).expect("the encoder takes the batch");
-    }
-    let counted = encoder
-        .counted_fields()
-        .iter()
-        .map(|f| f.to_string())
-        .collect();
-    encoder.finish().expect("finishes");
-    let (read_back, metadata) = read(std::mem::take(encoder.inner_mut()));
-    let written = arrow_select::concat::concat_batches(&schema, batches).expect("concat");
-    let read_back =
-        arrow_select::concat::concat_batches(&read_back[0].schema(), &read_back).expect("concat");
-    assert_eq!(read_back.num_rows(), written.num_rows());
-    for (index, field) in schema.fields().iter().enumerate() {
-        assert_eq!(
-            read_back.column(index).to_data(),
-            written.column(index).to_data(),
-            "column {}",
-            field.name()
-        );
-    }
-    (counted, metadata)
-}
-
-/// Checks `name`'s chunks hold `value` in every row: values, statistics (when `statistics`), and
-/// a page index of pages of 20,000 rows, some row group having several.
-fn assert_constant_chunks(metadata: &ParquetMetaData, name: &str, value: &str, statistics: bool) {
-    let leaf = metadata
-        .file_metadata()
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|column| column.name() == name)
-        .expect("the column is in the file");
-    let mut pages = 0;
-    for (group_index, group) in metadata.row_groups().iter().enumerate() {
-        let chunk = group.column(leaf);
-        assert_eq!(chunk.num_values(), group.num_rows(), "{name}");
-        let page_index = metadata.page_index_for_row_group(group_index);
-        let offsets = page_index.offset_index(leaf).expect("an offset index");
-        if statistics {
-            let Some(Statistics::ByteArray(chunk_statistics)) = chunk.statistics() else {
-                panic!("{name} keeps its statistics");
-            };
-            assert_eq!(
-                chunk_statistics.min_opt().map(|v| v.data()),
-                Some(value.as_bytes())
-            );
-            assert_eq!(
-                chunk_statistics.max_opt().map(|v| v.data()),
-                Some(value.as_bytes())
-            );
-            assert_eq!(chunk_statistics.null_count_opt(), Some(0));
-            let index = page_index
-                .column_index(leaf)
-                .expect("a column index")
-                .clone();
-            let ColumnIndexMetaData::BYTE_ARRAY(index) = index else {
-                panic!("{name} has a byte-array column index");
-            };
-            assert_eq!(index.num_pages() as usize, offsets.page_locations().len());
-            for page in 0..index.num_pages() as usize {
-                assert_eq!(index.min_value(page), Some(value.as_bytes()));
-                assert_eq!(index.max_value(page), Some(value.as_bytes()));
-            }
-        } else {
-            assert!(chunk.statistics().is_none(), "{name} has no statistics");
-            assert!(
-                page_index.column_index(leaf).is_none(),
-                "{name} has no column index"
-            );
-        }
-        let first_rows: Vec<i64> = offsets
-            .page_locations()
-            .iter()
-            .map(|page| page.first_row_index)
-            .collect();
-        let expected: Vec<i64> = (0..group.num_rows()).step_by(20_000).collect();
-        assert_eq!(first_rows, expected, "{name}: pages of 20,000 rows");
-        pages += first_rows.len();
-    }
-    assert!(
-        pages > metadata.num_row_groups(),
-        "{name}: some row group has several pages"
-    );
-}
-
-#[test]
-fn the_sinks_files_keep_host_and_boot_id_statistics_and_page_index() {
-    // Calls on two GPUs and on none: the GPU's columns go back to parquet-rs.
-    let batches = super::encoding_tests::varied_cuda_batches(3, 50_000, false);
-    let (counted, metadata) = through_the_sinks_encoder(&batches);
-    assert_eq!(counted, ["host", "boot_id"]);
-    let identity = crate::test_support::identity();
-    assert_constant_chunks(&metadata, "host", &identity.host, true);
-    assert_constant_chunks(&metadata, "boot_id", &identity.boot_id, true);
-}
-
-#[test]
-fn one_process_on_one_gpu_has_its_gpu_columns_counted_too() {
-    let batches = super::encoding_tests::varied_cuda_batches(3, 50_000, true);
-    let (counted, metadata) = through_the_sinks_encoder(&batches);
-    assert_eq!(counted, ["host", "boot_id", "gpu_uuid", "pci_bus_id"]);
-    let gpu = crate::test_support::listed_gpu();
-    assert_constant_chunks(&metadata, "gpu_uuid", &gpu.uuid, false);
-    let bus_id = gpu
-        .pci_bus_id
-        .as_deref()
-        .expect("the listed GPU has a bus id");
-    assert_constant_chunks(&metadata, "pci_bus_id", bus_id, false);
-}
-
-#[test]
-fn every_kinds_host_boot_id_and_gpu_qualify_for_constant_chunks() {
-    let config = ParquetSinkConfig::with_path("/unused");
-    for &kind in EventKind::ALL {
-        let schema = crate::schema::schema_for(kind);
-        let encoder = file_encoder(&config, kind, schema.clone()).expect("the sink's encoder");
-        let expected: Vec<&str> = schema
-            .fields()
-            .iter()
-            .map(|field| field.name().as_str())
-            .filter(|name| ["host", "boot_id", "gpu_uuid", "pci_bus_id"].contains(name))
-            .collect();
-        assert!(expected.starts_with(&["host", "boot_id"]), "{kind:?}");
-        assert_eq!(
-            encoder.qualifying_fields(),
-            expected,
-            "{kind:?}: these columns must stay uncompressed with a dictionary"
-        );
-    }
-    let cuda = file_encoder(
-        &config,
-        EventKind::Cuda,
-        crate::schema::schema_for(EventKind::Cuda),
-    )
-    .expect("the sink's encoder");
-    assert_eq!(
-        cuda.qualifying_fields().len(),
-        4,
-        "the cuda table has a GPU"
-    );
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! cost no longer depends on the number of rows. Its data pages hold exactly the page row limit
 //! (the last fewer); parquet-rs closes a page at its first check past the limit, which depends on
 //! how the rows were handed to it. Where the two split pages at the same rows, the files are
-//! equal byte for byte (`file_encoder_tests.rs`).
+//! equal byte for byte (`same_file_tests.rs`).
 //!
 //! Only plain cases qualify ([`ConstantChunkColumn::new`]): an unnested byte-array column,
 //! required or optional (an optional one's rows must all be set: its definition levels are then
