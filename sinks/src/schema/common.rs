@@ -82,7 +82,7 @@ impl CommonColumns {
 
 /// `value` `rows` times, its buffers allocated once at their final size (collecting an
 /// iterator grows the values buffer by doubling, a copy each time).
-fn repeated(value: &str, rows: usize) -> StringArray {
+pub(crate) fn repeated(value: &str, rows: usize) -> StringArray {
     let mut builder = StringBuilder::with_capacity(rows, value.len().saturating_mul(rows));
     for _ in 0..rows {
         builder.append_value(value);

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use arrow_schema::Schema;
 
+pub(crate) use common::repeated;
 pub use common::{HostIdentity, COMMON_FIELD_COUNT};
 pub use cuda::{
     CallGpu, CallObjects, CudaBatchBuilder, CudaRow, HeldMemory, LargeAllocation, LaunchDims,

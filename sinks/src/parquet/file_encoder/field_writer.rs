@@ -11,6 +11,7 @@ use parquet::errors::{ParquetError, Result};
 use parquet::file::writer::SerializedRowGroupWriter;
 
 use super::constant_chunk::ConstantChunkColumn;
+use crate::schema::repeated;
 
 /// Rows per array when a counted column is handed to parquet-rs after all.
 const REPLAY_ROWS: usize = 8_192;
@@ -143,9 +144,7 @@ fn replay(
     let mut left = rows;
     while left > 0 {
         let now = left.min(REPLAY_ROWS);
-        let column: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-            value, now,
-        )));
+        let column: ArrayRef = Arc::new(repeated(value, now));
         encode(field, &column, writers)?;
         left -= now;
     }
